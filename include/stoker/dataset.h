@@ -1,0 +1,134 @@
+// Datasets: a directory of shards plus one manifest file (`MANIFEST`).
+//
+// The manifest lists every shard (name, record count, size, index CRC), the schema,
+// class names and free-form metadata, and ends with a CRC32C of everything before
+// it, so opening a dataset of 10,000 shards costs one file read and a flipped byte
+// anywhere in the directory is caught (by the manifest CRC or by the shard CRCs that
+// the manifest pins). Shards are opened lazily and cached.
+//
+// DatasetWriter rolls shards at a size limit and writes the manifest last, atomically:
+// a directory without a valid MANIFEST is not a dataset.
+//
+// Threading: Dataset is safe to share between threads (shard cache is locked).
+// DatasetWriter is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/shard.h"
+
+namespace stoker {
+
+inline constexpr const char* kManifestName = "MANIFEST";
+
+struct ShardEntry {
+  std::string name;        ///< file name inside the dataset directory (no '/')
+  uint64_t records = 0;
+  uint64_t file_size = 0;
+  uint32_t index_crc = 0;  ///< must equal the shard's own index CRC
+  bool operator==(const ShardEntry&) const = default;
+};
+
+struct Manifest {
+  Schema schema;
+  std::vector<std::string> class_names;       ///< label i is class_names[i]
+  std::map<std::string, std::string> meta;    ///< e.g. "source", "seq_len"
+  std::vector<ShardEntry> shards;
+
+  uint64_t total_records() const noexcept;
+  uint64_t total_bytes() const noexcept;
+
+  /// Serialises, CRC line included. Deterministic (no timestamps).
+  std::string serialize() const;
+  /// Parses untrusted text; throws kDataLoss naming `where` and the line on any
+  /// problem (bad CRC, bad syntax, names escaping the directory, absurd counts).
+  static Manifest parse(std::string_view text, const std::string& where);
+};
+
+/// True when `name` is a plain file name that stays inside the dataset directory
+/// ([A-Za-z0-9._-], no leading '.', not the manifest's name).
+bool is_safe_shard_name(std::string_view name);
+
+/// Reads `dir/MANIFEST`. Throws kNotFound / kDataLoss.
+Manifest read_manifest(const std::string& dir);
+/// Writes `dir/MANIFEST` atomically (temporary name, fsync, rename, fsync dir).
+void write_manifest(const std::string& dir, const Manifest& manifest);
+
+class Dataset {
+ public:
+  /// Opens a dataset directory (reads only the manifest).
+  static std::shared_ptr<Dataset> open(const std::string& dir, ShardReaderOptions options = {});
+
+  const std::string& dir() const noexcept { return dir_; }
+  const Manifest& manifest() const noexcept { return manifest_; }
+  const Schema& schema() const noexcept { return manifest_.schema; }
+  size_t shard_count() const noexcept { return manifest_.shards.size(); }
+  uint64_t record_count() const noexcept { return offsets_.back(); }
+  std::string shard_path(size_t s) const;
+
+  /// Global record index -> (shard, record within shard). Throws kInvalidArgument.
+  std::pair<size_t, uint64_t> locate(uint64_t global) const;
+  /// First global index of shard s.
+  uint64_t shard_begin(size_t s) const { return offsets_.at(s); }
+
+  /// Opens (or returns the cached) reader of shard s and checks it against the
+  /// manifest entry (record count, size, index CRC): a replaced shard is kDataLoss.
+  std::shared_ptr<const ShardReader> shard(size_t s) const;
+
+  Record read(uint64_t global) const;
+
+ private:
+  Dataset() = default;
+  std::string dir_;
+  Manifest manifest_;
+  std::vector<uint64_t> offsets_;  // size shard_count+1
+  ShardReaderOptions options_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::shared_ptr<const ShardReader>> cache_;
+};
+
+struct DatasetWriterOptions {
+  uint64_t shard_size = 256ull << 20;  ///< roll to a new shard past this many bytes
+  std::string shard_prefix = "shard";  ///< shard-00000.stk, shard-00001.stk, ...
+  ShardWriterOptions shard;
+};
+
+/// Writes a dataset directory: shards in order, then the manifest.
+class DatasetWriter {
+ public:
+  /// Creates `dir` if needed. Throws kInvalidArgument when `dir` already holds a
+  /// MANIFEST (refuses to overwrite a dataset) unless `overwrite`.
+  DatasetWriter(std::string dir, Schema schema, DatasetWriterOptions options = {},
+                bool overwrite = false);
+  ~DatasetWriter();
+  DatasetWriter(const DatasetWriter&) = delete;
+  DatasetWriter& operator=(const DatasetWriter&) = delete;
+
+  void add(std::span<const std::span<const uint8_t>> fields);
+  /// Appends a record prepared with prepare_record(schema, fields, options().shard).
+  void add_prepared(const PreparedRecord& record);
+  const DatasetWriterOptions& options() const noexcept { return options_; }
+  Manifest& manifest() noexcept { return manifest_; }  ///< set class names / meta before finish
+  uint64_t records() const noexcept { return records_; }
+  uint64_t stored_bytes() const noexcept { return stored_bytes_; }
+  uint64_t raw_bytes() const noexcept { return raw_bytes_; }
+  /// Finishes the open shard and writes the manifest. Returns it.
+  Manifest finish();
+
+ private:
+  void roll();
+  std::string dir_;
+  DatasetWriterOptions options_;
+  Manifest manifest_;
+  std::unique_ptr<ShardWriter> current_;
+  uint64_t records_ = 0, stored_bytes_ = 0, raw_bytes_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace stoker

@@ -1,0 +1,44 @@
+// Little-endian encoding helpers and small file utilities shared by the format code.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "util/unique_fd.h"
+
+namespace stoker::internal {
+
+inline void put_u16(uint8_t* p, uint16_t v) { p[0] = v & 0xFF; p[1] = v >> 8; }
+inline void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+inline uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+inline uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+/// pread until `size` bytes or EOF; retries EINTR. Returns bytes read; throws
+/// errno_error naming `path` and the offset.
+size_t pread_full(int fd, void* buf, size_t size, uint64_t offset, const std::string& path);
+/// write until done; throws errno_error naming `path`.
+void write_full(int fd, const void* buf, size_t size, const std::string& path);
+/// fsync the directory holding `path` (so a rename is durable).
+void fsync_parent_dir(const std::string& path);
+/// Reads a whole (small) file, refusing files larger than `max_bytes` (kResourceExhausted).
+std::string read_small_file(const std::string& path, size_t max_bytes);
+/// Writes `data` to `path` atomically: path.tmp, fsync, rename, fsync dir.
+void write_file_atomic(const std::string& path, const std::string& data);
+
+}  // namespace stoker::internal

@@ -1,0 +1,39 @@
+#include "stoker/crc32c.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "util/test_util.h"
+
+namespace stoker {
+namespace {
+
+TEST(Crc32c, KnownVectors) {
+  // RFC 3720 (iSCSI) test vectors.
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF), inc(32);
+  for (int i = 0; i < 32; ++i) inc[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(inc.data(), 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(nullptr, 0), 0u);
+}
+
+TEST(Crc32c, HardwareAndPortableAgreeOnEveryLengthAndAlignment) {
+  auto data = testing::random_bytes(4096 + 64, 7);
+  for (size_t off = 0; off < 16; ++off)
+    for (size_t len : {0, 1, 3, 7, 8, 9, 15, 16, 63, 64, 255, 1000, 4096})
+      ASSERT_EQ(crc32c(data.data() + off, len), crc32c_extend_portable(0, data.data() + off, len)) << off << " " << len;
+}
+
+TEST(Crc32c, ExtendEqualsWhole) {
+  auto data = testing::random_bytes(10000, 3);
+  for (size_t cut : {0, 1, 5, 4999, 9999, 10000}) {
+    uint32_t a = crc32c(data.data(), cut);
+    EXPECT_EQ(crc32c_extend(a, data.data() + cut, data.size() - cut), crc32c(data.data(), data.size()));
+  }
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,44 @@
+// Helpers shared by the test suite: scratch directories, synthetic JPEGs and files.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace stoker::testing {
+
+/// A fresh directory removed on destruction. Lives under $STOKER_TEST_TMP (set by
+/// ctest to build/test-tmp) or the system temp dir.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str(const std::string& child = "") const {
+    return child.empty() ? path_.string() : (path_ / child).string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// A smooth, deterministic RGB test picture (gradients + shapes, so JPEG keeps detail).
+std::vector<uint8_t> make_rgb_image(int width, int height, uint32_t seed);
+
+/// Encodes an RGB image with TurboJPEG. subsamp: 0=4:4:4, 1=4:2:2, 2=4:2:0, 3=gray.
+std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& rgb, int width, int height,
+                                 int quality = 85, int subsamp = 2, bool progressive = false);
+
+/// make_rgb_image + encode_jpeg.
+std::vector<uint8_t> make_jpeg(int width, int height, uint32_t seed, int quality = 85,
+                               int subsamp = 2, bool progressive = false);
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed);
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
+std::vector<uint8_t> read_file(const std::string& path);
+
+}  // namespace stoker::testing
