@@ -1,0 +1,224 @@
+// `stoker bench io DATASET`: reads every record of a dataset through the IO engine, in
+// sequential or shuffled order, without decoding, and reports records/s and GB/s.
+// The number to hold next to fio (bench/fio_compare.sh): the storage side of the
+// loader, with the loader's read planning (aligned ranges, coalesced neighbours).
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "stoker/crc32c.h"
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "stoker/io.h"
+#include "stoker/shard.h"
+
+namespace stoker::cli {
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
+  return o;
+}
+
+int bench_io_cmd(const Args& args) {
+  ArgParser p(args, {"json", "verify", "buffered", "drop-caches"});
+  p.check_known({"json", "verify", "buffered", "drop-caches", "order", "qd", "engine", "seed",
+                 "limit", "max-request", "threads"});
+  if (p.positional().size() != 1) {
+    throw_error(ErrorCode::kInvalidArgument, "usage: stoker bench io DATASET [options]");
+  }
+  const std::string order = p.get_or("order", "shuffled");
+  if (order != "sequential" && order != "shuffled") {
+    throw_error(ErrorCode::kInvalidArgument,
+                "--order must be sequential or shuffled, got '" + order + "'");
+  }
+  const int64_t qd = p.get_int("qd", 64);
+  if (qd < 1 || qd > 4096) throw_error(ErrorCode::kInvalidArgument, "--qd must be 1..4096");
+  const uint64_t seed = static_cast<uint64_t>(p.get_int("seed", 0));
+  const bool json = p.flag("json"), verify = p.flag("verify");
+  const uint64_t max_request = parse_size(p.get_or("max-request", "1MiB"));
+
+  if (p.flag("drop-caches")) {
+    std::ofstream dc("/proc/sys/vm/drop_caches");
+    dc << "3\n";
+    dc.flush();
+    if (!dc) std::cerr << "stoker: could not drop the page cache (needs root); continuing\n";
+  }
+
+  auto ds = Dataset::open(p.positional()[0]);
+  const uint64_t total = ds->record_count();
+  const uint64_t n = std::min<uint64_t>(total, static_cast<uint64_t>(p.get_int("limit", static_cast<int64_t>(total))));
+  std::vector<std::shared_ptr<const ShardReader>> shards(ds->shard_count());
+  for (size_t s = 0; s < shards.size(); ++s) shards[s] = ds->shard(s);
+
+  // The order: sequential, or a seeded Fisher-Yates permutation of global indices.
+  std::vector<uint64_t> order_idx(total);
+  std::iota(order_idx.begin(), order_idx.end(), 0);
+  if (order == "shuffled") {
+    std::mt19937_64 rng(seed);
+    for (uint64_t i = total; i > 1; --i) {
+      std::uniform_int_distribution<uint64_t> pick(0, i - 1);
+      std::swap(order_idx[i - 1], order_idx[pick(rng)]);
+    }
+  }
+  order_idx.resize(n);
+
+  // Largest record decides the slab size: qd buffers of the largest planned read.
+  IoOptions o;
+  if (auto e = p.get("engine")) o.engine = io_engine_kind_from_name(*e);
+  o.queue_depth = static_cast<unsigned>(qd);
+  o.direct = !p.flag("buffered");
+  const int64_t threads = p.get_int("threads", o.pread_threads);
+  if (threads < 1 || threads > 256) throw_error(ErrorCode::kInvalidArgument, "--threads must be 1..256");
+  o.pread_threads = static_cast<unsigned>(threads);
+  o.slab_bytes = 0;  // sized below, once the plan is known
+  std::vector<RecordRange> ranges(n);
+  std::vector<const RecordLocation*> locs(n);
+  uint64_t payload = 0;
+  for (uint64_t k = 0; k < n; ++k) {
+    const auto [s, i] = ds->locate(order_idx[k]);
+    const RecordLocation& loc = shards[s]->location(i);
+    locs[k] = &loc;
+    ranges[k] = {static_cast<uint32_t>(s), loc.offset, loc.stored_size, shards[s]->file_size()};
+    payload += loc.stored_size;
+  }
+  // Probe direct-ness with a throwaway engine on one shard so the plan matches.
+  bool direct = false;
+  {
+    IoOptions probe = o;
+    probe.slab_bytes = 0;
+    auto e = make_io_engine(probe);
+    if (ds->shard_count()) e->add_file(ds->shard_path(0));
+    direct = e->direct();
+  }
+  PlanOptions po;
+  po.alignment = direct ? kDirectAlignment : 1;
+  po.max_request_bytes = max_request;
+  const ReadPlan plan = plan_reads(ranges, po);
+  const uint64_t slot_bytes = std::max<uint64_t>(kDirectAlignment, (plan.max_read_bytes + 4095) & ~4095ull);
+  o.slab_bytes = static_cast<size_t>(std::min<uint64_t>(1ull << 30, slot_bytes * static_cast<uint64_t>(qd)));
+
+  auto engine = make_io_engine(o);
+  for (size_t s = 0; s < ds->shard_count(); ++s) engine->add_file(ds->shard_path(s));
+  if (engine->direct() != direct) {
+    throw_error(ErrorCode::kIoError, "O_DIRECT support differs between the shards of " + ds->dir());
+  }
+  std::vector<IoBuffer> slots(static_cast<size_t>(qd));
+  std::vector<uint32_t> free_slots;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    slots[i] = engine->alloc(slot_bytes);
+    free_slots.push_back(static_cast<uint32_t>(slots.size() - 1 - i));
+  }
+
+  // Bytes each read must deliver: up to the end of its last record.
+  std::vector<uint64_t> need(plan.reads.size(), 0);
+  for (uint64_t k = 0; k < n; ++k) {
+    auto& sl = plan.records[k];
+    need[sl.read] = std::max(need[sl.read], sl.skip + ranges[k].length);
+  }
+
+  std::vector<ReadRequest> batch;
+  std::vector<ReadCompletion> done;
+  std::vector<uint32_t> slot_of(plan.reads.size());
+  size_t next = 0, completed = 0;
+  uint64_t read_bytes = 0, bad_crc = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (completed < plan.reads.size()) {
+    batch.clear();
+    while (next < plan.reads.size() && !free_slots.empty()) {
+      const uint32_t slot = free_slots.back();
+      free_slots.pop_back();
+      const auto& rd = plan.reads[next];
+      slot_of[next] = slot;
+      batch.push_back({rd.file, rd.offset, static_cast<uint32_t>(rd.length), slots[slot].data(), next});
+      ++next;
+    }
+    if (!batch.empty()) engine->submit(batch);
+    done.clear();
+    engine->reap(done, 1, std::chrono::milliseconds(10000));
+    for (const ReadCompletion& c : done) {
+      if (c.result < 0) throw_error(ErrorCode::kIoError, c.error);
+      if (static_cast<uint64_t>(c.result) < need[c.tag]) {
+        const auto& rd = plan.reads[c.tag];
+        throw_error(ErrorCode::kDataLoss,
+                    "read " + engine->file_path(rd.file) + " offset " + std::to_string(rd.offset) +
+                        " returned " + std::to_string(c.result) + " bytes, the records need " +
+                        std::to_string(need[c.tag]) + " (file shorter than its index says)");
+      }
+      read_bytes += static_cast<uint64_t>(c.result);
+      if (verify) {
+        const auto& rd = plan.reads[c.tag];
+        for (uint32_t k = rd.first_record; k < rd.first_record + rd.record_count; ++k) {
+          const uint8_t* b = slots[slot_of[c.tag]].data() + plan.records[k].skip;
+          bad_crc += crc32c(b, locs[k]->stored_size) != locs[k]->crc;
+        }
+      }
+      free_slots.push_back(slot_of[c.tag]);
+      ++completed;
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (bad_crc) {
+    throw_error(ErrorCode::kDataLoss,
+                std::to_string(bad_crc) + " records read with a CRC mismatch in " + ds->dir());
+  }
+  const IoStats st = engine->stats();
+  const double rps = secs > 0 ? static_cast<double>(n) / secs : 0;
+  const double bps = secs > 0 ? static_cast<double>(payload) / secs : 0;
+  const double rbps = secs > 0 ? static_cast<double>(read_bytes) / secs : 0;
+  const double iops = secs > 0 ? static_cast<double>(plan.reads.size()) / secs : 0;
+  std::printf("read %llu records (%s payload, %s read in %zu requests) in %.3f s\n",
+              static_cast<unsigned long long>(n), format_bytes(static_cast<double>(payload)).c_str(),
+              format_bytes(static_cast<double>(read_bytes)).c_str(), plan.reads.size(), secs);
+  std::printf("%.0f records/s, %.3f GB/s payload (%.3f GB/s read, %.0f reads/s); engine %s%s, qd %lld, order %s%s\n",
+              rps, bps / 1e9, rbps / 1e9, iops, st.engine.c_str(), st.direct ? " O_DIRECT" : " buffered",
+              static_cast<long long>(qd), order.c_str(), verify ? ", CRCs verified" : "");
+  if (!st.fallback_reason.empty()) std::printf("fallback: %s\n", st.fallback_reason.c_str());
+  if (json) {
+    char buf[1024];
+    std::snprintf(buf, sizeof buf,
+                  "{\"records\":%llu,\"payload_bytes\":%llu,\"read_bytes\":%llu,\"reads\":%zu,"
+                  "\"seconds\":%.6f,\"records_per_s\":%.1f,\"bytes_per_s\":%.1f,"
+                  "\"read_bytes_per_s\":%.1f,\"reads_per_s\":%.1f,\"engine\":\"%s\",\"direct\":%s,"
+                  "\"qd\":%lld,\"order\":\"%s\",\"fixed_buffers\":%s,\"verified\":%s,",
+                  static_cast<unsigned long long>(n), static_cast<unsigned long long>(payload),
+                  static_cast<unsigned long long>(read_bytes), plan.reads.size(), secs, rps, bps,
+                  rbps, iops, st.engine.c_str(), st.direct ? "true" : "false",
+                  static_cast<long long>(qd), order.c_str(), st.fixed_buffers ? "true" : "false",
+                  verify ? "true" : "false");
+    std::printf("%s\"fallback_reason\":\"%s\"}\n", buf, json_escape(st.fallback_reason).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+STOKER_COMMAND("bench io",
+               "DATASET [--order sequential|shuffled] [--qd N] [--engine auto|uring|pread] "
+               "[--seed S] [--limit N] [--max-request BYTES] [--threads N (pread)] [--buffered] "
+               "[--verify] "
+               "[--drop-caches] [--json]",
+               "Read every record of a dataset through the IO engine (no decode); print "
+               "records/s and GB/s.",
+               bench_io_cmd);
+
+}  // namespace stoker::cli

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The main job: build, generate a small ImageNet-like sample dataset and a token file,
+# pack both, verify them, and run the feed-rate benchmarks (and, when present, the
+# comparison harness). Everything lands under $STOKER_OUT (default: out/).
+#   STOKER_SAMPLE_IMAGES  images to generate (default 2000, ~85 KiB each)
+#   STOKER_SAMPLE_TOKENS  tokens to generate (default 20000000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${STOKER_OUT:-out}
+images=${STOKER_SAMPLE_IMAGES:-2000}
+tokens=${STOKER_SAMPLE_TOKENS:-20000000}
+jobs=$(nproc)
+
+echo "== build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs" >/dev/null
+stoker=build/stoker
+mkdir -p "$out"
+
+echo "== sample data ($images images, $tokens tokens)"
+if [ ! -f "$out/images/.done-$images" ]; then
+  rm -rf "$out/images"
+  $stoker sample imagefolder "$out/images" --images "$images" --classes 10 --seed 1
+  touch "$out/images/.done-$images"
+fi
+[ -f "$out/tokens.bin" ] || $stoker sample tokens "$out/tokens.bin" --tokens "$tokens" --vocab 50257 --seed 1
+
+echo "== pack"
+$stoker pack imagefolder "$out/images" "$out/dataset" --overwrite
+$stoker pack tokens "$out/tokens.bin" "$out/tokens" --dtype uint16 --seq-len 1024 --zstd 3 --overwrite
+
+echo "== verify"
+$stoker verify "$out/dataset" "$out/tokens"
+$stoker inspect "$out/dataset"
+$stoker inspect "$out/tokens"
+
+echo "== feed rate: images, train transform to 224, $jobs decode threads"
+$stoker bench feed "$out/dataset" --threads "$jobs" --transform train --epochs 2 --json | tee "$out/feed_images.txt"
+echo "== feed rate: tokens, seq_len 1024"
+$stoker bench feed "$out/tokens" --threads "$jobs" --batch 32 --epochs 2 --json | tee "$out/feed_tokens.txt"
+
+if $stoker --help 2>&1 | grep -q "bench compare"; then
+  echo "== comparison with the feeders users run today"
+  $stoker bench compare "$out/dataset" --images "$out/images" --tokens "$out/tokens" --out "$out/compare"
+  cat "$out/compare/compare.md"
+fi

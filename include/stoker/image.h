@@ -1,0 +1,172 @@
+// JPEG decode fused with the training/eval image transforms.
+//
+// ImageDecoder turns the bytes of one JPEG into one RGB uint8 HWC image of the size a
+// batch slot wants, doing as little work as the transform allows: the crop is chosen
+// from the header's dimensions before any pixel is decoded, libjpeg decodes only the
+// crop's columns (jpeg_crop_scanline) and rows (jpeg_skip_scanlines, then
+// jpeg_abort_decompress), at a 1/2 or 1/4 DCT scale when the scaled crop is still at
+// least the target size, and a separable antialiased resize (AVX2 when the CPU has it,
+// chosen at run time; a portable path gives identical bytes) writes the result, with
+// the horizontal flip folded into its horizontal pass.
+//
+// Randomness: every draw of a decode comes from `sample_seed` alone, through
+// splitmix64 -> xoshiro256** (see ImageDecoder::decode), so the same bytes and seed give
+// the same output bytes on any thread, in any order.
+//
+// Untrusted input: corrupt, truncated and non-JPEG bytes raise stoker::Error kDataLoss
+// (libjpeg's corrupt-data warnings count as errors); images whose declared size exceeds
+// ImageTransform::max_pixels raise kResourceExhausted before any pixel memory is
+// allocated; progressive files with more than 500 scans are rejected as kDataLoss.
+//
+// Threading: an ImageDecoder is owned by one thread at a time (not thread-safe); the free
+// functions are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace stoker {
+
+/// What to do with a decoded image. Every field has a default; decode() rejects values
+/// outside the stated ranges with kInvalidArgument.
+struct ImageTransform {
+  enum class Kind {
+    kTrain,  ///< RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip(flip_prob)
+    kEval,   ///< Resize(round(size / eval_crop_fraction)) + CenterCrop(size)
+    kNone,   ///< decode the full image at full resolution; no resize, no flip
+  };
+  Kind kind = Kind::kTrain;
+  /// Output is size x size pixels (kTrain, kEval). Must be >= 1. Ignored by kNone,
+  /// whose output is src_width x src_height.
+  int size = 224;
+  /// RandomResizedCrop area fraction bounds, 0 < scale_min <= scale_max (torchvision
+  /// allows scale_max > 1; so do we: the 10-attempt loop simply fails more often).
+  float scale_min = 0.08f, scale_max = 1.0f;
+  /// Aspect ratio (w/h) bounds, drawn log-uniformly; 0 < ratio_min <= ratio_max.
+  float ratio_min = 3.f / 4, ratio_max = 4.f / 3;
+  /// Probability of a horizontal flip (kTrain only), in [0, 1].
+  float flip_prob = 0.5f;
+  /// Eval: the short side is resized to round(size / eval_crop_fraction) (torchvision
+  /// Resize semantics: long side truncated), then the center size x size is cropped.
+  /// In (0, 1]. 0.875 with size 224 is the classic Resize(256) + CenterCrop(224).
+  float eval_crop_fraction = 0.875f;
+  /// Decode at 1/2 or 1/4 scale (libjpeg DCT scaling) when the crop, so scaled, is still
+  /// >= size in both dimensions. Changes the pixels slightly (a different low-pass);
+  /// set false for output that depends only on the full-resolution image.
+  bool allow_dct_scaling = true;
+  /// Images with width * height above this are rejected with kResourceExhausted before
+  /// anything is allocated (decompression-bomb guard for untrusted input).
+  uint64_t max_pixels = 1ull << 28;
+};
+
+/// What a decode did, in source (full-resolution) pixel coordinates.
+struct DecodeResult {
+  int src_width = 0, src_height = 0;  ///< the JPEG's dimensions
+  int out_width = 0, out_height = 0;  ///< what was written to `out`
+  /// The source region the output shows (kEval: its fractional window, rounded).
+  int crop_x = 0, crop_y = 0, crop_w = 0, crop_h = 0;
+  bool flipped = false;
+  int scale_denom = 1;  ///< libjpeg DCT scaling used: 1, 2 or 4
+};
+
+/// Options of an ImageDecoder.
+struct ImageDecoderOptions {
+  /// Use the AVX2 resize when the CPU has it (checked at run time). false forces the
+  /// portable path; both give identical bytes (tests compare them).
+  bool allow_simd = true;
+};
+
+/// Owns libjpeg decompression state and scratch buffers, reused across calls (no
+/// allocation in steady state). Non-copyable, movable (a moved-from decoder may only be
+/// destroyed or assigned to); one thread at a time. A decoder stays usable after any
+/// error it throws.
+class ImageDecoder {
+ public:
+  ImageDecoder();
+  explicit ImageDecoder(const ImageDecoderOptions& options);
+  ~ImageDecoder();
+  ImageDecoder(ImageDecoder&&) noexcept;
+  ImageDecoder& operator=(ImageDecoder&&) noexcept;
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  /// Decodes `jpeg` and applies `t`, writing RGB uint8 HWC (row-major, 3 bytes a pixel,
+  /// no padding) to `out`: t.size * t.size * 3 bytes for kTrain/kEval, width * height * 3
+  /// for kNone. `out_size` smaller than that: kInvalidArgument.
+  ///
+  /// Randomness (kTrain): a xoshiro256** generator seeded through splitmix64 from
+  /// `sample_seed` draws, in order, up to 10 (area, log-ratio) pairs then the crop's
+  /// top and left (torchvision RandomResizedCrop.get_params, with its center-crop
+  /// fallback), then the flip. Uniform doubles are the generator's top 53 bits; integers
+  /// in [0, n) are (next * n) >> 64. Same bytes + seed -> same output bytes, bit-exact,
+  /// with the same build (the draws use std::log/exp/sqrt of the C library).
+  ///
+  /// Errors: kDataLoss (not a JPEG, corrupt or truncated data, including libjpeg's
+  /// corrupt-data warnings; the message says why), kResourceExhausted (more than
+  /// t.max_pixels), kInvalidArgument (bad transform or short `out`). Only the rows the
+  /// transform needs are decoded, so damage below them is not detected.
+  DecodeResult decode(std::span<const uint8_t> jpeg, const ImageTransform& t,
+                      uint64_t sample_seed, uint8_t* out, size_t out_size);
+
+  /// Decodes exactly the rectangle [x, x+w) x [y, y+h) of the full-resolution image as
+  /// RGB uint8 HWC (w * h * 3 bytes into `out`), decoding only the columns and rows it
+  /// needs; bit-identical to a full decode (ISLOW IDCT, fancy upsampling) then crop.
+  /// The rectangle must lie inside the image (kInvalidArgument otherwise). `max_pixels`
+  /// as in ImageTransform.
+  DecodeResult decode_region(std::span<const uint8_t> jpeg, int x, int y, int w, int h,
+                             uint8_t* out, size_t out_size, uint64_t max_pixels = 1ull << 28);
+
+  /// True when this decoder's resizes use the AVX2 path.
+  bool uses_simd() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Header facts of a JPEG, read without decoding pixels.
+struct JpegInfo {
+  int width = 0, height = 0;
+  int components = 0;  ///< 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  bool progressive = false;
+};
+
+/// Reads the header only. kDataLoss when the bytes are not a JPEG or the header is bad.
+JpegInfo probe_jpeg(std::span<const uint8_t> jpeg);
+
+/// probe_jpeg(jpeg).progressive (so it throws the same errors).
+bool jpeg_is_progressive(std::span<const uint8_t> jpeg);
+
+/// Losslessly rewrites a JPEG as sequential (non-progressive) Huffman-optimised JPEG, as
+/// `jpegtran -optimize` does: the DCT coefficients are copied, not re-encoded, so the
+/// result decodes to exactly the same pixels. APPn (other than the JFIF/Adobe markers
+/// libjpeg writes itself) and COM markers are kept. Works on baseline input too.
+/// kDataLoss when the input is corrupt (corrupt-data warnings included);
+/// kResourceExhausted when width * height > max_pixels (checked before the coefficient
+/// arrays are allocated).
+std::vector<uint8_t> jpeg_to_baseline(std::span<const uint8_t> jpeg,
+                                      uint64_t max_pixels = 1ull << 28);
+
+/// Output layouts of convert_pixels.
+enum class PixelFormat {
+  kU8HWC,   ///< copy
+  kU8CHW,   ///< planar uint8
+  kF32CHW,  ///< planar float32, normalised
+  kF16CHW,  ///< planar IEEE binary16 (bits as uint16), normalised
+  kF32HWC,  ///< interleaved float32, normalised
+  kF16HWC,  ///< interleaved IEEE binary16, normalised
+};
+
+/// Bytes one h x w RGB image takes in `fmt`.
+size_t pixel_format_bytes(int h, int w, PixelFormat fmt);
+
+/// Converts an RGB uint8 HWC image to `fmt`. Float outputs are (x / 255 - mean[c]) /
+/// std[c], computed in float32; float16 rounds that to nearest-even. `mean`/`std` are
+/// ignored (may be null) for the uint8 formats. `out` holds pixel_format_bytes(h, w, fmt).
+void convert_pixels(const uint8_t* hwc, int h, int w, PixelFormat fmt, const float mean[3],
+                    const float std[3], void* out);
+
+}  // namespace stoker

@@ -1,0 +1,153 @@
+// The Loader: a dataset in, a stream of ready batches out.
+//
+// Stages, each on its own named threads:
+//   stoker-io     walks this rank's schedule (order.h), plans aligned, coalesced reads
+//                 of the records a batch needs and runs them on the IO engine (io.h);
+//   stoker-dec/N  check each record's CRC, unpack it (zstd), decode and transform the
+//                 JPEG (image.h) or copy token rows, straight into the batch's slot;
+//   consumer      next() hands out the next batch of the epoch, in order.
+// A fixed ring of `slots` batch slots bounds memory: the IO stage starts batch k only
+// when a slot is free, so the footprint is set by the ring, not by the dataset.
+// Output is deterministic: for a seed and epoch, batch k holds the same samples in the
+// same order with the same augmentation draws, whatever the thread count and timing.
+//
+// Every stage counts busy and waiting time; stats() returns them.
+//
+// Threading: a Loader is driven by one consumer thread (next(), set_epoch(), state());
+// stats() may be called from any thread. Batches may be released on any thread and may
+// outlive the Loader.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/batch.h"
+#include "stoker/image.h"
+#include "stoker/io.h"
+#include "stoker/order.h"
+
+namespace stoker {
+
+/// What to do with a record that cannot be read, checked or decoded.
+enum class OnError {
+  kError,  ///< stop: next() throws the error, naming shard, record and reason (default)
+  kSkip,   ///< drop it, count it (stats().skipped), log it once, keep batches full
+};
+const char* on_error_name(OnError e) noexcept;
+OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"
+
+struct LoaderOptions {
+  std::string path;             ///< dataset directory
+  uint64_t batch_size = 64;     ///< per rank, >= 1
+
+  // --- images (schema with a jpeg field) ---
+  ImageTransform transform;                    ///< kTrain by default; size 224
+  PixelFormat pixel_format = PixelFormat::kU8HWC;  ///< CPU-side output layout/type
+  float mean[3] = {0.485f, 0.456f, 0.406f};    ///< for float pixel formats
+  float std[3] = {0.229f, 0.224f, 0.225f};
+
+  // --- tokens (schema with a tokens field) ---
+  bool targets = false;               ///< also deliver `targets` (inputs shifted by one)
+  ElemType token_type = ElemType::kUint16;  ///< output element type; kUint16/kUint32/kInt32/kInt64
+  bool token_type_is_stored = true;   ///< true: deliver the stored dtype (ignore token_type)
+
+  // --- order ---
+  OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled
+  bool drop_last = false;
+  int rank = -1;              ///< -1: from RANK / WORLD_SIZE (0 of 1 when unset)
+  int world_size = -1;
+
+  // --- resources ---
+  unsigned threads = 0;       ///< decode threads; 0: from the CPU plan (NUMA node, affinity, cgroup quota)
+  std::vector<int> cpus;      ///< CPUs to pin to; empty: from the CPU plan
+  std::optional<std::string> gpu_pci_bus_id;  ///< for NUMA-local pinning
+  unsigned slots = 4;         ///< batch slots in the ring (>= 1)
+  /// When the consumer holds every slot and asks for the next batch, add a slot (with one
+  /// warning) instead of deadlocking. Memory then grows with what the consumer keeps.
+  bool grow_when_held = true;
+  IoOptions io;               ///< engine, queue depth, O_DIRECT
+  /// Wraps the IO engine (fault injection, throttling) — tests and `--io-limit-mbps`.
+  std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_io;
+  std::shared_ptr<SlotAllocator> slot_allocator;  ///< null: page-aligned host memory
+  OnError on_error = OnError::kError;
+  uint64_t max_record_bytes = 256ull << 20;  ///< larger records are errors (untrusted input)
+};
+
+/// Busy/wait accounting of one stage.
+struct StageStats {
+  unsigned threads = 0;
+  double busy_s = 0;   ///< summed over threads
+  double wait_s = 0;   ///< summed over threads: blocked on input or on a free slot
+  uint64_t items = 0;  ///< records (io), samples (decode)
+  /// busy_s / (threads * wall), in [0, 1].
+  double busy_frac(double wall_s) const noexcept {
+    return threads && wall_s > 0 ? busy_s / (threads * wall_s) : 0;
+  }
+};
+
+struct LoaderStats {
+  double wall_s = 0;          ///< since the epoch's pipeline started
+  double first_batch_s = 0;   ///< start -> first batch handed out
+  uint64_t batches = 0, samples = 0;
+  uint64_t bytes_read = 0;    ///< by the IO engine (aligned ranges included)
+  uint64_t record_bytes = 0;  ///< stored bytes of the records delivered
+  uint64_t skipped = 0;       ///< records dropped by OnError::kSkip
+  StageStats io, decode;
+  double consumer_wait_s = 0;     ///< time next() spent waiting for a batch
+  double decode_queue_avg = 0;    ///< mean records waiting for a decoder (sampled)
+  double slots_ready_avg = 0;     ///< mean slots decoded and not yet taken (sampled)
+  double slots_free_avg = 0;      ///< mean slots free for the IO stage (sampled)
+  unsigned slots = 0;             ///< ring size now (grows when the consumer holds slots)
+  IoStats io_engine;
+  std::string cpu_explanation;
+  std::string slot_memory;        ///< "host", "pinned", ...
+  /// One JSON object (no newline).
+  std::string to_json() const;
+  /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ..."
+  std::string summary() const;
+};
+
+class Loader {
+ public:
+  /// Opens the dataset and checks the options (kInvalidArgument naming the option).
+  /// Threads start on the first next().
+  explicit Loader(LoaderOptions options);
+  ~Loader();  ///< stops every thread promptly (reads cancelled, queued work dropped)
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// The next batch of the current epoch, or nullopt at its end. Throws the error of a
+  /// failed record (OnError::kError), naming shard, record and reason.
+  std::optional<Batch> next();
+
+  /// Restarts at the beginning of epoch `e` (drops batches in flight).
+  void set_epoch(uint64_t e);
+  uint64_t epoch() const noexcept;
+  /// Batches this rank gets in the current epoch (from its start or resume point).
+  uint64_t num_batches() const;
+  /// Samples in the dataset's epoch (records, or token rows).
+  uint64_t epoch_samples() const noexcept;
+
+  /// Where the epoch stands: batches handed out so far, as a resumable state.
+  OrderState state() const;
+  /// Resumes from `s` (same or different world size); kInvalidArgument when `s` was
+  /// made with other order options or another dataset size.
+  void load_state(const OrderState& s);
+
+  LoaderStats stats() const;
+  const LoaderOptions& options() const noexcept;
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  /// Class names from the manifest (image datasets).
+  const std::vector<std::string>& class_names() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,166 @@
+// Packers: turn data users already have into stoker datasets, and back out again.
+//
+// pack_imagefolder (an ImageFolder tree of JPEGs), pack_tokens (a nanoGPT-style flat
+// token file or a Megatron-LM .bin/.idx pair) and pack_wds (WebDataset tars) each write
+// one dataset directory through DatasetWriter. Reading, validation, CRC32C and zstd run
+// on a pool of worker threads while records are appended in one deterministic order, so
+// the same input gives byte-identical shards and manifest whatever the thread count.
+// extract_dataset writes a dataset's records back out as files. The sample generators
+// make synthetic inputs (an ImageNet-like ImageFolder, a Zipf-like token stream) for
+// demos, tests and benchmarks; they are deterministic for a given seed.
+//
+// Errors are stoker::Error (see error.h) naming the offending file and reason: a bad
+// input file is kDataLoss (or kInvalidArgument for a malformed request), an OS failure
+// kIoError / kNotFound. Each function is called from one thread and blocks until done;
+// distinct calls may run concurrently on distinct outputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stoker/shard.h"
+
+namespace stoker {
+
+/// What a pack (or extract) run did. Printed by the CLI as its summary.
+struct PackSummary {
+  uint64_t records = 0;       ///< records written
+  uint64_t shards = 0;        ///< shard files written
+  uint64_t bytes = 0;         ///< total size of the shard files
+  uint64_t raw_bytes = 0;     ///< sum of records' uncompressed sizes
+  uint64_t stored_bytes = 0;  ///< sum of records' stored (possibly compressed) sizes
+  uint64_t input_bytes = 0;   ///< bytes read from the input files
+  uint64_t rewritten = 0;     ///< JPEGs rewritten as baseline (imagefolder --baseline)
+  /// Inputs skipped with skip_bad: one "name: reason" line each, in input order.
+  std::vector<std::string> skipped;
+  double seconds = 0;         ///< wall time of the whole run
+};
+
+/// Options shared by the packers.
+struct PackOptions {
+  uint64_t shard_size = 256ull << 20;  ///< roll to a new shard past this many bytes (>= 4 KiB)
+  uint32_t align = 1;                  ///< record alignment in shards: 1 or 4096
+  int threads = 0;                     ///< worker threads; 0 = every CPU this process may use
+  bool skip_bad = false;               ///< skip (count, list) bad inputs instead of failing
+  bool overwrite = false;              ///< replace a dataset already in the output directory
+  bool progress = false;               ///< draw progress on stderr (only if it is a terminal)
+};
+
+/// ImageFolder options.
+struct ImageFolderPackOptions : PackOptions {
+  /// Losslessly rewrite progressive JPEGs as baseline (they decode ~2.4x slower).
+  bool baseline = false;
+  /// Files larger than this are bad inputs (kResourceExhausted unless skip_bad).
+  uint64_t max_file_bytes = 1ull << 30;
+};
+
+/// Packs SRC/<class>/<...>/<file> into `out` with schema `jpeg:jpeg label:int64`.
+/// Classes are the sub-directories of `src` sorted byte-wise; label = class index;
+/// Manifest::class_names holds their names. Files are taken in byte-wise order of
+/// (class, relative path) and stored unchanged (unless `baseline` rewrites a
+/// progressive one). A file that is not a readable JPEG (its header is probed) is
+/// kDataLoss naming it, or skipped with skip_bad. Regular files at the top level of
+/// `src` are ignored. Throws kInvalidArgument when `src` has no class directories.
+PackSummary pack_imagefolder(const std::string& src, const std::string& out,
+                             const ImageFolderPackOptions& options = {});
+
+/// Token options.
+struct TokensPackOptions : PackOptions {
+  /// Element type of a flat token file. For a Megatron .idx pair the index's dtype is
+  /// used; kNone accepts it, anything else must match.
+  DType dtype = DType::kUint16;
+  uint32_t seq_len = 1024;       ///< training sequence length N (>= 1); rows hold N+1 tokens
+  uint32_t rows_per_record = 0;  ///< rows per record; 0 = as many as fit in ~256 KiB raw
+  int zstd_level = 0;            ///< 0 = store raw; 1..19 = zstd per record
+};
+
+/// Packs a token stream into `out` with schema `tokens:tokens` (Field kind kTokens,
+/// dtype, seq_len N). Row r holds stream tokens [r*N, r*N + N] (N+1 tokens), so a
+/// stream of T tokens gives floor((T-1)/N) rows; the up to N-1 trailing tokens that
+/// make no full row are dropped. Rows are grouped `rows_per_record` to a record (the
+/// last record may hold fewer).
+/// `file` is either a flat little-endian array of `dtype` (nanoGPT's train.bin) or a
+/// Megatron-LM .bin or .idx path whose sibling .idx starts with "MMIDIDX\0\0"; the
+/// Megatron sequences are read in index order as one flat stream.
+/// Manifest meta: "seq_len", "dtype", "tokens" (tokens in the source stream), "rows",
+/// "rows_per_record" and "source" ("flat:<file name>" or "megatron:<.bin name>").
+PackSummary pack_tokens(const std::string& file, const std::string& out,
+                        const TokensPackOptions& options = {});
+
+/// WebDataset options.
+struct WdsPackOptions : PackOptions {
+  /// Class names stored in the manifest (e.g. read from a --classes file); labels must
+  /// then be below their count. Empty = none.
+  std::vector<std::string> class_names;
+  uint64_t max_member_bytes = 1ull << 30;  ///< larger tar members are rejected
+};
+
+/// Packs WebDataset tars, in the order given, into `out` with schema
+/// `jpeg:jpeg label:int64`. Consecutive members sharing a key (the member path up to
+/// the first '.' of its file name) form a sample; `key.jpg`/`key.jpeg` is the image,
+/// `key.cls` its label as decimal text; other extensions are ignored. A sample
+/// without both, with a bad label or with a bad JPEG is kDataLoss naming the tar and
+/// key (skipped with skip_bad). Malformed tars are kDataLoss naming tar and offset.
+PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& out,
+                     const WdsPackOptions& options = {});
+
+/// A parsed Megatron-LM MMapIndexedDataset index (.idx).
+struct MegatronIndex {
+  uint64_t version = 0;
+  uint8_t dtype_code = 0;   ///< Megatron's code: 1 uint8 ... 4 int32, 5 int64, 8 uint16
+  DType dtype = DType::kNone;  ///< stoker's equivalent (kNone when unsupported)
+  std::vector<int32_t> sizes;     ///< tokens per sequence
+  std::vector<int64_t> pointers;  ///< byte offset of each sequence in the .bin
+  std::vector<int64_t> doc_idx;   ///< sequence index at which each document starts
+};
+/// Reads and validates `idx_path`. When `bin_size` is given, every sequence must lie
+/// inside a .bin of that many bytes. Throws kDataLoss naming the file and the problem
+/// (bad magic, unsupported version or dtype, counts larger than the file, pointers
+/// out of range, decreasing document index), kNotFound / kIoError for OS failures.
+MegatronIndex read_megatron_index(const std::string& idx_path, int64_t bin_size = -1);
+
+/// Options of extract_dataset.
+struct ExtractOptions {
+  int threads = 0;        ///< 0 = every CPU
+  bool progress = false;  ///< draw progress on stderr (only if it is a terminal)
+};
+
+/// Writes the records of the dataset at `dataset` (a directory with a MANIFEST) under
+/// `out` (created): image datasets (a jpeg field and an int64 label) as
+/// out/<class name or label>/<global index, 8+ digits>.jpg with the stored bytes
+/// unchanged; token datasets as out/tokens.bin, the flat stream rebuilt from the rows
+/// (row 0 whole, then each next row without its first token, checked to overlap);
+/// other schemas as out/<index>.<field> per field. Never writes outside `out`: class
+/// names that are not plain directory names are kDataLoss, and existing symlinks are
+/// not followed. summary.records counts records, summary.bytes bytes written.
+PackSummary extract_dataset(const std::string& dataset, const std::string& out,
+                            const ExtractOptions& options = {});
+
+// --- synthetic inputs ------------------------------------------------------------
+
+struct SampleImageFolderOptions {
+  uint64_t images = 1000;         ///< total images
+  uint32_t classes = 10;          ///< class directories (class_0000 ...)
+  uint64_t seed = 0;              ///< same seed -> byte-identical files
+  int quality = 90;               ///< JPEG quality
+  double progressive_frac = 0.004;  ///< fraction written as progressive JPEGs
+  int threads = 0;                ///< 0 = every CPU
+  bool progress = false;
+};
+/// Writes an ImageNet-like ImageFolder under `out`: textured JPEGs (baseline 4:2:0)
+/// mostly 500x375 or 375x500, some smaller and larger, ~85 KiB on average.
+/// Returns records = images, input_bytes = bytes of JPEG written.
+PackSummary make_sample_imagefolder(const std::string& out, const SampleImageFolderOptions& options = {});
+
+struct SampleTokensOptions {
+  uint64_t tokens = 1 << 20;  ///< stream length
+  uint32_t vocab = 50257;     ///< token values are < vocab (<= 65536 for uint16)
+  DType dtype = DType::kUint16;  ///< kUint16 or kUint32
+  uint64_t seed = 0;
+};
+/// Writes a flat token file: a Zipf-like stream with repeated phrases, so it
+/// compresses roughly like tokenised text. Deterministic from the seed.
+PackSummary make_sample_tokens(const std::string& path, const SampleTokensOptions& options = {});
+
+}  // namespace stoker

@@ -1,0 +1,124 @@
+// Private building blocks shared by the IO engines: RAII handles for descriptors and
+// mappings, the aligned slab allocator behind IoEngine::alloc(), the table of opened
+// files (O_DIRECT probe included), per-request error text, once-per-process fallback
+// reports and the busy-time clock.
+//
+// Threading: UniqueFd/MmapRegion are plain values. SlabAllocator is thread-safe (buffers
+// are released on any thread). FileTable is used by the engine's one thread; entries
+// never move once added (deque), so a worker may keep an fd number of an entry.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "stoker/io.h"
+#include "util/unique_fd.h"
+
+namespace stoker::internal {
+
+// UniqueFd comes from util/unique_fd.h (shared with the format code).
+
+/// Owns an anonymous private mapping; empty is the null state.
+class MmapRegion {
+ public:
+  MmapRegion() noexcept = default;
+  /// Maps `bytes` (page multiple). Throws kResourceExhausted.
+  explicit MmapRegion(size_t bytes);
+  MmapRegion(MmapRegion&& o) noexcept;
+  MmapRegion& operator=(MmapRegion&& o) noexcept;
+  MmapRegion(const MmapRegion&) = delete;
+  MmapRegion& operator=(const MmapRegion&) = delete;
+  ~MmapRegion();
+  uint8_t* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// First-fit allocator of kDirectAlignment-granular pieces of one mapping. Held by
+/// shared_ptr: every IoBuffer from it keeps it (and the mapping) alive.
+class SlabAllocator : public std::enable_shared_from_this<SlabAllocator> {
+ public:
+  explicit SlabAllocator(size_t bytes);
+  uint8_t* base() const noexcept { return region_.data(); }
+  size_t size() const noexcept { return region_.size(); }
+  bool contains(const void* p, size_t len) const noexcept {
+    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(base());
+    return a >= b && a + len <= b + size() && a + len >= a;
+  }
+  /// A buffer from the slab, or a null IoBuffer when no free piece is large enough.
+  IoBuffer allocate(size_t bytes);
+  void release(uint8_t* p, size_t bytes) noexcept;
+  size_t free_bytes() const;
+
+ private:
+  MmapRegion region_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, uint64_t> free_;  // offset -> length, non-adjacent
+};
+
+/// Rounds up to a multiple of `a` (a power of two).
+inline uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+inline bool is_aligned(uint64_t v, uint64_t a) { return (v & (a - 1)) == 0; }
+
+struct OpenFile {
+  std::string path;
+  UniqueFd fd;           // O_DIRECT when `direct`
+  UniqueFd buffered_fd;  // opened on first unaligned request of a direct file
+  bool direct = false;
+  uint64_t size = 0;
+};
+
+/// The files an engine reads, in add_file order.
+class FileTable {
+ public:
+  explicit FileTable(bool want_direct) : want_direct_(want_direct) {}
+  /// Opens and probes; returns the id. Throws errno_error naming the path.
+  uint32_t add(const std::string& path);
+  OpenFile& at(uint32_t id);
+  const OpenFile& at(uint32_t id) const;
+  size_t size() const noexcept { return files_.size(); }
+  /// The descriptor a request should use, opening the buffered one when the file is
+  /// O_DIRECT and the request is not aligned (sets `unaligned`). -errno on failure.
+  int fd_for(const ReadRequest& r, bool* unaligned);
+  /// True when O_DIRECT was asked for and every file so far accepted it.
+  bool direct() const noexcept { return want_direct_ && !direct_refused_; }
+  const std::string& reasons() const noexcept { return reasons_; }
+  void add_reason(const std::string& r);
+  void clear() noexcept { files_.clear(); }
+
+ private:
+  bool want_direct_;
+  bool direct_refused_ = false;
+  std::string reasons_;
+  std::deque<OpenFile> files_;
+};
+
+/// "read PATH offset O length L: <strerror> (errno N)".
+std::string read_error_text(const std::string& path, uint64_t offset, uint64_t length, int err);
+
+/// Prints "stoker: <msg>" to stderr the first time `key` is seen in this process.
+void report_once(const std::string& key, const std::string& msg);
+
+/// Accumulates the time during which something is in flight.
+class BusyClock {
+ public:
+  void update(size_t inflight_now) noexcept;
+  double seconds() const noexcept;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool busy_ = false;
+  Clock::time_point since_{};
+  double total_ = 0;
+};
+
+}  // namespace stoker::internal

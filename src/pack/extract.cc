@@ -1,0 +1,186 @@
+// extract_dataset: a dataset's records back out as files.
+//
+// Image datasets become an ImageFolder tree, token datasets the flat token stream,
+// anything else one file per field per record. Every output name is built from
+// checked parts (a class name must be a plain directory name) and files are created
+// with O_NOFOLLOW, so nothing is written outside the output directory. Image and
+// generic records are read and written by worker threads (file order does not
+// matter); the token stream is written in order by the calling thread.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+#include "pack/ordered_pool.h"
+#include "pack/pack_common.h"
+#include "pack/progress.h"
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "stoker/pack.h"
+#include "util/bytes.h"
+
+namespace stoker {
+
+using namespace internal;
+
+namespace {
+
+bool plain_name(const std::string& s) {
+  if (s.empty() || s == "." || s == ".." || s.size() > 255) return false;
+  for (char c : s)
+    if (c == '/' || c == '\0') return false;
+  return true;
+}
+
+// Creates dir (one level) if missing; refuses anything there that is not a directory
+// (a symlink planted in the output must not redirect writes).
+void make_plain_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0) return;
+  if (errno != EEXIST) throw errno_error("mkdir " + path, errno);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) throw errno_error("stat " + path, errno);
+  if (!S_ISDIR(st.st_mode))
+    throw_error(ErrorCode::kInvalidArgument, path + " exists and is not a directory (symlinks are not followed)");
+}
+
+std::string padded_index(uint64_t i, int width) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*llu", width, static_cast<unsigned long long>(i));
+  return buf;
+}
+
+}  // namespace
+
+PackSummary extract_dataset(const std::string& dataset, const std::string& out, const ExtractOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ds = Dataset::open(dataset);
+  const Schema& schema = ds->schema();
+  const Manifest& m = ds->manifest();
+  const uint64_t n = ds->record_count();
+
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw_error(ErrorCode::kIoError, "create directory " + out + ": " + ec.message());
+
+  int jpeg = -1, label = schema.find("label"), tokens = -1;
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    if (schema.fields[i].kind == FieldKind::kJpeg && jpeg < 0) jpeg = static_cast<int>(i);
+    if (schema.fields[i].kind == FieldKind::kTokens && tokens < 0) tokens = static_cast<int>(i);
+  }
+  if (label >= 0 && schema.fields[label].kind != FieldKind::kInt64) label = -1;
+  if (label < 0)
+    for (size_t i = 0; i < schema.fields.size(); ++i)
+      if (schema.fields[i].kind == FieldKind::kInt64) {
+        label = static_cast<int>(i);
+        break;
+      }
+
+  int width = 8;
+  for (uint64_t v = n; v >= 100000000ull; v /= 10) ++width;
+  const int threads = resolve_threads(options.threads);
+  PackSummary summary;
+  ProgressReporter progress("extract", n, 0, options.progress);
+
+  if (tokens >= 0 && schema.fields.size() == 1) {
+    // Flat stream: row 0 whole, then each row without its first token, which must
+    // equal the previous row's last token.
+    const Field& f = schema.fields[tokens];
+    const size_t elem = dtype_size(f.dtype), row = (static_cast<size_t>(f.seq_len) + 1) * elem;
+    const std::string path = out + "/tokens.bin";
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd) throw errno_error("create " + path, errno);
+    std::vector<uint8_t> last(elem);
+    bool first = true;
+    uint64_t rows_done = 0;
+    ordered_parallel_for<Record>(
+        n, threads, static_cast<size_t>(threads) * 4, [&](size_t i) { return ds->read(i); },
+        [&](size_t i, Record&& r) {
+          std::span<const uint8_t> data = r.fields[tokens];
+          if (data.size() % row != 0)
+            throw_error(ErrorCode::kDataLoss, dataset + " record " + std::to_string(i) + ": token field of " +
+                                                  std::to_string(data.size()) + " bytes is not whole rows");
+          for (size_t off = 0; off < data.size(); off += row, ++rows_done) {
+            const uint8_t* p = data.data() + off;
+            if (first) {
+              write_full(fd.get(), p, row, path);
+              summary.bytes += row;
+              first = false;
+            } else {
+              if (std::memcmp(p, last.data(), elem) != 0)
+                throw_error(ErrorCode::kDataLoss, dataset + " record " + std::to_string(i) + ": row " +
+                                                      std::to_string(rows_done) +
+                                                      " does not start with the previous row's last token");
+              write_full(fd.get(), p + elem, row - elem, path);
+              summary.bytes += row - elem;
+            }
+            std::memcpy(last.data(), p + row - elem, elem);
+          }
+          summary.raw_bytes += data.size();
+          progress.update(i + 1, summary.bytes);
+        });
+    if (::fsync(fd.get()) != 0) throw errno_error("fsync " + path, errno);
+    summary.records = n;
+    summary.shards = ds->shard_count();
+    progress.finish();
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return summary;
+  }
+
+  const bool image = jpeg >= 0 && label >= 0;
+  std::vector<std::string> class_dirs;
+  if (image) {
+    for (const std::string& c : m.class_names) {
+      if (!plain_name(c))
+        throw_error(ErrorCode::kDataLoss, dataset + ": class name '" + c +
+                                              "' is not a plain directory name; refusing to extract");
+      class_dirs.push_back(out + "/" + c);
+    }
+    for (const std::string& d : class_dirs) make_plain_dir(d);
+  }
+  std::mutex mu;
+  std::set<int64_t> made;  // label directories made for labels without a class name
+
+  auto produce = [&](size_t i) -> uint64_t {
+    Record r = ds->read(i);
+    const std::string idx = padded_index(i, width);
+    uint64_t written = 0;
+    if (image) {
+      const int64_t lab = r.int64_field(static_cast<size_t>(label));
+      std::string dir;
+      if (lab >= 0 && static_cast<uint64_t>(lab) < class_dirs.size()) {
+        dir = class_dirs[static_cast<size_t>(lab)];
+      } else {
+        dir = out + "/" + std::to_string(lab);
+        std::lock_guard<std::mutex> lock(mu);
+        if (made.insert(lab).second) make_plain_dir(dir);
+      }
+      write_whole_file(dir + "/" + idx + ".jpg", r.fields[jpeg]);
+      written += r.fields[jpeg].size();
+    } else {
+      for (size_t f = 0; f < schema.fields.size(); ++f) {
+        const std::string ext = schema.fields[f].kind == FieldKind::kJpeg ? ".jpg" : "";
+        write_whole_file(out + "/" + idx + "." + schema.fields[f].name + ext, r.fields[f]);
+        written += r.fields[f].size();
+      }
+    }
+    return written;
+  };
+  uint64_t done = 0;
+  ordered_parallel_for<uint64_t>(n, threads, static_cast<size_t>(threads) * 8, produce, [&](size_t, uint64_t&& b) {
+    summary.bytes += b;
+    progress.update(++done, summary.bytes);
+  });
+  progress.finish();
+  summary.records = n;
+  summary.shards = ds->shard_count();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
+}  // namespace stoker

@@ -1,0 +1,165 @@
+// pack_imagefolder: SRC/<class>/<...>/<file> -> `jpeg:jpeg label:int64` shards.
+//
+// The main thread lists the tree (sorted byte-wise, so the order never depends on the
+// file system), then worker threads read each file, probe its JPEG header, optionally
+// rewrite a progressive JPEG as baseline, and prepare the record (concatenation +
+// CRC32C). The main thread appends prepared records in list order; a bad file is
+// reported (or skipped) when its turn comes, so the outcome is the same for any
+// thread count.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "pack/ordered_pool.h"
+#include "pack/pack_common.h"
+#include "pack/progress.h"
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "stoker/image.h"
+#include "stoker/pack.h"
+
+namespace stoker {
+
+namespace fs = std::filesystem;
+using namespace internal;
+
+namespace {
+
+struct Item {
+  std::string path;  // full path, for reading and messages
+  int64_t label = 0;
+};
+
+struct Prepared {
+  bool bad = false;
+  ErrorCode code = ErrorCode::kDataLoss;
+  std::string reason;
+  bool rewritten = false;
+  uint64_t input_bytes = 0;
+  PreparedRecord record;
+};
+
+std::vector<std::string> list_dirs(const std::string& src) {
+  std::vector<std::string> classes;
+  std::error_code ec;
+  fs::directory_iterator it(src, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory)
+      throw_error(ErrorCode::kNotFound, "open " + src + ": " + ec.message());
+    throw_error(ErrorCode::kIoError, "open " + src + ": " + ec.message());
+  }
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) throw_error(ErrorCode::kIoError, "list " + src + ": " + ec.message());
+    std::error_code e2;
+    if (it->is_directory(e2)) classes.push_back(it->path().filename().string());
+  }
+  if (ec) throw_error(ErrorCode::kIoError, "list " + src + ": " + ec.message());
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+}  // namespace
+
+PackSummary pack_imagefolder(const std::string& src, const std::string& out,
+                             const ImageFolderPackOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!fs::is_directory(src)) {
+    if (!fs::exists(src)) throw_error(ErrorCode::kNotFound, src + ": no such directory");
+    throw_error(ErrorCode::kInvalidArgument, src + " is not a directory");
+  }
+  const std::vector<std::string> classes = list_dirs(src);
+  if (classes.empty())
+    throw_error(ErrorCode::kInvalidArgument, src + " has no class directories (expected SRC/<class>/<image>)");
+
+  std::vector<Item> items;
+  uint64_t total_bytes = 0;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    const fs::path dir = fs::path(src) / classes[c];
+    std::vector<std::pair<std::string, uint64_t>> files;  // relative path, size
+    std::error_code ec;
+    fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec);
+    if (ec) throw_error(ErrorCode::kIoError, "list " + dir.string() + ": " + ec.message());
+    for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) throw_error(ErrorCode::kIoError, "list " + dir.string() + ": " + ec.message());
+      std::error_code e2;
+      if (!it->is_regular_file(e2)) continue;
+      uint64_t size = it->file_size(e2);
+      files.emplace_back(it->path().lexically_relative(dir).string(), e2 ? 0 : size);
+    }
+    if (ec) throw_error(ErrorCode::kIoError, "list " + dir.string() + ": " + ec.message());
+    std::sort(files.begin(), files.end());
+    for (auto& [rel, size] : files) {
+      items.push_back(Item{(dir / rel).string(), static_cast<int64_t>(c)});
+      total_bytes += size;
+    }
+  }
+  if (items.empty()) throw_error(ErrorCode::kInvalidArgument, src + " holds no files under its class directories");
+
+  Schema schema;
+  schema.fields = {Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}};
+  DatasetWriterOptions wopts;
+  wopts.shard_size = options.shard_size;
+  wopts.shard.align = options.align;
+  DatasetWriter writer(out, schema, wopts, options.overwrite);
+  writer.manifest().class_names = classes;
+  writer.manifest().meta["source"] = "imagefolder";
+  if (options.baseline) writer.manifest().meta["baseline"] = "1";
+
+  const ShardWriterOptions shard_opts = writer.options().shard;
+  auto produce = [&](size_t i) {
+    Prepared p;
+    const Item& item = items[i];
+    try {
+      std::vector<uint8_t> bytes = read_whole_file(item.path, options.max_file_bytes);
+      p.input_bytes = bytes.size();
+      JpegHeader info;
+      std::string why = check_jpeg_header(bytes, &info);
+      if (!why.empty()) {
+        p.bad = true;
+        p.reason = why;
+        return p;
+      }
+      if (options.baseline && info.progressive) {
+        bytes = jpeg_to_baseline(bytes);
+        p.rewritten = true;
+      }
+      const auto label = le64(item.label);
+      const std::span<const uint8_t> fields[] = {bytes, label};
+      p.record = prepare_record(schema, fields, shard_opts);
+    } catch (const Error& e) {
+      p.bad = true;
+      p.code = e.code();
+      p.reason = e.what();
+    }
+    return p;
+  };
+
+  PackSummary summary;
+  ProgressReporter progress("pack imagefolder", items.size(), total_bytes, options.progress);
+  uint64_t done = 0;
+  const int threads = resolve_threads(options.threads);
+  ordered_parallel_for<Prepared>(
+      items.size(), threads, static_cast<size_t>(threads) * 8, produce, [&](size_t i, Prepared&& p) {
+        summary.input_bytes += p.input_bytes;
+        ++done;
+        if (p.bad) {
+          // Reasons from read_whole_file already name the path; others get it here.
+          std::string msg = p.reason.find(items[i].path) != std::string::npos
+                                ? p.reason
+                                : items[i].path + ": " + p.reason;
+          if (!options.skip_bad) throw_error(p.code, msg);
+          summary.skipped.push_back(msg);
+        } else {
+          if (p.rewritten) ++summary.rewritten;
+          writer.add_prepared(p.record);
+        }
+        progress.update(done, summary.input_bytes);
+      });
+  progress.finish();
+  Manifest m = writer.finish();
+  fill_summary(summary, m, writer);
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
+}  // namespace stoker

@@ -1,0 +1,1103 @@
+#include "stoker/loader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <set>
+#include <unordered_map>
+
+#include "stoker/cpu.h"
+#include "stoker/crc32c.h"
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "util/bytes.h"
+
+namespace stoker {
+
+const char* on_error_name(OnError e) noexcept { return e == OnError::kSkip ? "skip" : "error"; }
+
+OnError on_error_from_name(const std::string& s) {
+  if (s == "error") return OnError::kError;
+  if (s == "skip") return OnError::kSkip;
+  throw_error(ErrorCode::kInvalidArgument, "on_error must be 'error' or 'skip', got '" + s + "'");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+inline double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+inline uint64_t nanos(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+ElemType pixel_elem_type(PixelFormat f) {
+  switch (f) {
+    case PixelFormat::kU8HWC: case PixelFormat::kU8CHW: return ElemType::kUint8;
+    case PixelFormat::kF32CHW: case PixelFormat::kF32HWC: return ElemType::kFloat32;
+    case PixelFormat::kF16CHW: case PixelFormat::kF16HWC: return ElemType::kFloat16;
+  }
+  return ElemType::kUint8;
+}
+bool pixel_is_chw(PixelFormat f) {
+  return f == PixelFormat::kU8CHW || f == PixelFormat::kF32CHW || f == PixelFormat::kF16CHW;
+}
+ElemType elem_of_dtype(DType d) {
+  switch (d) {
+    case DType::kUint16: return ElemType::kUint16;
+    case DType::kUint32: return ElemType::kUint32;
+    case DType::kInt32: return ElemType::kInt32;
+    case DType::kInt64: return ElemType::kInt64;
+    case DType::kNone: break;
+  }
+  return ElemType::kUint8;
+}
+
+// Where each tensor lives inside a slot's single allocation.
+struct TensorLayout {
+  std::string name;
+  ElemType dtype;
+  std::vector<int64_t> sample_shape;  // without the batch dimension
+  size_t sample_bytes = 0;
+  size_t offset = 0;  // in the slot
+};
+
+// Ring slots. Shared with the leases handed out in batches, so a slot's memory lives
+// until the last lease on it is gone, even after the Loader.
+struct Ring : std::enable_shared_from_this<Ring> {
+  enum class State { kFree, kFilling, kReady, kLeased };
+  struct Slot {
+    uint8_t* mem = nullptr;
+    State state = State::kFree;
+  };
+  std::mutex mu;
+  std::condition_variable cv;  // slot freed, batch ready, run failed
+  std::shared_ptr<SlotAllocator> alloc;
+  size_t slot_bytes = 0;
+  std::vector<std::unique_ptr<Slot>> slots;
+
+  ~Ring() {
+    for (auto& s : slots)
+      if (s->mem) alloc->deallocate(s->mem, slot_bytes);
+  }
+  size_t add_slot_locked() {
+    auto s = std::make_unique<Slot>();
+    s->mem = static_cast<uint8_t*>(alloc->allocate(slot_bytes));
+    slots.push_back(std::move(s));
+    return slots.size() - 1;
+  }
+  void give_back(size_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      slots[id]->state = State::kFree;
+    }
+    cv.notify_all();
+  }
+};
+
+class RingLease final : public SlotLease {
+ public:
+  RingLease(std::shared_ptr<Ring> ring, size_t id) : ring_(std::move(ring)), id_(id) {}
+  ~RingLease() override { ring_->give_back(id_); }
+
+ private:
+  std::shared_ptr<Ring> ring_;
+  size_t id_;
+};
+
+struct Job {
+  uint64_t k = 0;
+  size_t slot = 0;
+  std::vector<uint64_t> samples;
+  std::atomic<uint64_t> remaining{0};
+  std::mutex mu;
+  std::exception_ptr error;
+  uint64_t record_bytes = 0;  // guarded by mu
+  std::vector<uint8_t> bad;   // OnError::kSkip: samples dropped (set before `remaining` hits 0)
+  bool any_bad = false;
+  uint64_t taken_front = 0;   // consumer only: good samples moved into an earlier batch
+  bool ready = false;         // guarded by Ring::mu
+  void mark_bad(size_t j) {
+    std::lock_guard<std::mutex> lock(mu);
+    bad[j] = 1;
+    any_bad = true;
+  }
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!error) error = std::move(e);
+  }
+};
+
+struct DecodeTask {
+  std::shared_ptr<Job> job;
+  uint32_t j = 0;              // sample within the batch; kWholeBatch for token batches
+  std::shared_ptr<IoBuffer> buf;
+  uint64_t skip = 0;
+  size_t shard = 0;
+  uint64_t record = 0;
+  std::string io_error;        // non-empty: the read failed
+  ErrorCode io_code = ErrorCode::kIoError;
+  std::shared_ptr<struct Chunk> chunk;  // kChunk tasks: the token record to decompress
+};
+constexpr uint32_t kWholeBatch = 0xFFFFFFFFu;  // assemble a whole token batch
+constexpr uint32_t kChunk = 0xFFFFFFFEu;       // decompress one token record ahead of its batches
+
+// A decompressed token record, shared by the batches that take rows from it.
+struct Chunk {
+  std::once_flag once;
+  std::vector<uint8_t> raw;
+  std::exception_ptr error;
+};
+
+struct Counters {
+  std::atomic<uint64_t> io_busy_ns{0}, io_wait_ns{0}, io_records{0};
+  std::atomic<uint64_t> dec_busy_ns{0}, dec_wait_ns{0}, dec_samples{0};
+  std::atomic<uint64_t> consumer_wait_ns{0};
+  std::atomic<uint64_t> queue_sum{0}, ready_sum{0}, free_sum{0}, samples_n{0};
+  std::atomic<uint64_t> skipped{0};
+  void reset() {
+    for (auto* a : {&io_busy_ns, &io_wait_ns, &io_records, &dec_busy_ns, &dec_wait_ns, &dec_samples,
+                    &consumer_wait_ns, &queue_sum, &ready_sum, &free_sum, &samples_n, &skipped})
+      a->store(0);
+  }
+};
+
+}  // namespace
+
+struct Loader::Impl {
+  LoaderOptions opt;
+  std::shared_ptr<Dataset> dataset;
+  bool tokens = false;
+  int jpeg_field = -1, label_field = -1, token_field = -1;
+  uint32_t seq_len = 0;
+  size_t token_row_bytes = 0;
+  OrderOptions order_opt;  // effective (token data: kTokenWindow when shuffled)
+  std::shared_ptr<const UnitLayout> layout;
+  RankInfo rank;
+  CpuPlan cpu;
+  unsigned threads = 1;
+  std::vector<TensorLayout> tensors;
+  int image_t = -1, label_t = -1, index_t = -1, tokens_t = -1, targets_t = -1;  // positions in `tensors`
+  bool decode_images = true;  // false with ImageTransform::kNone: read and check only
+  size_t image_bytes = 0;
+  std::shared_ptr<Ring> ring;
+  std::atomic<bool> warned_grow{false};
+
+  // ---- the current epoch's run ----
+  uint64_t epoch = 0;
+  uint64_t start_consumed = 0;
+  std::unique_ptr<EpochOrder> order;
+  std::unique_ptr<RankSchedule> sched;
+  bool running = false;
+  uint64_t next_deliver = 0;   // consumer side
+  uint64_t next_start = 0;     // io side (guarded by ring->mu)
+  std::map<uint64_t, std::shared_ptr<Job>> jobs;  // guarded by ring->mu
+  std::exception_ptr fatal;                       // guarded by ring->mu
+  std::exception_ptr delivered_error;             // consumer side: sticky after a throw
+  std::atomic<bool> stop{false};
+  std::thread io_thread;
+  std::vector<std::thread> decoders;
+  std::mutex qmu;
+  std::condition_variable qcv;
+  std::deque<DecodeTask> queue;
+  std::mutex chunk_mu;
+  std::unordered_map<uint64_t, std::shared_ptr<Chunk>> chunks;
+  std::deque<uint64_t> chunk_fifo;
+  size_t chunk_cap = 64;
+
+  Counters c;
+  Clock::time_point run_start{};
+  double first_batch_s = 0;
+  uint64_t batches_out = 0, samples_out = 0, record_bytes_out = 0;
+  mutable std::mutex io_stats_mu;
+  IoStats io_stats;
+  std::atomic<uint64_t> io_bytes{0};
+
+  void setup();
+  void start_run();
+  void stop_run();
+  void io_main();
+  void decode_main(unsigned id);
+  void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels);
+  void process_tokens(Job& job);
+  /// The cache entry of a token record; `created` says whether it is new.
+  std::shared_ptr<Chunk> chunk_entry(uint64_t record, bool* created = nullptr);
+  /// Reads, checks and decompresses the record into `ch` once; rethrows its error.
+  void load_chunk(uint64_t record, Chunk& ch);
+  void finish_one(const std::shared_ptr<Job>& job);
+  /// A sample could not be read, checked or decoded: stop (kError) or drop it (kSkip).
+  void sample_failed(Job& job, uint32_t j, std::exception_ptr e);
+  std::mutex skip_log_mu;
+  std::set<std::string> skip_logged;  // records already reported (each is logged once)
+  /// Consumer side of kSkip: moves the good samples of the batch in `job`'s slot to the
+  /// front and fills it up from the following batches; returns the sample count.
+  uint64_t compact_batch(const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& lock);
+  /// Waits (ring->mu held) until batch k is decoded; grows the ring when the consumer
+  /// holds every slot. Rethrows an IO-stage failure.
+  std::shared_ptr<Job> wait_job(uint64_t k, std::unique_lock<std::mutex>& lock);
+  Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
+  void move_sample(const Job& from, uint64_t j, const Job& to, uint64_t i);
+  std::string record_name(size_t shard, uint64_t rec) const {
+    return dataset->shard_path(shard) + ": record " + std::to_string(rec);
+  }
+  uint8_t* tensor_ptr(size_t slot, int t) const { return ring->slots[slot]->mem + tensors[static_cast<size_t>(t)].offset; }
+};
+
+void Loader::Impl::setup() {
+  if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
+  if (opt.slots == 0) throw_error(ErrorCode::kInvalidArgument, "slots must be >= 1");
+  ShardReaderOptions ro;
+  ro.max_record_bytes = opt.max_record_bytes;
+  dataset = Dataset::open(opt.path, ro);
+  const Schema& schema = dataset->schema();
+  jpeg_field = -1;
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    const Field& f = schema.fields[i];
+    if (f.kind == FieldKind::kJpeg && jpeg_field < 0) jpeg_field = static_cast<int>(i);
+    if (f.kind == FieldKind::kInt64 && label_field < 0) label_field = static_cast<int>(i);
+    if (f.kind == FieldKind::kTokens && token_field < 0) token_field = static_cast<int>(i);
+  }
+  tokens = jpeg_field < 0 && token_field >= 0;
+  if (jpeg_field < 0 && token_field < 0)
+    throw_error(ErrorCode::kInvalidArgument, opt.path + ": schema " + schema.to_string() +
+                                                 " has neither a jpeg nor a tokens field; the loader needs one");
+
+  // Rank and world size: explicit, else torchrun's environment.
+  if (opt.rank >= 0 || opt.world_size >= 0) {
+    if (opt.rank < 0 || opt.world_size < 1 || opt.rank >= opt.world_size)
+      throw_error(ErrorCode::kInvalidArgument, "rank " + std::to_string(opt.rank) + " / world_size " +
+                                                   std::to_string(opt.world_size) + " is not a valid pair");
+    rank = RankInfo{static_cast<uint32_t>(opt.rank), static_cast<uint32_t>(opt.world_size)};
+  } else {
+    rank = rank_from_env();
+  }
+
+  order_opt = opt.order;
+  std::vector<uint64_t> groups;
+  if (tokens) {
+    const Field& f = schema.fields[token_field];
+    seq_len = f.seq_len;
+    token_row_bytes = (static_cast<size_t>(seq_len) + 1) * dtype_size(f.dtype);
+    // Units are rows; groups are records (one per compressed chunk).
+    for (size_t s = 0; s < dataset->shard_count(); ++s) {
+      auto r = dataset->shard(s);
+      for (uint64_t i = 0; i < r->record_count(); ++i)
+        groups.push_back(r->location(i).field_sizes[token_field] / token_row_bytes);
+    }
+    if (order_opt.kind == OrderKind::kShuffled || order_opt.kind == OrderKind::kChunkLocal)
+      order_opt.kind = OrderKind::kTokenWindow;
+    chunk_cap = static_cast<size_t>(2 * std::max<uint64_t>(1, order_opt.window_chunks) + 2 * opt.slots + 8);
+  } else {
+    for (const ShardEntry& s : dataset->manifest().shards) groups.push_back(s.records);
+  }
+  layout = std::make_shared<UnitLayout>(groups);
+
+  cpu = plan_cpus(opt.gpu_pci_bus_id);
+  if (!opt.cpus.empty()) {
+    cpu.cpus = opt.cpus;
+    cpu.explanation = "threads pinned to the configured CPUs " + format_cpu_list(opt.cpus);
+  }
+  threads = opt.threads ? opt.threads : cpu.threads;
+
+  // Slot layout.
+  const size_t B = opt.batch_size;
+  auto add = [&](std::string name, ElemType t, std::vector<int64_t> shape) {
+    TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
+    size_t n = 1;
+    for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
+    l.sample_bytes = n * elem_size(t);
+    tensors.push_back(std::move(l));
+    return static_cast<int>(tensors.size() - 1);
+  };
+  if (!tokens) {
+    const int S = opt.transform.size;
+    // kNone: records are read and checked but not decoded (isolates storage + IO).
+    decode_images = opt.transform.kind != ImageTransform::Kind::kNone;
+    if (decode_images) {
+      if (S < 1 || S > 8192) throw_error(ErrorCode::kInvalidArgument, "image size must be 1..8192");
+      if (pixel_is_chw(opt.pixel_format)) image_t = add("image", pixel_elem_type(opt.pixel_format), {3, S, S});
+      else image_t = add("image", pixel_elem_type(opt.pixel_format), {S, S, 3});
+      image_bytes = tensors.back().sample_bytes;
+    }
+    label_t = add("label", ElemType::kInt64, {});
+    index_t = add("index", ElemType::kInt64, {});
+  } else {
+    ElemType tt = opt.token_type_is_stored ? elem_of_dtype(schema.fields[token_field].dtype) : opt.token_type;
+    if (tt != ElemType::kUint16 && tt != ElemType::kUint32 && tt != ElemType::kInt32 && tt != ElemType::kInt64)
+      throw_error(ErrorCode::kInvalidArgument, "token_type must be uint16, uint32, int32 or int64");
+    tokens_t = add("tokens", tt, {static_cast<int64_t>(seq_len)});
+    if (opt.targets) targets_t = add("targets", tt, {static_cast<int64_t>(seq_len)});
+    index_t = add("index", ElemType::kInt64, {});
+  }
+  size_t off = 0;
+  for (auto& t : tensors) {
+    t.offset = off;
+    off += (t.sample_bytes * B + 255) / 256 * 256;
+  }
+  ring = std::make_shared<Ring>();
+  ring->alloc = opt.slot_allocator ? opt.slot_allocator : host_slot_allocator();
+  ring->slot_bytes = off;
+  for (unsigned i = 0; i < opt.slots; ++i) ring->add_slot_locked();
+}
+
+void Loader::Impl::start_run() {
+  order = std::make_unique<EpochOrder>(order_opt, layout, epoch);
+  sched = std::make_unique<RankSchedule>(order->size(), opt.batch_size, rank.world_size, rank.rank, opt.drop_last,
+                                         start_consumed);
+  stop = false;
+  next_deliver = 0;
+  next_start = 0;
+  jobs.clear();
+  fatal = nullptr;
+  delivered_error = nullptr;
+  queue.clear();
+  chunks.clear();
+  chunk_fifo.clear();
+  c.reset();
+  io_bytes = 0;
+  first_batch_s = 0;
+  batches_out = samples_out = record_bytes_out = 0;
+  run_start = Clock::now();
+  running = true;
+  io_thread = std::thread([this] { io_main(); });
+  for (unsigned i = 0; i < threads; ++i) decoders.emplace_back([this, i] { decode_main(i); });
+}
+
+void Loader::Impl::stop_run() {
+  if (!running) return;
+  stop = true;
+  qcv.notify_all();
+  ring->cv.notify_all();
+  if (io_thread.joinable()) io_thread.join();
+  for (auto& t : decoders) t.join();
+  decoders.clear();
+  std::lock_guard<std::mutex> lock(ring->mu);
+  for (auto& s : ring->slots)
+    if (s->state == Ring::State::kFilling || s->state == Ring::State::kReady) s->state = Ring::State::kFree;
+  jobs.clear();
+  queue.clear();
+  {
+    std::lock_guard<std::mutex> cl(chunk_mu);
+    chunks.clear();
+    chunk_fifo.clear();
+  }
+  running = false;
+}
+
+void Loader::Impl::finish_one(const std::shared_ptr<Job>& job) {
+  if (job->remaining.fetch_sub(1) != 1) return;
+  {
+    std::lock_guard<std::mutex> lock(ring->mu);
+    job->ready = true;
+    ring->slots[job->slot]->state = Ring::State::kReady;
+  }
+  ring->cv.notify_all();
+}
+
+void Loader::Impl::sample_failed(Job& job, uint32_t j, std::exception_ptr e) {
+  if (opt.on_error == OnError::kError) {
+    job.fail(std::move(e));
+    return;
+  }
+  job.mark_bad(j);
+  c.skipped++;
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    what = ex.what();
+  } catch (...) {
+  }
+  std::lock_guard<std::mutex> lock(skip_log_mu);
+  if (skip_logged.insert(what).second)
+    std::fprintf(stderr, "stoker: skipping %s (on_error=skip)\n", what.c_str());
+}
+
+void Loader::Impl::move_sample(const Job& from, uint64_t j, const Job& to, uint64_t i) {
+  if (&from == &to && i == j) return;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const size_t n = tensors[t].sample_bytes;
+    std::memmove(tensor_ptr(to.slot, static_cast<int>(t)) + i * n, tensor_ptr(from.slot, static_cast<int>(t)) + j * n, n);
+  }
+}
+
+std::shared_ptr<Job> Loader::Impl::wait_job(uint64_t k, std::unique_lock<std::mutex>& lock) {
+  for (;;) {
+    auto it = jobs.find(k);
+    if (it != jobs.end() && it->second->ready) return it->second;
+    if (fatal) std::rethrow_exception(fatal);
+    // The consumer holds every slot and waits for a batch that cannot start: grow.
+    if (it == jobs.end()) {
+      bool any_busy = false;
+      for (auto& s : ring->slots) any_busy |= s->state != Ring::State::kLeased;
+      if (!any_busy) {
+        if (!opt.grow_when_held)
+          throw_error(ErrorCode::kResourceExhausted, "every batch slot (" + std::to_string(ring->slots.size()) +
+                                                         ") is held by the caller; release batches or enable grow_when_held");
+        if (!warned_grow.exchange(true))
+          std::fprintf(stderr,
+                       "stoker: warning: the caller holds all %zu batch slots; adding slots so the loader can go "
+                       "on (memory now grows with the batches kept; release batches to keep it bounded)\n",
+                       ring->slots.size());
+        ring->add_slot_locked();
+        ring->cv.notify_all();
+      }
+    }
+    ring->cv.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+uint64_t Loader::Impl::compact_batch(const std::shared_ptr<Job>& job, std::unique_lock<std::mutex>& lock) {
+  // Output batches are the rank's sample stream with the dropped samples taken out, cut
+  // into batches of B: a function of which records are bad, not of timing. Batch d is
+  // assembled in place in its own slot: its remaining good samples move to the front,
+  // then the first good samples of the next batches fill it up.
+  uint64_t n = 0, skip = job->taken_front;
+  for (uint64_t j = 0; j < job->samples.size(); ++j) {
+    if (job->bad[j]) continue;
+    if (skip) { --skip; continue; }
+    move_sample(*job, j, *job, n++);
+  }
+  const uint64_t B = opt.batch_size, nb = sched->num_batches();
+  for (uint64_t q = job->k + 1; n < B && q < nb; ++q) {
+    std::shared_ptr<Job> next = wait_job(q, lock);
+    uint64_t skip_q = next->taken_front;
+    for (uint64_t j = 0; j < next->samples.size() && n < B; ++j) {
+      if (next->bad[j]) continue;
+      if (skip_q) { --skip_q; continue; }
+      move_sample(*next, j, *job, n++);
+      next->taken_front++;
+    }
+    if (n < B) continue;  // `next` is used up; keep filling from the one after
+  }
+  return n;
+}
+
+void Loader::Impl::io_main() {
+  pin_and_name_this_thread(cpu.cpus, "stoker-io");
+  std::unique_ptr<IoEngine> engine;
+  try {
+    if (!tokens) {
+      engine = make_io_engine(opt.io);
+      if (opt.wrap_io) engine = opt.wrap_io(std::move(engine));
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(ring->mu);
+    fatal = std::current_exception();
+    ring->cv.notify_all();
+    return;
+  }
+  std::vector<int64_t> file_ids(dataset->shard_count(), -1);
+  struct ReadCtx {
+    std::shared_ptr<Job> job;
+    std::shared_ptr<IoBuffer> buf;
+    struct Rec {
+      uint32_t j;
+      size_t shard;
+      uint64_t record;
+      uint64_t skip;
+      uint32_t stored;
+    };
+    std::vector<Rec> recs;
+  };
+  std::unordered_map<uint64_t, ReadCtx> pending;
+  uint64_t next_tag = 1;
+  uint64_t prefetched_window = UINT64_MAX;
+  std::vector<ReadCompletion> done;
+  const uint64_t nb = sched->num_batches();
+
+  auto push_tasks = [&](std::vector<DecodeTask>& tasks) {
+    if (tasks.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(qmu);
+      for (auto& t : tasks) queue.push_back(std::move(t));
+    }
+    tasks.clear();
+    qcv.notify_all();
+  };
+
+  auto start_job = [&](uint64_t k, size_t slot) {
+    auto job = std::make_shared<Job>();
+    job->k = k;
+    job->slot = slot;
+    const uint64_t len = sched->batch_length(k);
+    job->samples.resize(len);
+    job->bad.assign(len, 0);
+    for (uint64_t j = 0; j < len; ++j) job->samples[j] = order->at(sched->position(k, j));
+    {
+      std::lock_guard<std::mutex> lock(ring->mu);
+      jobs[k] = job;
+    }
+    std::vector<DecodeTask> tasks;
+    if (tokens) {
+      // Records this batch needs and nobody has asked for yet are decompressed by their
+      // own tasks, queued ahead of the batch, so a window's chunks load in parallel.
+      auto schedule = [&](uint64_t rec) {
+        bool created = false;
+        auto ch = chunk_entry(rec, &created);
+        if (created) {
+          DecodeTask t;
+          t.j = kChunk;
+          t.record = rec;
+          t.chunk = std::move(ch);
+          tasks.push_back(std::move(t));
+        }
+      };
+      for (uint64_t sample : job->samples) schedule(layout->locate(sample).first);
+      // Decompress the next window's records while this one is consumed, so the
+      // first batches of a window do not wait for all of its records at once.
+      if (order->windowed() && len > 0) {
+        const uint64_t w = order->window_of(sched->position(k, len - 1));
+        if (w + 1 < order->window_count() && prefetched_window != w + 1) {
+          prefetched_window = w + 1;
+          for (uint64_t chunk_id : order->window_chunks(w + 1))
+            schedule(order->chunk_group(chunk_id));  // a token chunk is one record
+        }
+      }
+      job->remaining = 1;
+      DecodeTask t;
+      t.job = job;
+      t.j = kWholeBatch;
+      tasks.push_back(std::move(t));
+      push_tasks(tasks);
+      return;
+    }
+    job->remaining = len;
+    std::vector<RecordRange> ranges;
+    std::vector<std::pair<size_t, uint64_t>> where;
+    std::vector<uint32_t> js;  // batch position of each planned record
+    for (uint64_t j = 0; j < len; ++j) {
+      auto [s, r] = dataset->locate(job->samples[j]);
+      try {
+        auto reader = dataset->shard(s);  // opens lazily; checks the shard against the manifest
+        if (file_ids[s] < 0) file_ids[s] = engine->add_file(dataset->shard_path(s));
+        const RecordLocation& loc = reader->location(r);
+        ranges.push_back(RecordRange{static_cast<uint32_t>(file_ids[s]), loc.offset, loc.stored_size,
+                                     engine->file_size(static_cast<uint32_t>(file_ids[s]))});
+        where.emplace_back(s, r);
+        js.push_back(static_cast<uint32_t>(j));
+      } catch (const Error& e) {
+        // A missing or replaced shard: this record fails like a bad read would.
+        const std::string msg = std::string(e.what()).find(record_name(s, r)) == std::string::npos
+                                    ? record_name(s, r) + ": " + e.what()
+                                    : std::string(e.what());
+        sample_failed(*job, static_cast<uint32_t>(j), std::make_exception_ptr(Error(e.code(), msg)));
+        finish_one(job);
+      }
+    }
+    PlanOptions po;
+    po.alignment = engine->direct() ? kDirectAlignment : 1;
+    ReadPlan plan = plan_reads(ranges, po);
+    std::vector<ReadRequest> reqs;
+    reqs.reserve(plan.reads.size());
+    for (size_t i = 0; i < plan.reads.size(); ++i) {
+      const auto& rd = plan.reads[i];
+      ReadCtx ctx;
+      ctx.job = job;
+      ctx.buf = std::make_shared<IoBuffer>(engine->alloc(rd.length));
+      for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q)
+        ctx.recs.push_back({js[q], where[q].first, where[q].second, plan.records[q].skip,
+                           static_cast<uint32_t>(ranges[q].length)});
+      const uint64_t tag = next_tag++;
+      reqs.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), ctx.buf->data(), tag});
+      pending.emplace(tag, std::move(ctx));
+    }
+    engine->submit(reqs);
+  };
+
+  try {
+    while (!stop) {
+      auto t0 = Clock::now();
+      bool progressed = false;
+      // Start the next batch when a slot is free.
+      if (next_start < nb) {
+        std::optional<size_t> slot;
+        {
+          std::lock_guard<std::mutex> lock(ring->mu);
+          for (size_t i = 0; i < ring->slots.size(); ++i)
+            if (ring->slots[i]->state == Ring::State::kFree) {
+              ring->slots[i]->state = Ring::State::kFilling;
+              slot = i;
+              break;
+            }
+        }
+        if (slot) {
+          start_job(next_start++, *slot);
+          progressed = true;
+        }
+      }
+      if (engine && engine->inflight() > 0) {
+        done.clear();
+        auto w0 = Clock::now();
+        engine->reap(done, progressed ? 0 : 1, std::chrono::milliseconds(progressed ? 0 : 2));
+        c.io_wait_ns += nanos(Clock::now() - w0);
+        std::vector<DecodeTask> tasks;
+        for (ReadCompletion& d : done) {
+          auto it = pending.find(d.tag);
+          if (it == pending.end()) continue;
+          ReadCtx ctx = std::move(it->second);
+          pending.erase(it);
+          if (d.result > 0) io_bytes += static_cast<uint64_t>(d.result);
+          for (const auto& r : ctx.recs) {
+            DecodeTask t{ctx.job, r.j, ctx.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
+            if (d.result < 0) {
+              t.io_error = d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error;
+              if (d.result == -ECANCELED) t.io_code = ErrorCode::kCancelled;
+            } else if (static_cast<uint64_t>(d.result) < r.skip + r.stored) {
+              t.io_error = "short read: got " + std::to_string(d.result) + " bytes of a range needing " +
+                           std::to_string(r.skip + r.stored) + " (file truncated or replaced?)";
+              t.io_code = ErrorCode::kDataLoss;
+            }
+            tasks.push_back(std::move(t));
+            c.io_records++;
+          }
+        }
+        push_tasks(tasks);
+        progressed = progressed || !done.empty();
+      } else if (!progressed) {
+        if (next_start >= nb) break;  // everything submitted and read
+        // Waiting for the consumer to hand back a slot.
+        auto w0 = Clock::now();
+        std::unique_lock<std::mutex> lock(ring->mu);
+        ring->cv.wait_for(lock, std::chrono::milliseconds(20), [&] {
+          if (stop) return true;
+          for (auto& s : ring->slots)
+            if (s->state == Ring::State::kFree) return true;
+          return false;
+        });
+        c.io_wait_ns += nanos(Clock::now() - w0);
+        continue;
+      }
+      c.io_busy_ns += nanos(Clock::now() - t0);
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(ring->mu);
+    fatal = std::current_exception();
+    ring->cv.notify_all();
+  }
+  if (engine) {
+    // Drain what is in flight so no buffer is freed under the kernel.
+    engine->cancel_all();
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (engine->inflight() > 0 && Clock::now() < deadline) {
+      done.clear();
+      engine->reap(done, 1, std::chrono::milliseconds(5));
+    }
+    std::lock_guard<std::mutex> lock(io_stats_mu);
+    io_stats = engine->stats();
+  }
+}
+
+std::shared_ptr<Chunk> Loader::Impl::chunk_entry(uint64_t record, bool* created) {
+  std::lock_guard<std::mutex> lock(chunk_mu);
+  auto it = chunks.find(record);
+  if (created) *created = it == chunks.end();
+  if (it != chunks.end()) return it->second;
+  auto ch = std::make_shared<Chunk>();
+  chunks.emplace(record, ch);
+  chunk_fifo.push_back(record);
+  while (chunk_fifo.size() > chunk_cap) {
+    chunks.erase(chunk_fifo.front());
+    chunk_fifo.pop_front();
+  }
+  return ch;
+}
+
+void Loader::Impl::load_chunk(uint64_t record, Chunk& ch) {
+  std::call_once(ch.once, [&] {
+    try {
+      auto [s, r] = dataset->locate(record);
+      auto reader = dataset->shard(s);
+      std::vector<uint8_t> stored = reader->read_stored(r);  // CRC checked
+      c.io_records++;
+      io_bytes += stored.size();
+      const RecordLocation& loc = reader->location(r);
+      ch.raw.resize(loc.raw_size);
+      unpack_record_into(dataset->schema(), loc, stored, ch.raw, record_name(s, r));
+    } catch (...) {
+      ch.error = std::current_exception();
+    }
+  });
+  if (ch.error) std::rethrow_exception(ch.error);
+}
+
+namespace {
+template <typename Out>
+void widen_row(const uint8_t* src, DType dt, size_t n, Out* out) {
+  switch (dt) {
+    case DType::kUint16: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(internal::get_u16(src + 2 * i)); break;
+    case DType::kUint32: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(internal::get_u32(src + 4 * i)); break;
+    case DType::kInt32: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(static_cast<int32_t>(internal::get_u32(src + 4 * i))); break;
+    case DType::kInt64: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(static_cast<int64_t>(internal::get_u64(src + 8 * i))); break;
+    case DType::kNone: break;
+  }
+}
+void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t* dst) {
+  if (elem_of_dtype(dt) == out_t) {
+    std::memcpy(dst, src, n * dtype_size(dt));
+    return;
+  }
+  switch (out_t) {
+    case ElemType::kUint16: widen_row(src, dt, n, reinterpret_cast<uint16_t*>(dst)); break;
+    case ElemType::kUint32: widen_row(src, dt, n, reinterpret_cast<uint32_t*>(dst)); break;
+    case ElemType::kInt32: widen_row(src, dt, n, reinterpret_cast<int32_t*>(dst)); break;
+    case ElemType::kInt64: widen_row(src, dt, n, reinterpret_cast<int64_t*>(dst)); break;
+    default: break;
+  }
+}
+}  // namespace
+
+void Loader::Impl::process_tokens(Job& job) {
+  const Field& f = dataset->schema().fields[token_field];
+  const size_t tsize = dtype_size(f.dtype);
+  uint8_t* tok = tensor_ptr(job.slot, tokens_t);
+  uint8_t* tgt = targets_t >= 0 ? tensor_ptr(job.slot, targets_t) : nullptr;
+  uint8_t* idx = tensor_ptr(job.slot, index_t);
+  const TensorLayout& tl = tensors[tokens_t];
+  uint64_t bytes = 0;
+  for (size_t j = 0; j < job.samples.size(); ++j) {
+    const uint64_t row = job.samples[j];
+    auto [rec, r] = layout->locate(row);
+    auto ch = chunk_entry(rec);
+    load_chunk(rec, *ch);
+    auto [s, rr] = dataset->locate(rec);
+    const RecordLocation& loc = dataset->shard(s)->location(rr);
+    size_t off = 0;
+    for (int i = 0; i < token_field; ++i) off += loc.field_sizes[i];
+    const uint8_t* src = ch->raw.data() + off + r * token_row_bytes;
+    copy_tokens(src, f.dtype, seq_len, tl.dtype, tok + j * tl.sample_bytes);
+    if (tgt) copy_tokens(src + tsize, f.dtype, seq_len, tl.dtype, tgt + j * tl.sample_bytes);
+    const int64_t gi = static_cast<int64_t>(row);
+    std::memcpy(idx + j * 8, &gi, 8);
+    bytes += token_row_bytes;
+    c.dec_samples++;
+  }
+  std::lock_guard<std::mutex> lock(job.mu);
+  job.record_bytes += bytes;
+}
+
+void Loader::Impl::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
+                           std::vector<uint8_t>& pixels) {
+  if (t.j == kChunk) {
+    try {
+      load_chunk(t.record, *t.chunk);
+    } catch (const Error&) {
+      // Kept in the chunk: the batch that needs it reports it, naming the record.
+    }
+    return;
+  }
+  Job& job = *t.job;
+  if (t.j == kWholeBatch) {
+    process_tokens(job);
+    return;
+  }
+  const std::string where = record_name(t.shard, t.record);
+  if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
+  auto reader = dataset->shard(t.shard);
+  const RecordLocation& loc = reader->location(t.record);
+  std::span<const uint8_t> stored(t.buf->data() + t.skip, loc.stored_size);
+  std::vector<std::span<const uint8_t>> fields;
+  if (loc.flags & kRecordZstd) {
+    scratch.resize(loc.raw_size);
+    fields = unpack_record_into(dataset->schema(), loc, stored, scratch, where);
+  } else {
+    // Zero-copy: check the CRC and slice the fields out of the IO buffer.
+    const uint32_t crc = crc32c(stored.data(), stored.size());
+    if (crc != loc.crc) {
+      char b[96];
+      std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", loc.crc, crc);
+      throw Error(ErrorCode::kDataLoss, where + b);
+    }
+    size_t off = 0;
+    for (uint32_t fs : loc.field_sizes) {
+      fields.emplace_back(stored.data() + off, fs);
+      off += fs;
+    }
+  }
+  const uint64_t sample = job.samples[t.j];
+  const uint64_t seed = sample_seed(order_opt.seed, epoch, sample);
+  try {
+    uint8_t* img = decode_images ? tensor_ptr(job.slot, image_t) + t.j * image_bytes : nullptr;
+    if (!decode_images) {
+      // read and checked only
+    } else if (opt.pixel_format == PixelFormat::kU8HWC) {
+      dec.decode(fields[jpeg_field], opt.transform, seed, img, image_bytes);
+    } else {
+      const int S = opt.transform.size;
+      pixels.resize(static_cast<size_t>(S) * S * 3);
+      dec.decode(fields[jpeg_field], opt.transform, seed, pixels.data(), pixels.size());
+      convert_pixels(pixels.data(), S, S, opt.pixel_format, opt.mean, opt.std, img);
+    }
+  } catch (const Error& e) {
+    throw Error(e.code(), where + ": " + e.what());
+  }
+  int64_t label = -1;
+  if (label_field >= 0) label = static_cast<int64_t>(internal::get_u64(fields[label_field].data()));
+  std::memcpy(tensor_ptr(job.slot, label_t) + t.j * 8, &label, 8);
+  const int64_t gi = static_cast<int64_t>(sample);
+  std::memcpy(tensor_ptr(job.slot, index_t) + t.j * 8, &gi, 8);
+  std::lock_guard<std::mutex> lock(job.mu);
+  job.record_bytes += loc.stored_size;
+}
+
+void Loader::Impl::decode_main(unsigned id) {
+  pin_and_name_this_thread(cpu.cpus, "stoker-dec/" + std::to_string(id));
+  ImageDecoder dec;
+  std::vector<uint8_t> scratch, pixels;
+  for (;;) {
+    DecodeTask t;
+    {
+      auto w0 = Clock::now();
+      std::unique_lock<std::mutex> lock(qmu);
+      qcv.wait(lock, [&] { return stop || !queue.empty(); });
+      c.dec_wait_ns += nanos(Clock::now() - w0);
+      if (stop) return;
+      c.queue_sum += queue.size();
+      t = std::move(queue.front());
+      queue.pop_front();
+    }
+    auto b0 = Clock::now();
+    try {
+      process(t, dec, scratch, pixels);
+      if (t.j != kWholeBatch && t.j != kChunk) c.dec_samples++;
+    } catch (...) {
+      if (t.j == kWholeBatch) t.job->fail(std::current_exception());
+      else sample_failed(*t.job, t.j, std::current_exception());
+    }
+    t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
+    t.chunk.reset();
+    c.dec_busy_ns += nanos(Clock::now() - b0);
+    if (t.job) finish_one(t.job);
+  }
+}
+
+Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = std::move(options);
+  impl_->setup();
+}
+
+Loader::~Loader() { impl_->stop_run(); }
+
+std::optional<Batch> Loader::next() {
+  Impl& m = *impl_;
+  if (!m.running) m.start_run();
+  if (m.delivered_error) std::rethrow_exception(m.delivered_error);
+  for (;;) {
+    const uint64_t k = m.next_deliver;
+    if (k >= m.sched->num_batches()) return std::nullopt;
+    std::shared_ptr<Job> job;
+    uint64_t n = 0;
+    std::shared_ptr<RingLease> lease;
+    {
+      std::unique_lock<std::mutex> lock(m.ring->mu);
+      auto w0 = Clock::now();
+      try {
+        job = m.wait_job(k, lock);
+      } catch (...) {
+        m.delivered_error = std::current_exception();
+        throw;
+      }
+      m.jobs.erase(k);
+      m.ring->slots[job->slot]->state = Ring::State::kLeased;
+      lease = std::make_shared<RingLease>(m.ring, job->slot);
+      {
+        std::lock_guard<std::mutex> jl(job->mu);
+        if (job->error) {
+          m.delivered_error = job->error;
+          std::rethrow_exception(job->error);
+        }
+      }
+      n = job->samples.size();
+      const bool must_compact = job->any_bad || job->taken_front > 0 ||
+                                (m.opt.on_error == OnError::kSkip && n < m.opt.batch_size);
+      if (must_compact) {
+        try {
+          n = m.compact_batch(job, lock);
+        } catch (...) {
+          m.delivered_error = std::current_exception();
+          throw;
+        }
+      }
+      m.c.consumer_wait_ns += nanos(Clock::now() - w0);
+      size_t ready = 0, free = 0;
+      for (auto& s : m.ring->slots) {
+        ready += s->state == Ring::State::kReady;
+        free += s->state == Ring::State::kFree;
+      }
+      m.c.ready_sum += ready;
+      m.c.free_sum += free;
+      m.c.samples_n++;
+    }
+    m.next_deliver++;
+    {
+      std::lock_guard<std::mutex> jl(job->mu);
+      m.record_bytes_out += job->record_bytes;
+    }
+    if (n == 0) continue;  // every sample of this batch was dropped or moved earlier
+    if (m.opt.drop_last && n < m.opt.batch_size) {  // shortened by drops at the tail: every later batch is used up
+      m.next_deliver = m.sched->num_batches();
+      return std::nullopt;
+    }
+    return m.make_batch(job, n, std::move(lease));
+  }
+}
+
+Batch Loader::Impl::make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease) {
+  Impl& m = *this;
+  const uint64_t k = job->k;
+  std::vector<TensorView> views;
+  for (size_t t = 0; t < m.tensors.size(); ++t) {
+    TensorView v;
+    v.name = m.tensors[t].name;
+    v.data = m.tensor_ptr(job->slot, static_cast<int>(t));
+    v.dtype = m.tensors[t].dtype;
+    v.shape.push_back(static_cast<int64_t>(n));
+    for (int64_t d : m.tensors[t].sample_shape) v.shape.push_back(d);
+    views.push_back(std::move(v));
+  }
+  if (m.batches_out == 0) m.first_batch_s = seconds(Clock::now() - m.run_start);
+  m.batches_out++;
+  m.samples_out += n;
+  return Batch(std::move(views), std::move(lease), m.epoch, k, n);
+}
+
+void Loader::set_epoch(uint64_t e) {
+  impl_->stop_run();
+  impl_->epoch = e;
+  impl_->start_consumed = 0;
+}
+
+uint64_t Loader::epoch() const noexcept { return impl_->epoch; }
+
+uint64_t Loader::num_batches() const {
+  const Impl& m = *impl_;
+  if (m.sched) return m.sched->num_batches();
+  RankSchedule s(m.layout->units(), m.opt.batch_size, m.rank.world_size, m.rank.rank, m.opt.drop_last,
+                 m.start_consumed);
+  return s.num_batches();
+}
+
+uint64_t Loader::epoch_samples() const noexcept { return impl_->layout->units(); }
+
+OrderState Loader::state() const {
+  const Impl& m = *impl_;
+  OrderState s = OrderState::start(m.order_opt, m.layout->units(), m.epoch);
+  if (m.running) s.consumed = m.sched->consumed_after(m.next_deliver);
+  else s.consumed = m.start_consumed;
+  return s;
+}
+
+void Loader::load_state(const OrderState& s) {
+  s.check_matches(impl_->order_opt, impl_->layout->units());
+  impl_->stop_run();
+  impl_->epoch = s.epoch;
+  impl_->start_consumed = s.consumed;
+}
+
+LoaderStats Loader::stats() const {
+  const Impl& m = *impl_;
+  LoaderStats s;
+  s.wall_s = m.running ? seconds(Clock::now() - m.run_start) : 0;
+  s.first_batch_s = m.first_batch_s;
+  s.batches = m.batches_out;
+  s.samples = m.samples_out;
+  s.bytes_read = m.io_bytes;
+  s.record_bytes = m.record_bytes_out;
+  s.skipped = m.c.skipped;
+  s.io.threads = 1;
+  s.io.busy_s = m.c.io_busy_ns / 1e9;
+  s.io.wait_s = m.c.io_wait_ns / 1e9;
+  s.io.items = m.c.io_records;
+  s.decode.threads = m.threads;
+  s.decode.busy_s = m.c.dec_busy_ns / 1e9;
+  s.decode.wait_s = m.c.dec_wait_ns / 1e9;
+  s.decode.items = m.c.dec_samples;
+  s.consumer_wait_s = m.c.consumer_wait_ns / 1e9;
+  const double n = static_cast<double>(std::max<uint64_t>(1, m.c.samples_n));
+  s.slots_ready_avg = m.c.ready_sum / n;
+  s.slots_free_avg = m.c.free_sum / n;
+  s.decode_queue_avg = m.c.dec_samples ? static_cast<double>(m.c.queue_sum) / std::max<uint64_t>(1, m.c.dec_samples) : 0;
+  {
+    std::lock_guard<std::mutex> lock(m.ring->mu);
+    s.slots = static_cast<unsigned>(m.ring->slots.size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.io_stats_mu);
+    s.io_engine = m.io_stats;
+  }
+  s.cpu_explanation = m.cpu.explanation;
+  s.slot_memory = m.ring->alloc->name();
+  return s;
+}
+
+const LoaderOptions& Loader::options() const noexcept { return impl_->opt; }
+int Loader::rank() const noexcept { return static_cast<int>(impl_->rank.rank); }
+int Loader::world_size() const noexcept { return static_cast<int>(impl_->rank.world_size); }
+const std::vector<std::string>& Loader::class_names() const noexcept { return impl_->dataset->manifest().class_names; }
+
+namespace {
+std::string jnum(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+std::string jstr(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') { o += '\\'; o += ch; }
+    else if (static_cast<unsigned char>(ch) < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", ch); o += b; }
+    else o += ch;
+  }
+  return o + "\"";
+}
+}  // namespace
+
+std::string LoaderStats::to_json() const {
+  auto stage = [&](const StageStats& st) {
+    return "{\"threads\":" + std::to_string(st.threads) + ",\"busy_s\":" + jnum(st.busy_s) + ",\"wait_s\":" +
+           jnum(st.wait_s) + ",\"items\":" + std::to_string(st.items) + ",\"busy_frac\":" + jnum(st.busy_frac(wall_s)) + "}";
+  };
+  std::string j = "{";
+  j += "\"wall_s\":" + jnum(wall_s);
+  j += ",\"first_batch_s\":" + jnum(first_batch_s);
+  j += ",\"batches\":" + std::to_string(batches);
+  j += ",\"samples\":" + std::to_string(samples);
+  j += ",\"samples_per_s\":" + jnum(wall_s > 0 ? samples / wall_s : 0);
+  j += ",\"bytes_read\":" + std::to_string(bytes_read);
+  j += ",\"record_bytes\":" + std::to_string(record_bytes);
+  j += ",\"skipped\":" + std::to_string(skipped);
+  j += ",\"io\":" + stage(io);
+  j += ",\"decode\":" + stage(decode);
+  j += ",\"consumer_wait_s\":" + jnum(consumer_wait_s);
+  j += ",\"consumer_wait_frac\":" + jnum(wall_s > 0 ? consumer_wait_s / wall_s : 0);
+  j += ",\"decode_queue_avg\":" + jnum(decode_queue_avg);
+  j += ",\"slots\":" + std::to_string(slots);
+  j += ",\"slots_ready_avg\":" + jnum(slots_ready_avg);
+  j += ",\"slots_free_avg\":" + jnum(slots_free_avg);
+  j += ",\"io_engine\":" + jstr(io_engine.engine);
+  j += ",\"io_direct\":" + std::string(io_engine.direct ? "true" : "false");
+  j += ",\"io_fallback\":" + jstr(io_engine.fallback_reason);
+  j += ",\"slot_memory\":" + jstr(slot_memory);
+  j += ",\"cpus\":" + jstr(cpu_explanation);
+  return j + "}";
+}
+
+std::string LoaderStats::summary() const {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "%.0f samples/s over %.2f s; io %.0f%% busy; decode %u thread%s %.0f%% busy; consumer waited %.0f%%; "
+                "%.1f of %u slots ready on average",
+                wall_s > 0 ? samples / wall_s : 0.0, wall_s, 100 * io.busy_frac(wall_s), decode.threads,
+                decode.threads == 1 ? "" : "s", 100 * decode.busy_frac(wall_s),
+                wall_s > 0 ? 100 * consumer_wait_s / wall_s : 0.0, slots_ready_avg, slots);
+  return b;
+}
+
+}  // namespace stoker

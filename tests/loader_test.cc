@@ -1,0 +1,382 @@
+#include "stoker/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "util/bytes.h"
+#include "util/test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::TempDir;
+
+// A small image dataset: n JPEGs of varied sizes, label = i % 5, several shards.
+void make_image_dataset(const std::string& dir, int n, uint64_t shard_size = 64 << 10) {
+  DatasetWriterOptions o;
+  o.shard_size = shard_size;
+  DatasetWriter w(dir, Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}}, o);
+  for (int i = 0; i < n; ++i) {
+    auto jpeg = testing::make_jpeg(40 + (i * 7) % 50, 30 + (i * 11) % 40, static_cast<uint32_t>(i));
+    std::vector<uint8_t> label(8);
+    internal::put_u64(label.data(), static_cast<uint64_t>(i % 5));
+    std::vector<std::span<const uint8_t>> f{jpeg, label};
+    w.add(f);
+  }
+  w.manifest().class_names = {"a", "b", "c", "d", "e"};
+  w.finish();
+}
+
+// Tokens: a stream of T tokens with value = position % 65521, seq_len L, R rows a record.
+void make_token_dataset(const std::string& dir, uint64_t T, uint32_t L, uint32_t R, bool zstd) {
+  DatasetWriterOptions o;
+  o.shard_size = 16 << 10;
+  if (zstd) o.shard.compression = Compression::kZstd;
+  DatasetWriter w(dir, Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, o);
+  const uint64_t rows = (T - 1) / L;
+  for (uint64_t r0 = 0; r0 < rows; r0 += R) {
+    std::vector<uint8_t> buf;
+    for (uint64_t r = r0; r < std::min<uint64_t>(rows, r0 + R); ++r)
+      for (uint64_t t = r * L; t <= r * L + L; ++t) {
+        uint16_t v = static_cast<uint16_t>(t % 65521);
+        buf.push_back(v & 0xFF);
+        buf.push_back(v >> 8);
+      }
+    std::vector<std::span<const uint8_t>> f{buf};
+    w.add(f);
+  }
+  w.finish();
+}
+
+LoaderOptions image_options(const std::string& dir) {
+  LoaderOptions o;
+  o.path = dir;
+  o.batch_size = 8;
+  o.transform.size = 24;
+  o.threads = 2;
+  o.rank = 0;
+  o.world_size = 1;
+  o.order.seed = 7;
+  return o;
+}
+
+struct Epoch {
+  std::vector<std::vector<int64_t>> indices;
+  std::vector<std::vector<uint8_t>> images;
+  std::vector<int64_t> labels;
+};
+
+Epoch run_epoch(Loader& l) {
+  Epoch e;
+  while (auto b = l.next()) {
+    const auto& idx = (*b)["index"];
+    std::vector<int64_t> v(static_cast<const int64_t*>(idx.data), static_cast<const int64_t*>(idx.data) + idx.numel());
+    e.indices.push_back(v);
+    if (auto* img = b->find("image")) {
+      const auto* p = static_cast<const uint8_t*>(img->data);
+      e.images.emplace_back(p, p + img->bytes());
+      const auto* lab = static_cast<const int64_t*>((*b)["label"].data);
+      e.labels.insert(e.labels.end(), lab, lab + b->size());
+    }
+  }
+  return e;
+}
+
+TEST(Loader, EveryRecordExactlyOncePerEpochWithRightLabels) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 37);
+  for (bool drop_last : {false, true}) {
+    auto o = image_options(dir.str());
+    o.drop_last = drop_last;
+    Loader l(o);
+    EXPECT_EQ(l.num_batches(), drop_last ? 4u : 5u);
+    Epoch e = run_epoch(l);
+    std::multiset<int64_t> seen;
+    size_t k = 0;
+    for (auto& b : e.indices) {
+      for (size_t j = 0; j < b.size(); ++j) {
+        seen.insert(b[j]);
+        EXPECT_EQ(e.labels[k++], b[j] % 5);
+      }
+    }
+    EXPECT_EQ(seen.size(), drop_last ? 32u : 37u);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "duplicates";
+    if (!drop_last) EXPECT_EQ(e.indices.back().size(), 5u);
+  }
+}
+
+TEST(Loader, OutputIsIdenticalAcrossThreadCountsAndRuns) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 30);
+  Epoch ref;
+  for (unsigned threads : {1u, 2u, 4u}) {
+    auto o = image_options(dir.str());
+    o.threads = threads;
+    o.slots = threads;  // also vary the ring
+    Loader l(o);
+    Epoch e = run_epoch(l);
+    if (threads == 1) {
+      ref = e;
+      continue;
+    }
+    EXPECT_EQ(e.indices, ref.indices) << threads;
+    EXPECT_EQ(e.images, ref.images) << threads;  // same augmentation draws, bit for bit
+  }
+}
+
+TEST(Loader, EpochsDifferAndSetEpochRestarts) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 30);
+  Loader l(image_options(dir.str()));
+  Epoch e0 = run_epoch(l);
+  l.set_epoch(1);
+  Epoch e1 = run_epoch(l);
+  EXPECT_NE(e0.indices, e1.indices);
+  l.set_epoch(0);
+  EXPECT_EQ(run_epoch(l).indices, e0.indices);
+}
+
+TEST(Loader, RanksAreDisjointAndCoverTheEpoch) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 29);
+  std::multiset<int64_t> all;
+  for (int r = 0; r < 3; ++r) {
+    auto o = image_options(dir.str());
+    o.rank = r;
+    o.world_size = 3;
+    Loader l(o);
+    for (auto& b : run_epoch(l).indices) all.insert(b.begin(), b.end());
+  }
+  EXPECT_EQ(all.size(), 29u);
+  EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), 29u);
+}
+
+TEST(Loader, ResumeMidEpochOnAnotherWorldSizeContinuesTheSequence) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 61);
+  // Uninterrupted single-rank reference of the global sequence with batch 4.
+  auto o = image_options(dir.str());
+  o.batch_size = 4;
+  std::vector<int64_t> reference;
+  {
+    Loader l(o);
+    for (auto& b : run_epoch(l).indices) reference.insert(reference.end(), b.begin(), b.end());
+  }
+  // World size 3, batch 4: stop after 2 steps on every rank.
+  std::vector<int64_t> consumed;
+  std::string saved;
+  for (int r = 0; r < 3; ++r) {
+    auto o3 = o;
+    o3.rank = r;
+    o3.world_size = 3;
+    Loader l(o3);
+    for (int k = 0; k < 2; ++k) {
+      auto b = l.next();
+      ASSERT_TRUE(b);
+      auto* p = static_cast<const int64_t*>((*b)["index"].data);
+      consumed.insert(consumed.end(), p, p + b->size());
+    }
+    saved = l.state().serialize();
+  }
+  // Resume on world size 2.
+  std::vector<int64_t> rest;
+  for (int r = 0; r < 2; ++r) {
+    auto o2 = o;
+    o2.rank = r;
+    o2.world_size = 2;
+    Loader l(o2);
+    l.load_state(OrderState::parse(saved));
+    for (auto& b : run_epoch(l).indices) rest.insert(rest.end(), b.begin(), b.end());
+  }
+  std::vector<int64_t> joined = consumed;
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  std::sort(joined.begin(), joined.end());
+  std::vector<int64_t> sorted_ref = reference;
+  std::sort(sorted_ref.begin(), sorted_ref.end());
+  EXPECT_EQ(joined, sorted_ref) << "a sample was repeated or skipped";
+  // And the consumed prefix is exactly the first 24 of the global sequence.
+  std::vector<int64_t> first(reference.begin(), reference.begin() + 24);
+  std::sort(first.begin(), first.end());
+  std::sort(consumed.begin(), consumed.end());
+  EXPECT_EQ(consumed, first);
+}
+
+TEST(Loader, BatchesStayValidWhileHeldAndTheRingGrows) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 40);
+  auto o = image_options(dir.str());
+  o.slots = 2;
+  Loader l(o);
+  std::vector<Batch> held;
+  std::vector<std::vector<uint8_t>> copies;
+  while (auto b = l.next()) {
+    const auto& img = (*b)["image"];
+    copies.emplace_back(static_cast<uint8_t*>(img.data), static_cast<uint8_t*>(img.data) + img.bytes());
+    held.push_back(std::move(*b));
+  }
+  EXPECT_EQ(held.size(), 5u);
+  EXPECT_GE(l.stats().slots, 5u);
+  for (size_t i = 0; i < held.size(); ++i) {
+    const auto& img = held[i]["image"];
+    EXPECT_EQ(std::memcmp(img.data, copies[i].data(), img.bytes()), 0) << "memory reused under a live batch " << i;
+  }
+}
+
+TEST(Loader, CorruptRecordStopsWithShardAndRecordNamed) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 20, 1 << 20);
+  auto ds = Dataset::open(dir.str());
+  auto r = ds->shard(0);
+  auto bytes = testing::read_file(ds->shard_path(0));
+  bytes[r->location(5).offset + 10] ^= 0x55;
+  testing::write_file(ds->shard_path(0), bytes);
+  auto o = image_options(dir.str());
+  o.order.kind = OrderKind::kSequential;
+  Loader l(o);
+  try {
+    while (l.next()) {
+    }
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("shard-00000.stk: record 5: checksum mismatch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, TokensRoundTripWithTargets) {
+  TempDir dir;
+  const uint32_t L = 16;
+  make_token_dataset(dir.str(), 5000, L, 8, true);
+  LoaderOptions o;
+  o.path = dir.str();
+  o.batch_size = 5;
+  o.targets = true;
+  o.token_type_is_stored = false;
+  o.token_type = ElemType::kInt64;
+  o.threads = 2;
+  o.rank = 0;
+  o.world_size = 1;
+  Loader l(o);
+  std::set<int64_t> rows;
+  while (auto b = l.next()) {
+    const auto& tok = (*b)["tokens"];
+    const auto& tgt = (*b)["targets"];
+    ASSERT_EQ(tok.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), L}));
+    auto* t = static_cast<const int64_t*>(tok.data);
+    auto* g = static_cast<const int64_t*>(tgt.data);
+    auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      rows.insert(idx[j]);
+      for (uint32_t q = 0; q < L; ++q) {
+        ASSERT_EQ(t[j * L + q], static_cast<int64_t>((idx[j] * L + q) % 65521));
+        ASSERT_EQ(g[j * L + q], static_cast<int64_t>((idx[j] * L + q + 1) % 65521));
+      }
+    }
+  }
+  EXPECT_EQ(rows.size(), (5000 - 1) / L);
+}
+
+TEST(Loader, ShutdownWithWorkInFlightIsPrompt) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 60);
+  for (int i = 0; i < 5; ++i) {
+    auto o = image_options(dir.str());
+    o.slots = 4;
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      Loader l(o);
+      auto b = l.next();
+      ASSERT_TRUE(b);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// Corrupts the stored bytes of the given global records (CRC mismatch on read).
+void corrupt_records(const std::string& dir, const std::vector<uint64_t>& globals) {
+  auto ds = Dataset::open(dir);
+  for (uint64_t g : globals) {
+    auto [s, r] = ds->locate(g);
+    auto bytes = testing::read_file(ds->shard_path(s));
+    bytes[ds->shard(s)->location(r).offset + 3] ^= 0x5A;
+    testing::write_file(ds->shard_path(s), bytes);
+  }
+}
+
+TEST(LoaderSkip, BadRecordsAreDroppedCountedAndBatchesStayFull) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 43, 1 << 20);
+  const std::vector<uint64_t> bad = {0, 5, 6, 17, 42};
+  corrupt_records(dir.str(), bad);
+  auto run = [&](unsigned threads, unsigned slots) {
+    auto o = image_options(dir.str());
+    o.on_error = OnError::kSkip;
+    o.threads = threads;
+    o.slots = slots;
+    Loader l(o);
+    Epoch e = run_epoch(l);
+    EXPECT_EQ(l.stats().skipped, bad.size());
+    return e;
+  };
+  Epoch e = run(2, 4);
+  std::multiset<int64_t> seen;
+  for (size_t k = 0; k < e.indices.size(); ++k) {
+    if (k + 1 < e.indices.size()) EXPECT_EQ(e.indices[k].size(), 8u) << "batch " << k << " not full";
+    seen.insert(e.indices[k].begin(), e.indices[k].end());
+  }
+  EXPECT_EQ(seen.size(), 43u - bad.size());
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a record was delivered twice";
+  for (uint64_t b : bad) EXPECT_EQ(seen.count(static_cast<int64_t>(b)), 0u);
+  // Labels still belong to their records after samples moved between slots.
+  size_t q = 0;
+  for (auto& b : e.indices)
+    for (int64_t i : b) EXPECT_EQ(e.labels[q++], i % 5);
+  // Deterministic whatever the threads and ring size.
+  Epoch e1 = run(1, 1);
+  EXPECT_EQ(e1.indices, e.indices);
+  EXPECT_EQ(e1.images, e.images);
+}
+
+TEST(LoaderSkip, MissingShardMidEpochIsSkippedOrNamed) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 40, 16 << 10);
+  auto ds = Dataset::open(dir.str());
+  ASSERT_GT(ds->shard_count(), 3u);
+  const uint64_t lost = ds->manifest().shards[2].records;
+  std::filesystem::remove(ds->shard_path(2));
+  {
+    auto o = image_options(dir.str());
+    o.on_error = OnError::kSkip;
+    Loader l(o);
+    Epoch e = run_epoch(l);
+    uint64_t n = 0;
+    for (auto& b : e.indices) n += b.size();
+    EXPECT_EQ(n, 40 - lost);
+    EXPECT_EQ(l.stats().skipped, lost);
+  }
+  auto o = image_options(dir.str());
+  Loader l(o);
+  try {
+    while (l.next()) {
+    }
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shard-00002.stk"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace stoker

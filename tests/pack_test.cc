@@ -1,0 +1,776 @@
+// The packers (imagefolder, tokens, wds), extract and the sample generators, on data
+// the tests make themselves: labels, class names, order, byte-identical round trips,
+// --skip-bad accounting, error codes naming the file, and determinism across runs and
+// thread counts.
+#include "stoker/pack.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "pack/ordered_pool.h"
+#include "pack/pack_common.h"
+#include "pack/progress.h"
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "tar_builder.h"
+#include "util/test_util.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::make_jpeg;
+using testing::read_file;
+using testing::TempDir;
+using testing::write_file;
+
+std::vector<uint8_t> span_vec(std::span<const uint8_t> s) { return {s.begin(), s.end()}; }
+
+// Every file under `dir` (relative path -> bytes).
+std::map<std::string, std::vector<uint8_t>> tree(const std::string& dir) {
+  std::map<std::string, std::vector<uint8_t>> out;
+  for (auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = read_file(e.path().string());
+  return out;
+}
+
+template <class F>
+ErrorCode error_of(F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return ErrorCode::kCancelled;
+}
+
+// ---- imagefolder ------------------------------------------------------------------
+
+struct Expected {
+  std::vector<uint8_t> jpeg;
+  int64_t label;
+};
+
+// Classes given out of order (and a nested directory) so sorting is exercised.
+std::vector<Expected> make_tree(const std::string& src) {
+  struct F {
+    const char* cls;
+    const char* rel;
+    int w, h;
+  };
+  const F files[] = {{"zebra", "b.jpg", 40, 30}, {"zebra", "a.jpg", 33, 17}, {"Apple", "x.jpeg", 64, 48},
+                     {"mango", "sub/c.jpg", 21, 50}, {"mango", "a.JPG", 16, 16}, {"mango", "b", 50, 20}};
+  std::map<std::string, std::map<std::string, std::vector<uint8_t>>> by_class;
+  uint32_t seed = 1;
+  for (const F& f : files) {
+    auto jpeg = make_jpeg(f.w, f.h, seed++);
+    fs::create_directories(fs::path(src) / f.cls / fs::path(f.rel).parent_path());
+    write_file(src + "/" + f.cls + "/" + f.rel, jpeg);
+    by_class[f.cls][f.rel] = jpeg;
+  }
+  write_file(src + "/README.txt", {'h', 'i'});  // top-level files are ignored
+  // Byte-wise order: "Apple" < "mango" < "zebra"; "a.JPG" < "b" < "sub/c.jpg".
+  std::vector<Expected> out;
+  int64_t label = 0;
+  for (auto& [cls, files_of] : by_class) {
+    for (auto& [rel, bytes] : files_of) out.push_back({bytes, label});
+    ++label;
+  }
+  return out;
+}
+
+TEST(PackImageFolder, LabelsClassNamesAndOrder) {
+  TempDir tmp;
+  auto want = make_tree(tmp.str("src"));
+  ImageFolderPackOptions o;
+  o.threads = 2;
+  PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_EQ(s.records, want.size());
+  EXPECT_EQ(s.shards, 1u);
+  EXPECT_TRUE(s.skipped.empty());
+  auto ds = Dataset::open(tmp.str("out"));
+  EXPECT_EQ(ds->schema().to_string(), "jpeg:jpeg label:int64");
+  EXPECT_EQ(ds->manifest().class_names, (std::vector<std::string>{"Apple", "mango", "zebra"}));
+  ASSERT_EQ(ds->record_count(), want.size());
+  uint64_t jpeg_bytes = 0;
+  for (uint64_t i = 0; i < want.size(); ++i) {
+    Record r = ds->read(i);
+    EXPECT_EQ(span_vec(r.fields[0]), want[i].jpeg) << "record " << i;
+    EXPECT_EQ(r.int64_field(1), want[i].label) << "record " << i;
+    jpeg_bytes += want[i].jpeg.size();
+  }
+  EXPECT_EQ(s.input_bytes, jpeg_bytes);
+  EXPECT_EQ(s.raw_bytes, jpeg_bytes + 8 * want.size());
+  EXPECT_EQ(s.bytes, fs::file_size(ds->shard_path(0)));
+}
+
+TEST(PackImageFolder, ExtractGivesByteIdenticalJpegs) {
+  TempDir tmp;
+  auto want = make_tree(tmp.str("src"));
+  ImageFolderPackOptions o;
+  o.shard_size = 4096;  // several shards
+  pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  PackSummary x = extract_dataset(tmp.str("out"), tmp.str("extracted"));
+  EXPECT_EQ(x.records, want.size());
+  EXPECT_GT(x.shards, 1u);
+  auto got = tree(tmp.str("extracted"));
+  ASSERT_EQ(got.size(), want.size());
+  const char* cls[] = {"Apple", "mango", "zebra"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%s/%08zu.jpg", cls[want[i].label], i);
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got[name], want[i].jpeg) << name;
+  }
+}
+
+TEST(PackImageFolder, SkipBadCountsAndListsBadFiles) {
+  TempDir tmp;
+  auto want = make_tree(tmp.str("src"));
+  write_file(tmp.str("src/mango/notes.txt"), {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'});
+  write_file(tmp.str("src/zebra/empty.jpg"), {});
+  auto cut = make_jpeg(32, 32, 99);
+  cut.resize(40);  // header cut off mid-segment
+  write_file(tmp.str("src/Apple/cut.jpg"), cut);
+  ImageFolderPackOptions o;
+  o.skip_bad = true;
+  PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_EQ(s.records, want.size());
+  ASSERT_EQ(s.skipped.size(), 3u);
+  // Listed in pack order, each naming its file.
+  EXPECT_NE(s.skipped[0].find("Apple/cut.jpg"), std::string::npos) << s.skipped[0];
+  EXPECT_NE(s.skipped[1].find("mango/notes.txt"), std::string::npos) << s.skipped[1];
+  EXPECT_NE(s.skipped[2].find("zebra/empty.jpg"), std::string::npos) << s.skipped[2];
+  auto ds = Dataset::open(tmp.str("out"));
+  for (uint64_t i = 0; i < want.size(); ++i) EXPECT_EQ(span_vec(ds->read(i).fields[0]), want[i].jpeg);
+}
+
+TEST(PackImageFolder, BadFileWithoutSkipBadIsDataLossNamingIt) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  write_file(tmp.str("src/mango/notes.txt"), {'h', 'e', 'l', 'l', 'o'});
+  std::string msg;
+  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find(tmp.str("src/mango/notes.txt")), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(tmp.str("out/MANIFEST")));  // no dataset left behind
+}
+
+TEST(PackImageFolder, UnreadableFileIsReportedOrSkipped) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: permissions do not stop reads";
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  write_file(tmp.str("src/zebra/locked.jpg"), make_jpeg(8, 8, 5));
+  ::chmod(tmp.str("src/zebra/locked.jpg").c_str(), 0);
+  std::string msg;
+  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kIoError);
+  EXPECT_NE(msg.find("locked.jpg"), std::string::npos) << msg;
+  ImageFolderPackOptions o;
+  o.skip_bad = true;
+  EXPECT_EQ(pack_imagefolder(tmp.str("src"), tmp.str("out"), o).skipped.size(), 1u);
+}
+
+TEST(PackImageFolder, ByteIdenticalAcrossRunsAndThreadCounts) {
+  TempDir tmp;
+  const std::string src = tmp.str("src");
+  for (int c = 0; c < 4; ++c)
+    fs::create_directories(src + "/c" + std::to_string(c));
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 12; ++i)
+      write_file(src + "/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg",
+                 make_jpeg(24 + i * 3, 20 + c * 5, static_cast<uint32_t>(c * 100 + i)));
+  std::vector<std::map<std::string, std::vector<uint8_t>>> results;
+  for (int threads : {1, 2, 2, 3}) {
+    ImageFolderPackOptions o;
+    o.threads = threads;
+    o.shard_size = 16 << 10;
+    const std::string out = tmp.str("out" + std::to_string(results.size()));
+    PackSummary s = pack_imagefolder(src, out, o);
+    EXPECT_GT(s.shards, 2u);
+    results.push_back(tree(out));
+  }
+  for (size_t i = 1; i < results.size(); ++i) EXPECT_TRUE(results[i] == results[0]) << "run " << i << " differs";
+  EXPECT_TRUE(results[0].count("MANIFEST"));
+}
+
+TEST(PackImageFolder, Align4096PutsEveryRecordOnABlock) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  ImageFolderPackOptions o;
+  o.align = 4096;
+  pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  auto ds = Dataset::open(tmp.str("out"));
+  auto shard = ds->shard(0);
+  EXPECT_EQ(shard->header().align, 4096u);
+  for (uint64_t i = 0; i < shard->record_count(); ++i) EXPECT_EQ(shard->location(i).offset % 4096, 0u) << i;
+}
+
+TEST(PackImageFolder, RefusesToOverwriteADatasetUnlessAsked) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  pack_imagefolder(tmp.str("src"), tmp.str("out"));
+  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
+  ImageFolderPackOptions o;
+  o.overwrite = true;
+  EXPECT_EQ(pack_imagefolder(tmp.str("src"), tmp.str("out"), o).records, 6u);
+}
+
+TEST(PackImageFolder, MissingOrEmptySourceIsAnError) {
+  TempDir tmp;
+  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("nope"), tmp.str("out")); }), ErrorCode::kNotFound);
+  fs::create_directories(tmp.str("flat"));
+  write_file(tmp.str("flat/a.jpg"), make_jpeg(8, 8, 1));
+  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("flat"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
+}
+
+// Decodes a JPEG to RGB with TurboJPEG.
+std::vector<uint8_t> decode_rgb(const std::vector<uint8_t>& jpeg) {
+  tjhandle h = tjInitDecompress();
+  int w = 0, hh = 0, ss = 0, cs = 0;
+  EXPECT_EQ(tjDecompressHeader3(h, jpeg.data(), jpeg.size(), &w, &hh, &ss, &cs), 0);
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * hh * 3);
+  EXPECT_EQ(tjDecompress2(h, jpeg.data(), jpeg.size(), rgb.data(), w, 0, hh, TJPF_RGB, 0), 0);
+  tjDestroy(h);
+  return rgb;
+}
+
+TEST(PackImageFolder, BaselineRewritesProgressiveJpegsLosslessly) {
+  TempDir tmp;
+  auto prog = make_jpeg(90, 70, 3, 85, 2, /*progressive=*/true);
+  auto base = make_jpeg(40, 30, 4);
+  fs::create_directories(tmp.str("src/a"));
+  write_file(tmp.str("src/a/0.jpg"), prog);
+  write_file(tmp.str("src/a/1.jpg"), base);
+  internal::JpegHeader info;
+  ASSERT_EQ(internal::check_jpeg_header(prog, &info), "");
+  ASSERT_TRUE(info.progressive);
+  ImageFolderPackOptions o;
+  o.baseline = true;
+  PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_EQ(s.rewritten, 1u);
+  auto ds = Dataset::open(tmp.str("out"));
+  auto stored = span_vec(ds->read(0).fields[0]);
+  ASSERT_EQ(internal::check_jpeg_header(stored, &info), "");
+  EXPECT_FALSE(info.progressive);
+  EXPECT_EQ(decode_rgb(stored), decode_rgb(prog));          // lossless
+  EXPECT_EQ(span_vec(ds->read(1).fields[0]), base);          // baseline files untouched
+  // Without the option the progressive file is stored as it was.
+  pack_imagefolder(tmp.str("src"), tmp.str("out2"));
+  EXPECT_EQ(span_vec(Dataset::open(tmp.str("out2"))->read(0).fields[0]), prog);
+}
+
+// ---- tokens -----------------------------------------------------------------------
+
+template <class T>
+std::vector<T> make_stream(size_t n, uint32_t seed, uint32_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<T> v(n);
+  for (auto& t : v) t = static_cast<T>(rng() % vocab);
+  return v;
+}
+
+template <class T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+template <class T>
+void check_rows(const Dataset& ds, const std::vector<T>& stream, uint32_t N) {
+  uint64_t row = 0;
+  for (uint64_t i = 0; i < ds.record_count(); ++i) {
+    Record r = ds.read(i);
+    ASSERT_EQ(r.fields[0].size() % ((N + 1) * sizeof(T)), 0u);
+    const T* p = reinterpret_cast<const T*>(r.fields[0].data());
+    const size_t rows = r.fields[0].size() / ((N + 1) * sizeof(T));
+    for (size_t j = 0; j < rows; ++j, ++row)
+      for (uint32_t k = 0; k <= N; ++k)
+        ASSERT_EQ(p[j * (N + 1) + k], stream[row * N + k]) << "row " << row << " token " << k;
+  }
+  EXPECT_EQ(row, (stream.size() - 1) / N);
+}
+
+TEST(PackTokens, FlatUint16RowsOverlapByOneToken) {
+  TempDir tmp;
+  auto stream = make_stream<uint16_t>(10007, 1, 50257);
+  write_file(tmp.str("train.bin"), as_bytes(stream));
+  TokensPackOptions o;
+  o.seq_len = 64;
+  o.rows_per_record = 7;
+  o.threads = 2;
+  PackSummary s = pack_tokens(tmp.str("train.bin"), tmp.str("out"), o);
+  const uint64_t rows = (10007 - 1) / 64;  // 156
+  EXPECT_EQ(s.records, (rows + 6) / 7);
+  auto ds = Dataset::open(tmp.str("out"));
+  ASSERT_EQ(ds->schema().fields.size(), 1u);
+  const Field& f = ds->schema().fields[0];
+  EXPECT_EQ(f.name, "tokens");
+  EXPECT_EQ(f.kind, FieldKind::kTokens);
+  EXPECT_EQ(f.dtype, DType::kUint16);
+  EXPECT_EQ(f.seq_len, 64u);
+  EXPECT_EQ(ds->manifest().meta.at("seq_len"), "64");
+  EXPECT_EQ(ds->manifest().meta.at("dtype"), "uint16");
+  EXPECT_EQ(ds->manifest().meta.at("tokens"), "10007");
+  EXPECT_EQ(ds->manifest().meta.at("source"), "flat:train.bin");
+  EXPECT_EQ(ds->read(0).fields[0].size(), 7u * 65 * 2);
+  EXPECT_EQ(ds->read(ds->record_count() - 1).fields[0].size(), (rows % 7 ? rows % 7 : 7) * 65 * 2);
+  check_rows(*ds, stream, 64);
+}
+
+TEST(PackTokens, Uint32ZstdRoundTripsThroughExtract) {
+  TempDir tmp;
+  // Compressible: a small vocabulary.
+  auto stream = make_stream<uint32_t>(300001, 2, 300);
+  write_file(tmp.str("t.bin"), as_bytes(stream));
+  TokensPackOptions o;
+  o.dtype = DType::kUint32;
+  o.seq_len = 100;
+  o.zstd_level = 3;
+  PackSummary s = pack_tokens(tmp.str("t.bin"), tmp.str("out"), o);
+  EXPECT_LT(s.stored_bytes, s.raw_bytes / 2);
+  auto ds = Dataset::open(tmp.str("out"));
+  EXPECT_EQ(ds->shard(0)->header().compression, Compression::kZstd);
+  EXPECT_TRUE(ds->shard(0)->location(0).flags & kRecordZstd);
+  // Default rows per record: as many as fit in 256 KiB.
+  EXPECT_EQ(ds->read(0).fields[0].size(), (256u * 1024 / (101 * 4)) * 101 * 4);
+  check_rows(*ds, stream, 100);
+  extract_dataset(tmp.str("out"), tmp.str("x"));
+  const uint64_t rows = (stream.size() - 1) / 100;
+  std::vector<uint32_t> prefix(stream.begin(), stream.begin() + static_cast<long>(rows * 100 + 1));
+  EXPECT_EQ(read_file(tmp.str("x/tokens.bin")), as_bytes(prefix));
+}
+
+TEST(PackTokens, ByteIdenticalAcrossThreadCounts) {
+  TempDir tmp;
+  auto stream = make_stream<uint16_t>(200000, 3, 1000);
+  write_file(tmp.str("t.bin"), as_bytes(stream));
+  std::vector<std::map<std::string, std::vector<uint8_t>>> results;
+  for (int threads : {1, 2, 4}) {
+    TokensPackOptions o;
+    o.seq_len = 256;
+    o.rows_per_record = 16;
+    o.zstd_level = 5;
+    o.threads = threads;
+    o.shard_size = 64 << 10;
+    const std::string out = tmp.str("o" + std::to_string(threads));
+    EXPECT_GT(pack_tokens(tmp.str("t.bin"), out, o).shards, 1u);
+    results.push_back(tree(out));
+  }
+  EXPECT_TRUE(results[1] == results[0]);
+  EXPECT_TRUE(results[2] == results[0]);
+}
+
+TEST(PackTokens, BadInputsAreClearErrors) {
+  TempDir tmp;
+  write_file(tmp.str("odd.bin"), {1, 2, 3});
+  TokensPackOptions o;
+  o.seq_len = 1;
+  std::string msg;
+  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("odd.bin"), tmp.str("o1"), o); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("odd.bin"), std::string::npos) << msg;
+  write_file(tmp.str("short.bin"), as_bytes(make_stream<uint16_t>(10, 1, 5)));
+  o.seq_len = 10;  // needs 11 tokens
+  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("short.bin"), tmp.str("o2"), o); }), ErrorCode::kInvalidArgument);
+  o.seq_len = 9;  // exactly one row
+  EXPECT_EQ(pack_tokens(tmp.str("short.bin"), tmp.str("o3"), o).records, 1u);
+  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("missing.bin"), tmp.str("o4"), o); }), ErrorCode::kNotFound);
+}
+
+// A Megatron MMapIndexedDataset pair: sequences placed in the .bin with gaps, so the
+// packer must follow the pointers.
+struct Megatron {
+  std::vector<std::vector<uint16_t>> seqs;
+  std::vector<int64_t> doc_idx;
+};
+
+std::vector<uint8_t> megatron_idx(const std::vector<int32_t>& sizes, const std::vector<int64_t>& ptrs,
+                                  const std::vector<int64_t>& docs, uint8_t code = 8, uint64_t version = 1) {
+  std::vector<uint8_t> b = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+  auto put = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  put(version, 8);
+  b.push_back(code);
+  put(sizes.size(), 8);
+  put(docs.size(), 8);
+  for (int32_t s : sizes) put(static_cast<uint32_t>(s), 4);
+  for (int64_t p : ptrs) put(static_cast<uint64_t>(p), 8);
+  for (int64_t d : docs) put(static_cast<uint64_t>(d), 8);
+  return b;
+}
+
+TEST(PackTokens, MegatronPairIsReadInIndexOrder) {
+  TempDir tmp;
+  std::vector<int32_t> sizes = {5, 300, 1, 77, 1000, 42};
+  std::vector<uint8_t> bin;
+  std::vector<int64_t> ptrs;
+  std::vector<uint16_t> stream;
+  uint32_t seed = 10;
+  for (int32_t n : sizes) {
+    bin.resize(bin.size() + 6, 0xEE);  // a gap the index skips
+    ptrs.push_back(static_cast<int64_t>(bin.size()));
+    auto seq = make_stream<uint16_t>(static_cast<size_t>(n), seed++, 60000);
+    auto b = as_bytes(seq);
+    bin.insert(bin.end(), b.begin(), b.end());
+    stream.insert(stream.end(), seq.begin(), seq.end());
+  }
+  write_file(tmp.str("corpus_text_document.bin"), bin);
+  write_file(tmp.str("corpus_text_document.idx"), megatron_idx(sizes, ptrs, {0, 2, 3, 6}));
+  MegatronIndex idx = read_megatron_index(tmp.str("corpus_text_document.idx"), static_cast<int64_t>(bin.size()));
+  EXPECT_EQ(idx.version, 1u);
+  EXPECT_EQ(idx.dtype, DType::kUint16);
+  EXPECT_EQ(idx.sizes, sizes);
+  EXPECT_EQ(idx.pointers, ptrs);
+  EXPECT_EQ(idx.doc_idx, (std::vector<int64_t>{0, 2, 3, 6}));
+
+  for (const char* which : {".bin", ".idx"}) {
+    TokensPackOptions o;
+    o.dtype = DType::kNone;  // taken from the index
+    o.seq_len = 32;
+    o.rows_per_record = 3;
+    const std::string out = tmp.str(std::string("out") + which);
+    pack_tokens(tmp.str(std::string("corpus_text_document") + which), out, o);
+    auto ds = Dataset::open(out);
+    EXPECT_EQ(ds->manifest().meta.at("tokens"), std::to_string(stream.size()));
+    EXPECT_EQ(ds->manifest().meta.at("source"), "megatron:corpus_text_document.bin");
+    check_rows(*ds, stream, 32);
+  }
+  TokensPackOptions o;
+  o.dtype = DType::kUint32;  // contradicts the index
+  o.seq_len = 32;
+  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("corpus_text_document.bin"), tmp.str("o5"), o); }),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(PackTokens, BadMegatronIndexIsDataLoss) {
+  TempDir tmp;
+  write_file(tmp.str("d.bin"), std::vector<uint8_t>(100, 1));
+  const int64_t bin = 100;
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> idx;
+  };
+  auto good = megatron_idx({10, 20}, {0, 20}, {0, 2});
+  auto bad_magic = good;
+  bad_magic[0] = 'X';
+  auto huge_count = good;
+  huge_count[18 + 7] = 0x10;  // sequence count ~2^60
+  auto truncated = good;
+  truncated.resize(truncated.size() - 4);
+  std::vector<Case> cases = {
+      {"bad magic", bad_magic},
+      {"version 2", megatron_idx({10}, {0}, {0, 1}, 8, 2)},
+      {"unknown dtype", megatron_idx({10}, {0}, {0, 1}, 42)},
+      {"count beyond file", huge_count},
+      {"truncated", truncated},
+      {"pointer past .bin", megatron_idx({10, 20}, {0, 70}, {0, 2})},
+      {"negative size", megatron_idx({-1}, {0}, {0, 1})},
+      {"doc index decreasing", megatron_idx({1, 1, 1}, {0, 2, 4}, {0, 2, 1, 3})},
+      {"doc index not ending at count", megatron_idx({1, 1}, {0, 2}, {0, 1})},
+      {"too short", {'M', 'M'}},
+  };
+  for (auto& c : cases) {
+    write_file(tmp.str("d.idx"), c.idx);
+    std::string msg;
+    EXPECT_EQ(error_of([&] { read_megatron_index(tmp.str("d.idx"), bin); }, &msg), ErrorCode::kDataLoss) << c.what;
+    EXPECT_NE(msg.find("d.idx"), std::string::npos) << c.what << ": " << msg;
+    TokensPackOptions o;
+    o.seq_len = 4;
+    EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("d.idx"), tmp.str("o"), o); }), ErrorCode::kDataLoss) << c.what;
+  }
+  write_file(tmp.str("d.idx"), good);
+  EXPECT_EQ(read_megatron_index(tmp.str("d.idx"), bin).sizes.size(), 2u);
+}
+
+// ---- wds --------------------------------------------------------------------------
+
+struct WdsSample {
+  std::string key;
+  std::vector<uint8_t> jpeg;
+  int64_t label;
+};
+
+TEST(PackWds, SamplesAreGroupedByKeyAcrossTars) {
+  TempDir tmp;
+  std::vector<WdsSample> want;
+  testing::TarBuilder a;
+  for (int i = 0; i < 5; ++i) {
+    WdsSample s{"shard0/" + std::to_string(i), make_jpeg(20 + i, 16, static_cast<uint32_t>(i)), i % 3};
+    if (i % 2) {  // field order within a sample does not matter
+      a.file(s.key + ".cls", std::to_string(s.label) + "\n");
+      a.file(s.key + ".jpg", s.jpeg);
+    } else {
+      a.file(s.key + ".jpeg", s.jpeg);
+      a.file(s.key + ".json", "{}");  // ignored
+      a.file(s.key + ".cls", std::to_string(s.label));
+    }
+    want.push_back(s);
+  }
+  a.header("shard0/", 0, '5');
+  a.end();
+  testing::TarBuilder b;
+  const std::string long_key = "long/" + std::string(140, 'k');
+  WdsSample l{long_key, make_jpeg(30, 30, 77), 2};
+  b.gnu_long_file(long_key + ".jpg", l.jpeg);
+  b.gnu_long_file(long_key + ".cls", {'2'});
+  want.push_back(l);
+  WdsSample p{"pax/" + std::string(120, 'p') + "/s", make_jpeg(12, 40, 78), 0};
+  b.pax_file(p.key + ".cls", {'0'}, "a");
+  b.pax_file(p.key + ".JPG", p.jpeg, "b");
+  want.push_back(p);
+  b.end();
+  write_file(tmp.str("a.tar"), a.bytes);
+  write_file(tmp.str("b.tar"), b.bytes);
+  WdsPackOptions o;
+  o.class_names = {"cat", "dog", "eel"};
+  PackSummary s = pack_wds({tmp.str("a.tar"), tmp.str("b.tar")}, tmp.str("out"), o);
+  EXPECT_EQ(s.records, want.size());
+  auto ds = Dataset::open(tmp.str("out"));
+  EXPECT_EQ(ds->manifest().class_names, o.class_names);
+  ASSERT_EQ(ds->record_count(), want.size());
+  for (uint64_t i = 0; i < want.size(); ++i) {
+    Record r = ds->read(i);
+    EXPECT_EQ(span_vec(r.fields[0]), want[i].jpeg) << want[i].key;
+    EXPECT_EQ(r.int64_field(1), want[i].label) << want[i].key;
+  }
+  // Round trip through extract: class directories from the given names.
+  extract_dataset(tmp.str("out"), tmp.str("x"));
+  EXPECT_EQ(read_file(tmp.str("x/eel/00000005.jpg")), l.jpeg);
+}
+
+TEST(PackWds, BadSamplesAreErrorsNamingTarAndKeyOrSkipped) {
+  TempDir tmp;
+  testing::TarBuilder t;
+  auto good = make_jpeg(16, 16, 1);
+  t.file("ok1.jpg", good);
+  t.file("ok1.cls", "1");
+  t.file("nolabel.jpg", good);
+  t.file("noimage.cls", "1");
+  t.file("badlabel.jpg", good);
+  t.file("badlabel.cls", "one");
+  t.file("notjpeg.jpg", "GIF89a....");
+  t.file("notjpeg.cls", "0");
+  t.file("big.jpg", good);
+  t.file("big.cls", "7");  // >= class count
+  t.file("ok2.jpg", good);
+  t.file("ok2.cls", "0");
+  t.end();
+  write_file(tmp.str("t.tar"), t.bytes);
+  WdsPackOptions o;
+  o.class_names = {"a", "b"};
+  std::string msg;
+  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out"), o); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'nolabel'"), std::string::npos) << msg;
+  o.skip_bad = true;
+  PackSummary s = pack_wds({tmp.str("t.tar")}, tmp.str("out"), o);
+  EXPECT_EQ(s.records, 2u);
+  ASSERT_EQ(s.skipped.size(), 5u);
+  const char* keys[] = {"'nolabel'", "'noimage'", "'badlabel'", "'notjpeg'", "'big'"};
+  for (size_t i = 0; i < 5; ++i) EXPECT_NE(s.skipped[i].find(keys[i]), std::string::npos) << s.skipped[i];
+  auto ds = Dataset::open(tmp.str("out"));
+  EXPECT_EQ(ds->read(0).int64_field(1), 1);
+  EXPECT_EQ(ds->read(1).int64_field(1), 0);
+}
+
+TEST(PackWds, MalformedTarIsDataLoss) {
+  TempDir tmp;
+  testing::TarBuilder t;
+  t.file("../x.jpg", make_jpeg(8, 8, 1));
+  t.end();
+  write_file(tmp.str("t.tar"), t.bytes);
+  std::string msg;
+  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("none.tar")}, tmp.str("out")); }), ErrorCode::kNotFound);
+}
+
+TEST(PackWds, ByteIdenticalAcrossThreadCounts) {
+  TempDir tmp;
+  testing::TarBuilder t;
+  for (int i = 0; i < 40; ++i) {
+    t.file("s" + std::to_string(i) + ".jpg", make_jpeg(16 + i, 16, static_cast<uint32_t>(i)));
+    t.file("s" + std::to_string(i) + ".cls", std::to_string(i % 4));
+  }
+  t.end();
+  write_file(tmp.str("t.tar"), t.bytes);
+  std::vector<std::map<std::string, std::vector<uint8_t>>> results;
+  for (int threads : {1, 2}) {
+    WdsPackOptions o;
+    o.threads = threads;
+    o.shard_size = 8192;
+    pack_wds({tmp.str("t.tar")}, tmp.str("o" + std::to_string(threads)), o);
+    results.push_back(tree(tmp.str("o" + std::to_string(threads))));
+  }
+  EXPECT_GT(results[0].size(), 2u);
+  EXPECT_TRUE(results[0] == results[1]);
+}
+
+// ---- extract ----------------------------------------------------------------------
+
+Schema image_schema() {
+  Schema s;
+  s.fields = {Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}};
+  return s;
+}
+
+TEST(Extract, RefusesToWriteOutsideTheOutputDirectory) {
+  TempDir tmp;
+  {
+    DatasetWriter w(tmp.str("ds"), image_schema());
+    w.manifest().class_names = {"ok", "../escape"};
+    auto j = make_jpeg(8, 8, 1);
+    auto label = internal::le64(1);
+    const std::span<const uint8_t> f[] = {j, label};
+    w.add(f);
+    w.finish();
+  }
+  std::string msg;
+  EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("../escape"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(tmp.str("escape")));
+
+  // A symlink planted where a class directory goes is not followed.
+  {
+    DatasetWriter w(tmp.str("ds2"), image_schema());
+    w.manifest().class_names = {"cls"};
+    auto j = make_jpeg(8, 8, 1);
+    auto label = internal::le64(0);
+    const std::span<const uint8_t> f[] = {j, label};
+    w.add(f);
+    w.finish();
+  }
+  fs::create_directories(tmp.str("elsewhere"));
+  fs::create_directories(tmp.str("y"));
+  fs::create_directory_symlink(tmp.str("elsewhere"), tmp.str("y/cls"));
+  EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds2"), tmp.str("y")); }), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(fs::is_empty(tmp.str("elsewhere")));
+}
+
+TEST(Extract, OtherSchemasGetOneFilePerField) {
+  TempDir tmp;
+  Schema s;
+  s.fields = {Field{"blob", FieldKind::kBytes}, Field{"n", FieldKind::kInt64}};
+  auto blob = testing::random_bytes(100, 1);
+  {
+    DatasetWriter w(tmp.str("ds"), s);
+    auto n = internal::le64(-5);
+    const std::span<const uint8_t> f[] = {blob, n};
+    w.add(f);
+    w.finish();
+  }
+  extract_dataset(tmp.str("ds"), tmp.str("x"));
+  EXPECT_EQ(read_file(tmp.str("x/00000000.blob")), blob);
+  auto n = internal::le64(-5);
+  EXPECT_EQ(read_file(tmp.str("x/00000000.n")), std::vector<uint8_t>(n.begin(), n.end()));
+}
+
+// ---- samples and progress ---------------------------------------------------------
+
+TEST(SampleData, ImageFolderIsDeterministicAndPacks) {
+  TempDir tmp;
+  SampleImageFolderOptions o;
+  o.images = 12;
+  o.classes = 3;
+  o.seed = 5;
+  o.progressive_frac = 0.25;
+  o.threads = 1;
+  PackSummary a = make_sample_imagefolder(tmp.str("a"), o);
+  o.threads = 2;
+  make_sample_imagefolder(tmp.str("b"), o);
+  EXPECT_EQ(a.records, 12u);
+  auto ta = tree(tmp.str("a")), tb = tree(tmp.str("b"));
+  EXPECT_EQ(ta.size(), 12u);
+  EXPECT_TRUE(ta == tb);
+  int progressive = 0;
+  for (auto& [name, bytes] : ta) {
+    internal::JpegHeader info;
+    ASSERT_EQ(internal::check_jpeg_header(bytes, &info), "") << name;
+    EXPECT_GE(std::min(info.width, info.height), 100) << name;
+    progressive += info.progressive;
+  }
+  EXPECT_GT(progressive, 0);
+  EXPECT_LT(progressive, 12);
+  o.seed = 6;
+  make_sample_imagefolder(tmp.str("c"), o);
+  EXPECT_FALSE(tree(tmp.str("c")) == ta);
+  EXPECT_EQ(pack_imagefolder(tmp.str("a"), tmp.str("ds")).records, 12u);
+}
+
+TEST(SampleData, TokensAreDeterministicBoundedAndCompressible) {
+  TempDir tmp;
+  SampleTokensOptions o;
+  o.tokens = 100000;
+  o.vocab = 1000;
+  o.seed = 3;
+  make_sample_tokens(tmp.str("a.bin"), o);
+  make_sample_tokens(tmp.str("b.bin"), o);
+  auto a = read_file(tmp.str("a.bin"));
+  EXPECT_EQ(a.size(), 200000u);
+  EXPECT_EQ(a, read_file(tmp.str("b.bin")));
+  std::vector<uint16_t> t(a.size() / 2);
+  std::memcpy(t.data(), a.data(), a.size());
+  std::map<uint16_t, int> freq;
+  for (uint16_t v : t) {
+    ASSERT_LT(v, 1000);
+    ++freq[v];
+  }
+  EXPECT_GT(freq[0] + freq[1], freq[500] + freq[501] + 10);  // Zipf-like: low ranks dominate
+  TokensPackOptions p;
+  p.seq_len = 128;
+  p.zstd_level = 3;
+  PackSummary s = pack_tokens(tmp.str("a.bin"), tmp.str("ds"), p);
+  EXPECT_LT(s.stored_bytes * 10, s.raw_bytes * 9);  // compresses
+}
+
+TEST(OrderedParallelFor, ConsumesInOrderAndReportsTheFirstFailureInOrder) {
+  for (int threads : {1, 2, 4}) {
+    std::vector<size_t> seen;
+    internal::ordered_parallel_for<size_t>(
+        1000, threads, 8, [](size_t i) { return i * i; },
+        [&](size_t i, size_t&& v) {
+          EXPECT_EQ(v, i * i);
+          seen.push_back(i);
+        });
+    ASSERT_EQ(seen.size(), 1000u);
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i) << threads;
+    // Items 700 and 300 fail; whichever thread finishes first, 300 is reported and
+    // nothing at or after it is consumed.
+    size_t consumed = 0;
+    std::string msg;
+    EXPECT_EQ(error_of(
+                  [&] {
+                    internal::ordered_parallel_for<int>(
+                        1000, threads, 16,
+                        [](size_t i) {
+                          if (i == 700 || i == 300) throw_error(ErrorCode::kDataLoss, "item " + std::to_string(i));
+                          return 0;
+                        },
+                        [&](size_t, int&&) { ++consumed; });
+                  },
+                  &msg),
+              ErrorCode::kDataLoss);
+    EXPECT_EQ(msg, "item 300");
+    EXPECT_EQ(consumed, 300u);
+  }
+}
+
+TEST(Progress, LineShowsRatesAndEta) {
+  std::string line = internal::ProgressReporter::format_line("pack", 50, 50 << 20, 100, 100 << 20, 10.0);
+  EXPECT_NE(line.find("50/100 records"), std::string::npos) << line;
+  EXPECT_NE(line.find("5 rec/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("5.0 MiB/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("50%"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 10s"), std::string::npos) << line;
+}
+
+}  // namespace
+}  // namespace stoker
