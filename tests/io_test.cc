@@ -22,6 +22,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <set>
 #include <string>
 #include <tuple>
@@ -1002,6 +1003,45 @@ TEST_P(EachEngine, ThrottleHoldsTheByteRate) {
   }
   EXPECT_EQ(e->stats().bytes, 4u << 20);
   EXPECT_GE(s, ((4u << 20) - rate / 10 - 65536) / rate);
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// The loader builds its engine once and drives it from a new stoker-io thread every
+// epoch: an engine must serve calls from a thread other than the one that made it.
+TEST(IoEngineThreads, EngineServesCallsFromAnotherThreadThanItsCreator) {
+  testing::TempDir dir;
+  const auto bytes = testing::random_bytes(64 << 10, 5);
+  testing::write_file(dir.str("f"), bytes);
+  for (IoEngineKind kind : {IoEngineKind::kUring, IoEngineKind::kPread}) {
+    IoOptions o;
+    o.engine = kind;
+    std::unique_ptr<IoEngine> e;
+    try {
+      e = make_io_engine(o);
+    } catch (const Error& err) {
+      if (kind == IoEngineKind::kUring && err.code() == ErrorCode::kUnavailable) continue;  // no io_uring here
+      throw;
+    }
+    const uint32_t f = e->add_file(dir.str("f"));
+    for (int round = 0; round < 3; ++round) {
+      std::thread t([&] {
+        IoBuffer b = e->alloc(8192);
+        ReadRequest r{f, 8192u * static_cast<uint64_t>(round), 8192, b.data(), 7};
+        e->submit({&r, 1});
+        std::vector<ReadCompletion> out;
+        e->reap(out, 1, std::chrono::seconds(5));
+        ASSERT_EQ(out.size(), 1u);
+        ASSERT_EQ(out[0].result, 8192) << out[0].error;
+        EXPECT_EQ(std::memcmp(b.data(), bytes.data() + 8192 * round, 8192), 0);
+      });
+      t.join();
+    }
+  }
 }
 
 }  // namespace

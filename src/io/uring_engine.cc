@@ -79,7 +79,9 @@ class UringEngine final : public IoEngine {
     for (unsigned i = opts_.queue_depth; i-- > 0;) free_ops_.push_back(i);
     int r = ring_.init(opts_.queue_depth);
     if (r < 0) return r;
-    io_uring_register_ring_fd(ring_.get());  // optional speed-up; failure is harmless
+    // No io_uring_register_ring_fd: the registered ring index is per task, so a ring
+    // registered by the constructing thread fails with EINVAL when the loader's
+    // stoker-io thread (or the next epoch's) submits.
 
     rlimit nofile{};
     unsigned slots = kMaxRegisteredFiles;

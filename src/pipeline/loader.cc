@@ -204,6 +204,8 @@ struct Loader::Impl {
   std::atomic<bool> stop{false};
   std::thread io_thread;
   std::vector<std::thread> decoders;
+  std::unique_ptr<IoEngine> engine;  // used by the stoker-io thread only; kept across runs
+  std::vector<int64_t> file_ids;     // shard -> engine file id
   std::mutex qmu;
   std::condition_variable qcv;
   std::deque<DecodeTask> queue;
@@ -482,11 +484,19 @@ uint64_t Loader::Impl::compact_batch(const std::shared_ptr<Job>& job, std::uniqu
 
 void Loader::Impl::io_main() {
   pin_and_name_this_thread(cpu.cpus, "stoker-io");
-  std::unique_ptr<IoEngine> engine;
+  // The engine (ring, registered slab, open files) lives across epochs: setting it up
+  // costs tens of milliseconds that a restart at every epoch should not pay again.
   try {
-    if (!tokens) {
-      engine = make_io_engine(opt.io);
+    if (!tokens && !engine) {
+      IoOptions io = opt.io;
+      // The slab only needs to hold the reads of the batches in flight.
+      const uint64_t records = std::max<uint64_t>(1, dataset->record_count());
+      const uint64_t mean = dataset->manifest().total_bytes() / records;
+      const uint64_t need = static_cast<uint64_t>(opt.slots + 1) * opt.batch_size * (mean + 2 * kDirectAlignment);
+      io.slab_bytes = static_cast<size_t>(std::min<uint64_t>(io.slab_bytes, std::max<uint64_t>(need, 4u << 20)));
+      engine = make_io_engine(io);
       if (opt.wrap_io) engine = opt.wrap_io(std::move(engine));
+      file_ids.assign(dataset->shard_count(), -1);
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(ring->mu);
@@ -494,7 +504,6 @@ void Loader::Impl::io_main() {
     ring->cv.notify_all();
     return;
   }
-  std::vector<int64_t> file_ids(dataset->shard_count(), -1);
   struct ReadCtx {
     std::shared_ptr<Job> job;
     std::shared_ptr<IoBuffer> buf;
@@ -683,15 +692,25 @@ void Loader::Impl::io_main() {
     ring->cv.notify_all();
   }
   if (engine) {
-    // Drain what is in flight so no buffer is freed under the kernel.
-    engine->cancel_all();
-    auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (engine->inflight() > 0 && Clock::now() < deadline) {
-      done.clear();
-      engine->reap(done, 1, std::chrono::milliseconds(5));
+    {
+      std::lock_guard<std::mutex> lock(io_stats_mu);
+      io_stats = engine->stats();
     }
-    std::lock_guard<std::mutex> lock(io_stats_mu);
-    io_stats = engine->stats();
+    if (engine->inflight() > 0) {
+      // Stopped mid-epoch: cancel and drain so no buffer is freed under the kernel, then
+      // drop the engine (a cancelled ring is not reused; the next run makes a new one).
+      try {
+        engine->cancel_all();
+        auto deadline = Clock::now() + std::chrono::seconds(5);
+        while (engine->inflight() > 0 && Clock::now() < deadline) {
+          done.clear();
+          engine->reap(done, 1, std::chrono::milliseconds(5));
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "stoker: warning: draining the IO engine at shutdown: %s\n", e.what());
+      }
+      engine.reset();
+    }
   }
 }
 
