@@ -380,3 +380,32 @@ TEST(LoaderSkip, MissingShardMidEpochIsSkippedOrNamed) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(LoaderReport, PeriodicAndEpochEndReportsCarryTheVerdict) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 48);
+  auto o = image_options(dir.str());
+  o.report_interval_s = 0.001;
+  o.report_json = true;
+  std::vector<std::string> lines;
+  o.report_sink = [&](const std::string& line) { lines.push_back(line); };
+  Loader l(o);
+  uint64_t batches = 0;
+  while (auto b = l.next()) ++batches;
+  ASSERT_FALSE(lines.empty());
+  for (const auto& line : lines) {
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_NE(line.find("\"bottleneck\":"), std::string::npos) << line;
+  }
+  EXPECT_NE(lines.back().find("\"epoch_end\":true"), std::string::npos) << lines.back();
+  // The whole-run verdict is in stats() too.
+  LoaderStats s = l.stats();
+  EXPECT_NE(s.bottleneck, "");
+  EXPECT_NE(s.to_json().find("\"bottleneck\":"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker

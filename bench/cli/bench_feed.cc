@@ -1,5 +1,6 @@
 // `stoker bench feed`: the whole pipeline against a consumer of set speed, next to the
-// in-memory decode limit of the same code on the same thread count, in one run.
+// in-memory decode limit of the same code on the same thread count, in one run, with the
+// bottleneck verdict (diagnose.h): which stage bounds the rate, the numbers, the next step.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,7 +12,9 @@
 #include "cli.h"
 #include "pipeline/decode_limit.h"
 #include "stoker/dataset.h"
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
+#include "stoker/cpu.h"
 #include "stoker/loader.h"
 
 namespace stoker::cli {
@@ -32,7 +35,8 @@ std::string num(double v) {
 int run_feed(const Args& args) {
   ArgParser p(args, {"json"});
   p.check_known({"threads", "transform", "consumer-ms", "batch", "size", "epochs", "json", "order", "seed", "engine",
-                 "qd", "slots", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct"});
+                 "qd", "slots", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
+                 "report", "max-seconds"});
   if (p.positional().size() != 1) {
     std::cerr << "usage: stoker bench feed DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] ...\n";
     return 2;
@@ -64,23 +68,77 @@ int run_feed(const Args& args) {
   const double consumer_ms = p.get_double("consumer-ms", 0);
   const int epochs = static_cast<int>(p.get_int("epochs", 1));
   const bool json = p.flag("json");
+  // Verdict snapshots every `report` seconds (printed as JSON lines on stderr when given).
+  const double report_s = p.get_double("report", 0);
+  const double snapshot_s = report_s > 0 ? report_s : 0.5;
+  // Stops after this many seconds in all (the epoch running then ends early, later epochs
+  // are skipped); 0: whole epochs. Bounds the measurements of `stoker bench compare`.
+  const double max_seconds = p.get_double("max-seconds", 0);
 
   Loader loader(o);
+  DiagnoseOptions dopt;
+  dopt.cpus_available = plan_cpus().threads;
+  BottleneckTracker tracker(dopt);
   const bool tokens = loader.options().transform.kind != ImageTransform::Kind::kNone &&
                       Dataset::open(o.path)->schema().find("tokens") >= 0;
   double wall = 0, first_batch = 0, consumer_wait = 0;
   uint64_t samples = 0, bytes = 0, batches = 0;
   LoaderStats last;
   StageStats io_total, dec_total;
-  for (int e = 0; e < epochs; ++e) {
+  // Figures of all epochs together (each epoch's start-up left out): the verdict of runs
+  // made of epochs too short for the tracker's intervals.
+  FeedFigures all;
+  auto add_epoch = [&all](const FeedFigures& f) {
+    auto mean = [](double a, double na, double b, double nb) { return na + nb > 0 ? (a * na + b * nb) / (na + nb) : 0; };
+    all.decode_queue_avg = mean(all.decode_queue_avg, all.decode.items, f.decode_queue_avg, f.decode.items);
+    all.slots_ready_avg = mean(all.slots_ready_avg, all.batches, f.slots_ready_avg, f.batches);
+    all.slots_free_avg = mean(all.slots_free_avg, all.batches, f.slots_free_avg, f.batches);
+    all.wall_s += f.wall_s;
+    all.startup_s += f.startup_s;
+    all.samples += f.samples;
+    all.batches += f.batches;
+    all.bytes_read += f.bytes_read;
+    all.io.threads = f.io.threads;
+    all.io.busy_s += f.io.busy_s;
+    all.io.wait_s += f.io.wait_s;
+    all.io.items += f.io.items;
+    all.decode.threads = f.decode.threads;
+    all.decode.busy_s += f.decode.busy_s;
+    all.decode.wait_s += f.decode.wait_s;
+    all.decode.items += f.decode.items;
+    all.consumer_wait_s += f.consumer_wait_s;
+    all.io_engine_busy_s += f.io_engine_busy_s;
+    all.slots = f.slots;
+    all.io_engine = f.io_engine;
+    all.io_direct = f.io_direct;
+    all.slot_memory = f.slot_memory;
+  };
+  const auto run_t0 = std::chrono::steady_clock::now();
+  bool out_of_time = false;
+  int epochs_run = 0;
+  for (int e = 0; e < epochs && !out_of_time; ++e) {
+    ++epochs_run;
     loader.set_epoch(static_cast<uint64_t>(e));
     auto t0 = std::chrono::steady_clock::now();
+    auto next_snapshot = t0 + std::chrono::duration<double>(snapshot_s);
     while (auto b = loader.next()) {
       if (consumer_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(consumer_ms));
       ++batches;
+      const auto now = std::chrono::steady_clock::now();
+      if (max_seconds > 0 && now - run_t0 >= std::chrono::duration<double>(max_seconds)) {
+        out_of_time = true;
+        break;
+      }
+      if (now >= next_snapshot) {
+        const Verdict& v = tracker.update(loader.stats());
+        if (report_s > 0) std::fprintf(stderr, "%s\n", v.to_json().c_str());
+        next_snapshot += std::chrono::duration<double>(snapshot_s);
+      }
     }
     const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last = loader.stats();
+    tracker.update(last);
+    add_epoch(FeedFigures::from(last));
     if (e == 0) first_batch = last.first_batch_s;
     wall += w;
     samples += last.samples;
@@ -115,16 +173,20 @@ int run_feed(const Args& args) {
     unit = "rows";
   }
   const double ratio = limit_rate > 0 ? rate / limit_rate : 0;
+  // The smoothed verdict; a run too short for intervals gets the verdict of all its epochs.
+  Verdict verdict = tracker.current();
+  if (verdict.bottleneck == Bottleneck::kUnknown) verdict = diagnose(all, dopt);
   const double wait_frac = wall > 0 ? consumer_wait / wall : 0;
 
   std::printf("feed: %.0f %s/s (%.1f MB/s of records), consumer waited %.1f%%, first batch %.3f s, peak RSS %.0f MiB\n",
               rate, unit.c_str(), bytes / 1e6 / std::max(wall, 1e-9), 100 * wait_frac, first_batch, rss / 1048576.0);
   std::printf("stages: io %.0f%% busy; decode %u threads %.0f%% busy; io engine %s%s\n",
               100 * io_total.busy_frac(wall), dec_total.threads, 100 * dec_total.busy_frac(wall),
-              last.io_engine.engine.empty() ? "pread (token chunks)" : last.io_engine.engine.c_str(),
+              last.io_engine.engine.empty() ? (tokens ? "pread (token chunks)" : "(no stats)") : last.io_engine.engine.c_str(),
               last.io_engine.direct ? " O_DIRECT" : "");
   std::printf("limit: %.0f %s/s in memory (%u threads, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
               dec_total.threads, static_cast<unsigned long long>(limit.records_in_memory), ratio);
+  std::printf("verdict: %s\n", verdict.summary().c_str());
   if (json) {
     auto stage = [&](const StageStats& s) {
       return "{\"threads\":" + std::to_string(s.threads) + ",\"busy_frac\":" + num(s.busy_frac(wall)) +
@@ -133,7 +195,7 @@ int run_feed(const Args& args) {
     std::string j = "{\"dataset\":\"" + o.path + "\"";
     j += ",\"transform\":\"" + tf + "\",\"threads\":" + std::to_string(dec_total.threads);
     j += ",\"batch\":" + std::to_string(o.batch_size) + ",\"size\":" + std::to_string(o.transform.size);
-    j += ",\"epochs\":" + std::to_string(epochs) + ",\"consumer_ms\":" + num(consumer_ms);
+    j += ",\"epochs\":" + std::to_string(epochs_run) + ",\"consumer_ms\":" + num(consumer_ms);
     j += ",\"unit\":\"" + unit + "\"";
     j += ",\"samples\":" + std::to_string(samples) + ",\"batches\":" + std::to_string(batches);
     j += ",\"wall_s\":" + num(wall);
@@ -146,6 +208,8 @@ int run_feed(const Args& args) {
     j += ",\"peak_rss_bytes\":" + std::to_string(rss);
     j += ",\"io_engine\":\"" + last.io_engine.engine + "\",\"io_direct\":" + (last.io_engine.direct ? "true" : "false");
     j += ",\"slots\":" + std::to_string(last.slots);
+    j += ",\"bottleneck\":\"" + std::string(bottleneck_name(verdict.bottleneck)) + "\"";
+    j += ",\"verdict\":" + verdict.to_json();
     j += ",\"stages\":{\"io\":" + stage(io_total) + ",\"decode\":" + stage(dec_total) +
          ",\"consumer\":{\"wait_s\":" + num(consumer_wait) + ",\"wait_frac\":" + num(wait_frac) + "}}";
     j += "}";
@@ -158,7 +222,7 @@ int run_feed(const Args& args) {
 
 STOKER_COMMAND("bench feed",
                "DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] [--batch B] [--size S] "
-               "[--epochs E] [--order shuffled|sequential|chunk_local] [--io-limit-mbps X] [--json]",
+               "[--epochs E] [--order shuffled|sequential|chunk_local] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
                "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.",
                run_feed);
 

@@ -75,6 +75,16 @@ struct LoaderOptions {
   std::shared_ptr<SlotAllocator> slot_allocator;  ///< null: page-aligned host memory
   OnError on_error = OnError::kError;
   uint64_t max_record_bytes = 256ull << 20;  ///< larger records are errors (untrusted input)
+
+  // --- reporting (diagnose.h) ---
+  /// Every this many seconds next() reports the bottleneck verdict with its evidence,
+  /// and once more at the end of each epoch. 0: off, unless the environment variable
+  /// STOKER_REPORT is set ("10s", "10", "500ms").
+  double report_interval_s = 0;
+  /// Reports as JSON lines (one object each) instead of text; env STOKER_REPORT_JSON=1.
+  bool report_json = false;
+  /// Where reports go; default: stderr, prefixed "stoker: ".
+  std::function<void(const std::string&)> report_sink;
 };
 
 /// Busy/wait accounting of one stage.
@@ -105,6 +115,12 @@ struct LoaderStats {
   IoStats io_engine;
   std::string cpu_explanation;
   std::string slot_memory;        ///< "host", "pinned", ...
+  /// Which stage bounds the feed over the whole run ("storage", "decode", "copy",
+  /// "consumer", "unknown" before enough data), the numbers behind it and the next step
+  /// (diagnose.h). The periodic reports use interval verdicts instead.
+  std::string bottleneck = "unknown";
+  std::string evidence;
+  std::string advice;
   /// One JSON object (no newline).
   std::string to_json() const;
   /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ..."

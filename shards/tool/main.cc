@@ -163,6 +163,15 @@ int main(int argc, char** argv) {
     if (match && n > best_words) { best = &c; best_words = n; }
   }
   if (!best) {
+    // A command group ("stoker pack", "stoker bench --help"): list its commands.
+    bool group = false;
+    for (auto& c : commands())
+      if (c.words.rfind(args[0] + " ", 0) == 0) {
+        if (!group) std::cerr << "usage:\n";
+        group = true;
+        std::cerr << "  stoker " << c.words << " " << c.usage << "\n      " << c.help << "\n";
+      }
+    if (group) return args.size() > 1 && (args[1] == "-h" || args[1] == "--help") ? 0 : 2;
     std::cerr << "stoker: unknown command '" << args[0] << "'\n";
     print_usage();
     return 2;

@@ -1,6 +1,7 @@
 #include "stoker/loader.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "stoker/cpu.h"
 #include "stoker/crc32c.h"
 #include "stoker/dataset.h"
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
 
@@ -215,6 +217,14 @@ struct Loader::Impl {
   size_t chunk_cap = 64;
 
   Counters c;
+  // Reporting: interval verdicts, smoothed so a steady feed does not flip-flop.
+  double report_interval_s = 0;
+  bool report_json = false;
+  std::unique_ptr<BottleneckTracker> tracker;
+  Clock::time_point last_report{};
+  void report(bool epoch_end);
+  bool reported_epoch_end = false;
+  LoaderStats snapshot() const;
   Clock::time_point run_start{};
   double first_batch_s = 0;
   uint64_t batches_out = 0, samples_out = 0, record_bytes_out = 0;
@@ -301,6 +311,24 @@ void Loader::Impl::setup() {
   }
   layout = std::make_shared<UnitLayout>(groups);
 
+  report_interval_s = opt.report_interval_s;
+  report_json = opt.report_json;
+  if (report_interval_s <= 0) {
+    if (const char* env = std::getenv("STOKER_REPORT"); env && *env) {
+      std::string v(env);
+      double mul = 1;
+      if (v.size() > 2 && v.substr(v.size() - 2) == "ms") { mul = 1e-3; v.resize(v.size() - 2); }
+      else if (!v.empty() && v.back() == 's') v.pop_back();
+      try {
+        report_interval_s = std::stod(v) * mul;
+      } catch (const std::exception&) {
+        throw_error(ErrorCode::kInvalidArgument, "STOKER_REPORT='" + std::string(env) + "' is not a duration like 10s");
+      }
+    }
+  }
+  if (const char* env = std::getenv("STOKER_REPORT_JSON"); env && std::string(env) == "1") report_json = true;
+  if (report_interval_s > 0) tracker = std::make_unique<BottleneckTracker>();
+
   cpu = plan_cpus(opt.gpu_pci_bus_id);
   if (!opt.cpus.empty()) {
     cpu.cpus = opt.cpus;
@@ -367,6 +395,7 @@ void Loader::Impl::start_run() {
   first_batch_s = 0;
   batches_out = samples_out = record_bytes_out = 0;
   run_start = Clock::now();
+  reported_epoch_end = false;
   running = true;
   io_thread = std::thread([this] { io_main(); });
   for (unsigned i = 0; i < threads; ++i) decoders.emplace_back([this, i] { decode_main(i); });
@@ -908,9 +937,20 @@ std::optional<Batch> Loader::next() {
   Impl& m = *impl_;
   if (!m.running) m.start_run();
   if (m.delivered_error) std::rethrow_exception(m.delivered_error);
+  if (m.tracker && m.last_report == Clock::time_point{}) m.last_report = Clock::now();
   for (;;) {
     const uint64_t k = m.next_deliver;
-    if (k >= m.sched->num_batches()) return std::nullopt;
+    if (k >= m.sched->num_batches()) {
+      if (m.tracker && !m.reported_epoch_end) {
+        m.reported_epoch_end = true;
+        m.report(true);
+      }
+      return std::nullopt;
+    }
+    if (m.tracker && Clock::now() - m.last_report >= std::chrono::duration<double>(m.report_interval_s)) {
+      m.last_report = Clock::now();
+      m.report(false);
+    }
     std::shared_ptr<Job> job;
     uint64_t n = 0;
     std::shared_ptr<RingLease> lease;
@@ -1021,7 +1061,29 @@ void Loader::load_state(const OrderState& s) {
 }
 
 LoaderStats Loader::stats() const {
-  const Impl& m = *impl_;
+  LoaderStats s = impl_->snapshot();
+  Verdict v = diagnose(FeedFigures::from(s));
+  s.bottleneck = bottleneck_name(v.bottleneck);
+  s.evidence = v.evidence;
+  s.advice = v.advice;
+  return s;
+}
+
+void Loader::Impl::report(bool epoch_end) {
+  const Verdict& v = tracker->update(snapshot());
+  std::string line;
+  if (report_json) {
+    line = v.to_json();
+    if (epoch_end) line.insert(1, "\"epoch_end\":true,\"epoch\":" + std::to_string(epoch) + ",");
+  } else {
+    line = (epoch_end ? "epoch " + std::to_string(epoch) + " done: " : std::string()) + v.summary();
+  }
+  if (opt.report_sink) opt.report_sink(line);
+  else std::fprintf(stderr, "stoker: %s\n", line.c_str());
+}
+
+LoaderStats Loader::Impl::snapshot() const {
+  const Impl& m = *this;
   LoaderStats s;
   s.wall_s = m.running ? seconds(Clock::now() - m.run_start) : 0;
   s.first_batch_s = m.first_batch_s;
@@ -1105,6 +1167,9 @@ std::string LoaderStats::to_json() const {
   j += ",\"io_fallback\":" + jstr(io_engine.fallback_reason);
   j += ",\"slot_memory\":" + jstr(slot_memory);
   j += ",\"cpus\":" + jstr(cpu_explanation);
+  j += ",\"bottleneck\":" + jstr(bottleneck);
+  j += ",\"evidence\":" + jstr(evidence);
+  j += ",\"advice\":" + jstr(advice);
   return j + "}";
 }
 

@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../../src/pack/tar_reader.cc"  // NOLINT(bugprone-suspicious-include)
 #include "pack/tar_reader.h"
 #include "stoker/error.h"
 

@@ -1,0 +1,230 @@
+// Diagnosis: which station of the input assembly line bounds the feed rate, and whether
+// the platform under it is set up the way a fast loader needs.
+//
+// Verdict. A feed has four stations: storage (the IO engine's reads), decode (the
+// stoker-dec threads: CRC, unpack, JPEG decode, transform), the host-to-device copy (a
+// Stager's copy stream, when staging), and the consumer (the trainer, i.e. the GPU).
+// diagnose() reads the per-stage figures of an interval (FeedFigures, built from a
+// LoaderStats snapshot or the difference of two) and names the station that bounds the
+// rate, with the numbers behind it and the next step:
+//   consumer  the consumer rarely waits for a batch (the desired state: the GPU is the
+//             bottleneck, input keeps up);
+//   copy      the copy stream is (nearly) always busy while the consumer waits;
+//   decode    decode threads are (nearly) always busy, or records queue up for them,
+//             while the consumer waits;
+//   storage   the consumer waits and the decoders are starved: reads do not arrive fast
+//             enough (decoders busy less than half the time, or less than the IO engine).
+// BottleneckTracker turns a stream of cumulative snapshots (a periodic report) into a
+// smoothed verdict: thresholds have hysteresis around the current verdict and a new
+// verdict must be seen on `confirm_intervals` consecutive intervals before it replaces
+// the current one, so a steady workload does not flip-flop.
+//
+// Doctor. The platform checks a careful SRE runs on a GPU node (io_uring, O_DIRECT,
+// CPU governor, cgroup quota, affinity vs the GPU's NUMA node, PCIe link, memlock,
+// memory, GPU clocks via NVML, a read probe of the dataset), each with its reading,
+// what it means and the decision. Every file is read below DoctorOptions::root so tests
+// feed fixture sysfs/procfs trees; the per-check functions take their inputs explicitly.
+//
+// Threading: diagnose() and the check functions are pure functions of their inputs and
+// the files they read (thread-safe). A BottleneckTracker is not thread-safe: one thread
+// (the reporter) calls update().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/loader.h"
+
+namespace stoker {
+
+// ---- verdict ---------------------------------------------------------------------------
+
+enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer };
+/// "unknown", "storage", "decode", "copy", "consumer".
+const char* bottleneck_name(Bottleneck b) noexcept;
+/// Inverse of bottleneck_name. Throws kInvalidArgument.
+Bottleneck bottleneck_from_name(const std::string& name);
+
+/// The per-stage figures of one interval of a feed. Cumulative counters (seconds,
+/// counts) are for the interval; the *_avg fields are means over the interval.
+struct FeedFigures {
+  double wall_s = 0;          ///< length of the interval
+  double startup_s = 0;       ///< part of wall_s before the first batch (excluded from
+                              ///< the consumer's wait fraction: a pipeline filling up)
+  uint64_t samples = 0, batches = 0;
+  uint64_t bytes_read = 0;
+  StageStats io, decode;
+  /// Host-to-device copy stage (a Stager's copy stream: threads = 1, busy_s = seconds
+  /// with a copy in flight, wait_s = seconds waiting for host batches). Absent: no staging.
+  std::optional<StageStats> copy;
+  /// Seconds the final consumer (the trainer) waited for a batch: the loader's next(),
+  /// or the Stager's next() when staging.
+  double consumer_wait_s = 0;
+  double decode_queue_avg = 0;  ///< records waiting for a decoder
+  double slots_ready_avg = 0;   ///< loader slots decoded and not yet taken
+  double slots_free_avg = 0;    ///< loader slots free for the IO stage
+  unsigned slots = 0;           ///< loader ring size
+  double io_engine_busy_s = 0;  ///< IoStats::busy_s (reads in flight); 0 when unknown
+  std::string io_engine;        ///< "uring", "pread", "" when unknown
+  bool io_direct = false;
+  std::string slot_memory;      ///< "host", "pinned", ...
+
+  /// The whole run a snapshot covers (startup_s = first_batch_s).
+  static FeedFigures from(const LoaderStats& s);
+  /// The interval between two snapshots of the same run. When `after` belongs to a new
+  /// run (an epoch restarted: its clock or counters went backwards) it is `after` alone.
+  static FeedFigures between(const LoaderStats& before, const LoaderStats& after);
+  /// Same on figures that are cumulative (from()).
+  static FeedFigures between(const FeedFigures& before, const FeedFigures& after);
+
+  double samples_per_s() const noexcept { return wall_s > 0 ? samples / wall_s : 0; }
+  /// consumer_wait_s / wall_s, both without the startup part, in [0, 1].
+  double consumer_wait_frac() const noexcept;
+};
+
+/// Thresholds of the verdict. Defaults are documented next to each field.
+struct DiagnoseOptions {
+  /// The consumer is the bottleneck when it waits less than this fraction of the time.
+  double consumer_wait_ok = 0.10;
+  /// A stage whose threads are busy at least this fraction of the time is saturated.
+  double busy_high = 0.80;
+  /// Below busy_high, decoders busy at least this fraction still make the verdict decode
+  /// (the larger share of the wait), unless the IO engine's reads were in flight for a
+  /// larger fraction; below it they are starved and the verdict is storage.
+  double starved_below = 0.5;
+  /// Records queued per decode thread that mean "decode is behind" even below busy_high
+  /// (decode threads descheduled by a busy machine still leave a backlog).
+  double queue_per_thread_high = 2.0;
+  /// Thresholds move this much in favour of the current verdict (hysteresis).
+  double hysteresis = 0.05;
+  /// Intervals with less than this many seconds after start-up (the first batch), or
+  /// with no batch delivered, give kUnknown.
+  double min_interval_s = 0.05;
+  /// A tracker changes its verdict only after this many consecutive intervals agree.
+  unsigned confirm_intervals = 2;
+  /// CPUs the loader could use (for "more threads" advice); 0: hardware_concurrency().
+  unsigned cpus_available = 0;
+};
+
+struct Verdict {
+  Bottleneck bottleneck = Bottleneck::kUnknown;  ///< smoothed (tracker) or raw (diagnose)
+  Bottleneck raw = Bottleneck::kUnknown;         ///< this interval's own verdict
+  /// One line with the numbers: "decode bound: 8 threads 97% busy, consumer waited 31%,
+  /// 0.2 of 4 slots ready, 12.0 records queued per thread".
+  std::string evidence;
+  /// The next step: "add decode threads (8 in use, 16 CPUs available)", ...
+  std::string advice;
+  FeedFigures figures;  ///< the interval the raw verdict was made on
+  uint64_t intervals = 0;  ///< tracker: intervals seen so far
+  /// {"bottleneck":"decode","raw":"decode","evidence":"...","advice":"...",
+  ///  "samples_per_s":..,"interval_s":..,"consumer_wait_frac":..,"decode_busy_frac":..,
+  ///  "decode_threads":..,"decode_queue_avg":..,"io_busy_frac":..,"io_engine_busy_frac":..,
+  ///  "copy_busy_frac":.. (null without staging),"slots_ready_avg":..,"slots":..}
+  /// One object, no newline: one JSON line per report.
+  std::string to_json() const;
+  /// "decode bound: ... -> next: ..."
+  std::string summary() const;
+};
+
+/// The verdict of one interval. `current`: the verdict in force (thresholds lean towards
+/// it by options.hysteresis); kUnknown for none.
+Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& options = {},
+                 Bottleneck current = Bottleneck::kUnknown);
+
+/// Smooths verdicts over a series of cumulative snapshots of one loader. The first
+/// verdict is taken as it comes; later ones replace it only after confirm_intervals
+/// consecutive intervals agree. A snapshot whose counters went backwards (new epoch)
+/// starts a new interval series without dropping the verdict.
+class BottleneckTracker {
+ public:
+  explicit BottleneckTracker(DiagnoseOptions options = {});
+  /// Diagnoses the interval since the previous snapshot (the whole run for the first).
+  const Verdict& update(const LoaderStats& cumulative);
+  /// Same for cumulative figures (e.g. with a copy stage filled in).
+  const Verdict& update(const FeedFigures& cumulative);
+  /// The verdict in force (kUnknown before the first useful interval).
+  const Verdict& current() const noexcept { return current_; }
+
+ private:
+  DiagnoseOptions options_;
+  std::optional<FeedFigures> last_;
+  Verdict current_;
+  Bottleneck candidate_ = Bottleneck::kUnknown;
+  unsigned candidate_count_ = 0;
+  uint64_t intervals_ = 0;
+};
+
+// ---- doctor ----------------------------------------------------------------------------
+
+enum class CheckStatus { kOk, kWarn, kFail, kSkip };
+const char* check_status_name(CheckStatus s) noexcept;  ///< "ok", "warn", "fail", "skip"
+
+struct Check {
+  std::string name;      ///< "io_uring", "o_direct", "cpu_governor", ...
+  CheckStatus status = CheckStatus::kSkip;
+  std::string reading;   ///< what was read: "powersave on 8 of 8 CPUs"
+  std::string meaning;   ///< what it means for the loader
+  std::string advice;    ///< the decision: what to do ("" when nothing)
+  std::string to_json() const;  ///< {"name":..,"status":..,"reading":..,"meaning":..,"advice":..}
+};
+
+struct DoctorOptions {
+  /// Directory standing for "/" when reading /proc and /sys (tests: a fixture tree).
+  std::string root = "/";
+  /// A dataset directory (or shard file) for the O_DIRECT check and the read probe.
+  std::optional<std::string> dataset;
+  /// NVIDIA GPU to check: index among the NVIDIA display/3D PCI functions sorted by
+  /// address (and NVML's index). -1: LOCAL_RANK, else 0.
+  int device = -1;
+  /// Decode threads the loader would run; 0: the CPUs this process may use.
+  unsigned threads = 0;
+  /// Host memory the loader pins or locks: 0 means the defaults' estimate: the IO slab
+  /// (64 MiB, registered with io_uring) + 4 slots of 64 224x224x3 images (~37 MiB).
+  uint64_t pinned_bytes = 0;
+  /// Bytes the read probe reads at most (1 MiB aligned reads, O_DIRECT when accepted).
+  uint64_t probe_bytes = 128ull << 20;
+  /// Checks that probe the running process rather than files (io_uring ring setup,
+  /// NVML): default true when root is "/", false otherwise.
+  std::optional<bool> live;
+};
+
+struct DoctorReport {
+  std::vector<Check> checks;
+  /// True when a check failed (the tool then exits non-zero).
+  bool failed() const noexcept;
+  /// {"root":"/","checks":[...],"ok":n,"warn":n,"fail":n,"skip":n}
+  std::string to_json() const;
+  /// One line per check: "[warn] cpu_governor: powersave on 2 of 2 CPUs -> ..."
+  std::string to_text() const;
+};
+
+/// Runs every check.
+DoctorReport run_doctor(const DoctorOptions& options = {});
+
+// The checks, one by one (inputs explicit so each decision is testable).
+/// `unavailable_reason`: io_uring_unavailable_reason() ("" = usable).
+Check check_io_uring(const std::string& unavailable_reason);
+/// Opens a file of `dataset` with O_DIRECT and reads its first aligned block.
+Check check_o_direct(const std::optional<std::string>& dataset);
+Check check_cpu_governor(const std::string& root);
+/// cpu.max (via cgroup_cpu_quota(root)) against `threads` decode threads (+1 IO thread).
+Check check_cgroup_quota(const std::string& root, unsigned threads);
+/// Cpus_allowed_list of root/proc/self/status against the GPU's NUMA node.
+Check check_affinity_numa(const std::string& root, const std::optional<std::string>& gpu_pci);
+Check check_pcie_link(const std::string& root, const std::optional<std::string>& gpu_pci);
+/// "Max locked memory" of root/proc/self/limits against `pinned_bytes`.
+Check check_memlock(const std::string& root, uint64_t pinned_bytes);
+/// MemAvailable and hugepages of root/proc/meminfo against `pinned_bytes`.
+Check check_memory(const std::string& root, uint64_t pinned_bytes);
+/// GPU clocks and throttle reasons through NVML (dlopen'd); skip when absent.
+Check check_gpu_clocks(int nvml_index);
+/// Reads up to `max_bytes` of `dataset`'s files; `threads`: decode threads to feed.
+Check check_read_probe(const std::optional<std::string>& dataset, uint64_t max_bytes, unsigned threads);
+
+/// PCI addresses ("0000:17:00.0") of NVIDIA display/3D controllers under
+/// root/sys/bus/pci/devices (vendor 0x10de, class 0x03xxxx), sorted.
+std::vector<std::string> find_nvidia_gpus(const std::string& root = "/");
+
+}  // namespace stoker

@@ -1,0 +1,304 @@
+// The bottleneck verdict and its smoothing tracker (see include/stoker/diagnose.h).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "diagnose/json_text.h"
+#include "stoker/diagnose.h"
+#include "stoker/error.h"
+
+namespace stoker {
+
+using internal::json_num;
+using internal::json_str;
+
+const char* bottleneck_name(Bottleneck b) noexcept {
+  switch (b) {
+    case Bottleneck::kStorage: return "storage";
+    case Bottleneck::kDecode: return "decode";
+    case Bottleneck::kCopy: return "copy";
+    case Bottleneck::kConsumer: return "consumer";
+    case Bottleneck::kUnknown: break;
+  }
+  return "unknown";
+}
+
+Bottleneck bottleneck_from_name(const std::string& name) {
+  for (Bottleneck b : {Bottleneck::kUnknown, Bottleneck::kStorage, Bottleneck::kDecode, Bottleneck::kCopy,
+                       Bottleneck::kConsumer})
+    if (name == bottleneck_name(b)) return b;
+  throw_error(ErrorCode::kInvalidArgument,
+              "bottleneck must be storage, decode, copy, consumer or unknown, got '" + name + "'");
+}
+
+// ---- figures ---------------------------------------------------------------------------
+
+FeedFigures FeedFigures::from(const LoaderStats& s) {
+  FeedFigures f;
+  f.wall_s = s.wall_s;
+  f.startup_s = s.batches > 0 ? std::min(s.first_batch_s, s.wall_s) : s.wall_s;
+  f.samples = s.samples;
+  f.batches = s.batches;
+  f.bytes_read = s.bytes_read;
+  f.io = s.io;
+  f.decode = s.decode;
+  f.consumer_wait_s = s.consumer_wait_s;
+  f.decode_queue_avg = s.decode_queue_avg;
+  f.slots_ready_avg = s.slots_ready_avg;
+  f.slots_free_avg = s.slots_free_avg;
+  f.slots = s.slots;
+  f.io_engine_busy_s = s.io_engine.busy_s;
+  f.io_engine = s.io_engine.engine;
+  f.io_direct = s.io_engine.direct;
+  f.slot_memory = s.slot_memory;
+  return f;
+}
+
+FeedFigures FeedFigures::between(const LoaderStats& before, const LoaderStats& after) {
+  return between(from(before), from(after));
+}
+
+namespace {
+
+StageStats stage_diff(const StageStats& a, const StageStats& b) {
+  StageStats d;
+  d.threads = b.threads;
+  d.busy_s = std::max(0.0, b.busy_s - a.busy_s);
+  d.wait_s = std::max(0.0, b.wait_s - a.wait_s);
+  d.items = b.items >= a.items ? b.items - a.items : 0;
+  return d;
+}
+
+// Mean over the interval of a running mean taken over `n` observations.
+double interval_mean(double avg_a, uint64_t n_a, double avg_b, uint64_t n_b) {
+  if (n_b <= n_a) return avg_b;
+  return std::max(0.0, (avg_b * static_cast<double>(n_b) - avg_a * static_cast<double>(n_a)) /
+                           static_cast<double>(n_b - n_a));
+}
+
+}  // namespace
+
+FeedFigures FeedFigures::between(const FeedFigures& a, const FeedFigures& b) {
+  // A restarted run (set_epoch resets the loader's counters) has nothing to subtract.
+  if (b.wall_s < a.wall_s || b.samples < a.samples || b.batches < a.batches || b.decode.items < a.decode.items)
+    return b;
+  FeedFigures d = b;
+  d.wall_s = b.wall_s - a.wall_s;
+  d.startup_s = a.batches > 0 ? 0 : std::clamp(b.startup_s - a.wall_s, 0.0, d.wall_s);
+  d.samples = b.samples - a.samples;
+  d.batches = b.batches - a.batches;
+  d.bytes_read = b.bytes_read >= a.bytes_read ? b.bytes_read - a.bytes_read : 0;
+  d.io = stage_diff(a.io, b.io);
+  d.decode = stage_diff(a.decode, b.decode);
+  if (b.copy) d.copy = a.copy ? stage_diff(*a.copy, *b.copy) : *b.copy;
+  d.consumer_wait_s = std::max(0.0, b.consumer_wait_s - a.consumer_wait_s);
+  d.decode_queue_avg = interval_mean(a.decode_queue_avg, a.decode.items, b.decode_queue_avg, b.decode.items);
+  d.slots_ready_avg = interval_mean(a.slots_ready_avg, a.batches, b.slots_ready_avg, b.batches);
+  d.slots_free_avg = interval_mean(a.slots_free_avg, a.batches, b.slots_free_avg, b.batches);
+  d.io_engine_busy_s = std::max(0.0, b.io_engine_busy_s - a.io_engine_busy_s);
+  return d;
+}
+
+double FeedFigures::consumer_wait_frac() const noexcept {
+  const double w = wall_s - startup_s;
+  if (w <= 0) return 0;
+  // The wait for the first batch is the pipeline filling up, not the steady state.
+  return std::clamp((consumer_wait_s - startup_s) / w, 0.0, 1.0);
+}
+
+// ---- verdict ---------------------------------------------------------------------------
+
+namespace {
+
+std::string pct(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f%%", 100 * f);
+  return b;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::string threads_text(unsigned n) { return std::to_string(n) + (n == 1 ? " thread" : " threads"); }
+
+}  // namespace
+
+Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck current) {
+  Verdict v;
+  v.figures = f;
+  // Start-up (before the first batch) says nothing about the steady state: judge only
+  // intervals with enough time after it.
+  if (f.wall_s - f.startup_s < o.min_interval_s || f.batches == 0) {
+    v.evidence = "not enough data: " + fmt("%.3f s", f.wall_s - f.startup_s) + " after start-up, " +
+                 std::to_string(f.batches) + " batches";
+    v.advice = "wait for a longer interval";
+    return v;
+  }
+  const double h = o.hysteresis;
+  const double cw = f.consumer_wait_frac();
+  const double wall = f.wall_s;
+  // Busy time is booked when a task ends, so an interval can hold a little more than its
+  // length: clamp to 100%.
+  const double dec_busy = std::min(1.0, f.decode.busy_frac(wall));
+  const double qpt = f.decode_queue_avg / std::max(1u, f.decode.threads);
+  const double copy_busy = f.copy ? std::min(1.0, f.copy->busy_frac(wall)) : 0;
+  const double slots = std::max(1u, f.slots);
+  const unsigned cpus = o.cpus_available ? o.cpus_available : std::max(1u, std::thread::hardware_concurrency());
+  auto lean = [&](Bottleneck b) { return current == b ? h : 0.0; };
+
+  const std::string waited = "consumer waited " + pct(cw);
+  const std::string ready = fmt("%.1f", f.slots_ready_avg) + " of " + std::to_string(f.slots) + " slots ready";
+  const std::string dec = threads_text(f.decode.threads) + " " + pct(dec_busy) + " busy";
+
+  Bottleneck b;
+  if (cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
+    b = Bottleneck::kConsumer;
+  } else {
+    const bool copy_sat = f.copy && (copy_busy >= o.busy_high - lean(Bottleneck::kCopy) ||
+                                     // host batches pile up in front of the copy
+                                     (f.slots_ready_avg >= 0.5 * slots && copy_busy >= 0.5));
+    const bool dec_sat = dec_busy >= o.busy_high - lean(Bottleneck::kDecode) ||
+                         (qpt >= o.queue_per_thread_high * (current == Bottleneck::kDecode ? 0.75 : 1.0) &&
+                          dec_busy >= 0.5);
+    // Neither saturated: decoders busy more often than not are still the larger share of
+    // the wait, unless the storage is known to be busier (reads in flight).
+    const double storage_busy = std::min(1.0, f.io_engine_busy_s / wall);
+    const bool dec_mostly = dec_busy >= o.starved_below - lean(Bottleneck::kDecode) &&
+                            !(f.io_engine_busy_s > 0 && storage_busy > dec_busy + lean(Bottleneck::kStorage));
+    if (copy_sat && dec_sat) b = copy_busy >= dec_busy ? Bottleneck::kCopy : Bottleneck::kDecode;
+    else if (copy_sat) b = Bottleneck::kCopy;
+    else if (dec_sat || dec_mostly) b = Bottleneck::kDecode;
+    else b = Bottleneck::kStorage;
+  }
+  v.bottleneck = v.raw = b;
+
+  switch (b) {
+    case Bottleneck::kConsumer: {
+      v.evidence = "consumer bound: " + waited + ", " + ready + ", decode " + dec;
+      if (f.copy) v.evidence += ", copy stream " + pct(copy_busy) + " busy";
+      v.advice = "input keeps up: the consumer (GPU step) sets the pace; speed up the step (mixed precision, "
+                 "larger batch per GPU)";
+      if (f.decode.threads > 1 && dec_busy < 0.5)
+        v.advice += "; decode has headroom, about " +
+                    std::to_string(std::max(1u, static_cast<unsigned>(dec_busy * f.decode.threads + 0.999))) +
+                    " of " + std::to_string(f.decode.threads) + " threads would do";
+      break;
+    }
+    case Bottleneck::kDecode: {
+      v.evidence = "decode bound: " + dec + ", " + waited + ", " + ready + ", " + fmt("%.1f", qpt) +
+                   " records queued per thread";
+      if (f.decode.threads + 1 < cpus)
+        v.advice = "add decode threads (" + std::to_string(f.decode.threads) + " in use, " + std::to_string(cpus) +
+                   " CPUs): LoaderOptions.threads / --threads";
+      else
+        v.advice = "every CPU decodes: decode fewer pixels — store images nearer the training size so the "
+                   "decoder's 1/2-1/4 DCT scaling applies, use a cheaper transform, or add CPUs";
+      break;
+    }
+    case Bottleneck::kCopy: {
+      v.evidence = "copy bound: copy stream " + pct(copy_busy) + " busy, " + waited + ", " + ready +
+                   " (host batches waiting for the copy), decode " + dec;
+      if (f.slot_memory != "pinned")
+        v.advice = "use pinned host memory (StagerOptions.pinned_host_slots): pageable copies go through a "
+                   "bounce buffer and are not asynchronous";
+      else
+        v.advice = "copy fewer bytes: ship uint8 and convert on the GPU (StagerOptions.image_dtype), a larger "
+                   "batch per copy, and check the PCIe link with `stoker doctor`";
+      break;
+    }
+    case Bottleneck::kStorage: {
+      const double mbps = f.bytes_read / wall / 1e6;
+      v.evidence = "storage bound: " + waited + ", decoders starved (" + dec + ", " +
+                   fmt("%.1f", f.decode_queue_avg) + " records queued), " + ready + ", reads " +
+                   fmt("%.1f MB/s", mbps);
+      if (f.io_engine_busy_s > 0) v.evidence += ", reads in flight " + pct(std::min(1.0, f.io_engine_busy_s / wall));
+      v.advice = "reads are the limit (more decode threads will not help): stage the dataset on local NVMe or in "
+                 "RAM, raise the IO queue depth (IoOptions.queue_depth, --qd) for networked storage, and compare "
+                 "with `stoker bench io`";
+      if (f.io_engine == "pread") v.advice += "; io_uring is not in use (see `stoker doctor`)";
+      break;
+    }
+    case Bottleneck::kUnknown: break;
+  }
+  return v;
+}
+
+std::string Verdict::to_json() const {
+  const FeedFigures& f = figures;
+  std::string j = "{\"bottleneck\":" + json_str(bottleneck_name(bottleneck));
+  j += ",\"raw\":" + json_str(bottleneck_name(raw));
+  j += ",\"evidence\":" + json_str(evidence);
+  j += ",\"advice\":" + json_str(advice);
+  j += ",\"interval_s\":" + json_num(f.wall_s);
+  j += ",\"samples_per_s\":" + json_num(f.samples_per_s());
+  j += ",\"consumer_wait_frac\":" + json_num(f.consumer_wait_frac());
+  j += ",\"decode_threads\":" + std::to_string(f.decode.threads);
+  j += ",\"decode_busy_frac\":" + json_num(std::min(1.0, f.decode.busy_frac(f.wall_s)));
+  j += ",\"decode_queue_avg\":" + json_num(f.decode_queue_avg);
+  j += ",\"io_busy_frac\":" + json_num(std::min(1.0, f.io.busy_frac(f.wall_s)));
+  j += ",\"io_engine_busy_frac\":" + json_num(f.wall_s > 0 ? std::min(1.0, f.io_engine_busy_s / f.wall_s) : 0);
+  j += ",\"read_bytes_per_s\":" + json_num(f.wall_s > 0 ? f.bytes_read / f.wall_s : 0);
+  j += ",\"copy_busy_frac\":" + (f.copy ? json_num(std::min(1.0, f.copy->busy_frac(f.wall_s))) : std::string("null"));
+  j += ",\"slots_ready_avg\":" + json_num(f.slots_ready_avg);
+  j += ",\"slots_free_avg\":" + json_num(f.slots_free_avg);
+  j += ",\"slots\":" + std::to_string(f.slots);
+  j += ",\"intervals\":" + std::to_string(intervals);
+  j += "}";
+  return j;
+}
+
+std::string Verdict::summary() const { return evidence + (advice.empty() ? "" : " -> next: " + advice); }
+
+// ---- tracker ---------------------------------------------------------------------------
+
+BottleneckTracker::BottleneckTracker(DiagnoseOptions options) : options_(options) {
+  if (options_.confirm_intervals == 0) options_.confirm_intervals = 1;
+}
+
+const Verdict& BottleneckTracker::update(const LoaderStats& cumulative) {
+  return update(FeedFigures::from(cumulative));
+}
+
+const Verdict& BottleneckTracker::update(const FeedFigures& cumulative) {
+  const FeedFigures interval = last_ ? FeedFigures::between(*last_, cumulative) : cumulative;
+  Verdict v = diagnose(interval, options_, current_.bottleneck);
+  // An interval too short to judge does not advance the baseline: it joins the next one.
+  if (v.raw == Bottleneck::kUnknown) {
+    if (current_.bottleneck == Bottleneck::kUnknown) {
+      current_ = v;
+      current_.intervals = intervals_;
+    }
+    if (!last_) last_ = cumulative;
+    return current_;
+  }
+  last_ = cumulative;
+  ++intervals_;
+  if (current_.bottleneck == Bottleneck::kUnknown || v.raw == current_.bottleneck) {
+    candidate_ = Bottleneck::kUnknown;
+    candidate_count_ = 0;
+    current_ = std::move(v);
+  } else {
+    if (v.raw == candidate_) ++candidate_count_;
+    else {
+      candidate_ = v.raw;
+      candidate_count_ = 1;
+    }
+    if (candidate_count_ >= options_.confirm_intervals) {
+      candidate_ = Bottleneck::kUnknown;
+      candidate_count_ = 0;
+      current_ = std::move(v);
+    } else {
+      // Keep the verdict in force (and its evidence); record what this interval said.
+      current_.raw = v.raw;
+      current_.figures = v.figures;
+    }
+  }
+  current_.intervals = intervals_;
+  return current_;
+}
+
+}  // namespace stoker

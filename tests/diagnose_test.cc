@@ -1,0 +1,509 @@
+// The bottleneck verdict: constructed figures (each rule and its hysteresis), interval
+// arithmetic, the smoothing tracker, real pipelines built to be storage-, decode- and
+// consumer-bound, and the `stoker bench compare` harness's output schema.
+#include "stoker/diagnose.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "util/bytes.h"
+#include "util/test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace stoker {
+namespace {
+
+using testing::TempDir;
+
+// ---- constructed figures ---------------------------------------------------------------
+
+// Figures of a 10 s interval, past startup: the caller sets the fractions that matter.
+FeedFigures figures(double consumer_wait_frac, unsigned dec_threads, double dec_busy_frac, double queue_avg,
+                    double slots_ready, std::optional<double> copy_busy_frac = std::nullopt) {
+  FeedFigures f;
+  f.wall_s = 10;
+  f.samples = 6400;
+  f.batches = 100;
+  f.bytes_read = 700u << 20;
+  f.io.threads = 1;
+  f.io.busy_s = 1;
+  f.decode.threads = dec_threads;
+  f.decode.busy_s = dec_busy_frac * dec_threads * 10;
+  f.decode.items = 6400;
+  f.consumer_wait_s = consumer_wait_frac * 10;
+  f.decode_queue_avg = queue_avg;
+  f.slots_ready_avg = slots_ready;
+  f.slots = 4;
+  f.io_engine = "uring";
+  f.slot_memory = "host";
+  if (copy_busy_frac) {
+    StageStats c;
+    c.threads = 1;
+    c.busy_s = *copy_busy_frac * 10;
+    f.copy = c;
+  }
+  return f;
+}
+
+struct Case {
+  const char* name;
+  FeedFigures f;
+  Bottleneck want;
+  const char* evidence_has;
+};
+
+TEST(Verdict, ConstructedFiguresNameTheStage) {
+  DiagnoseOptions o;
+  o.cpus_available = 16;
+  const Case cases[] = {
+      {"decoders busy, consumer waits", figures(0.31, 8, 0.97, 6, 0.2), Bottleneck::kDecode,
+       "decode bound: 8 threads 97% busy, consumer waited 31%, 0.2 of 4 slots ready"},
+      {"decoders descheduled but backlogged", figures(0.5, 2, 0.6, 10, 0.1), Bottleneck::kDecode, "5.0 records queued"},
+      {"decoders starved", figures(0.62, 4, 0.12, 0.1, 0.0), Bottleneck::kStorage,
+       "storage bound: consumer waited 62%, decoders starved (4 threads 12% busy, 0.1 records queued)"},
+      {"consumer rarely waits", figures(0.02, 4, 0.4, 0.5, 3.0), Bottleneck::kConsumer,
+       "consumer bound: consumer waited 2%, 3.0 of 4 slots ready"},
+      {"copy stream saturated", figures(0.4, 4, 0.3, 0.2, 3.1, 0.95), Bottleneck::kCopy,
+       "copy bound: copy stream 95% busy, consumer waited 40%, 3.1 of 4 slots ready"},
+      {"host batches pile up before a half-busy copy", figures(0.4, 4, 0.3, 0.2, 3.5, 0.6), Bottleneck::kCopy,
+       "copy stream 60% busy"},
+      {"copy present but idle, decoders busy", figures(0.4, 4, 0.95, 3, 0.1, 0.2), Bottleneck::kDecode, "decode bound"},
+      {"copy and decode both saturated: the busier", figures(0.4, 4, 0.85, 3, 0.5, 0.99), Bottleneck::kCopy,
+       "copy bound"},
+      {"copy idle, consumer fine", figures(0.01, 4, 0.3, 0.2, 3.0, 0.1), Bottleneck::kConsumer, "copy stream 10% busy"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Verdict v = diagnose(c.f, o);
+    EXPECT_EQ(bottleneck_name(v.bottleneck), std::string(bottleneck_name(c.want)));
+    EXPECT_EQ(v.raw, c.want);
+    EXPECT_NE(v.evidence.find(c.evidence_has), std::string::npos) << v.evidence;
+    EXPECT_FALSE(v.advice.empty());
+  }
+}
+
+TEST(Verdict, AdviceFollowsTheSituation) {
+  DiagnoseOptions o;
+  o.cpus_available = 16;
+  EXPECT_NE(diagnose(figures(0.3, 2, 0.97, 6, 0.2), o).advice.find("add decode threads (2 in use, 16 CPUs)"),
+            std::string::npos);
+  o.cpus_available = 2;
+  EXPECT_NE(diagnose(figures(0.3, 2, 0.97, 6, 0.2), o).advice.find("DCT scaling"), std::string::npos);
+  FeedFigures copy = figures(0.4, 4, 0.3, 0.2, 3.1, 0.95);
+  EXPECT_NE(diagnose(copy, o).advice.find("pinned host memory"), std::string::npos);
+  copy.slot_memory = "pinned";
+  const std::string pinned_advice = diagnose(copy, o).advice;
+  EXPECT_EQ(pinned_advice.find("use pinned"), std::string::npos);
+  EXPECT_NE(pinned_advice.find("uint8"), std::string::npos);
+  FeedFigures st = figures(0.62, 4, 0.12, 0.1, 0.0);
+  EXPECT_EQ(diagnose(st, o).advice.find("io_uring"), std::string::npos);
+  st.io_engine = "pread";
+  EXPECT_NE(diagnose(st, o).advice.find("io_uring is not in use"), std::string::npos);
+}
+
+TEST(Verdict, HysteresisKeepsTheCurrentVerdictNearThresholds) {
+  // Consumer waited 12%: above the 10% threshold, inside the 5% band.
+  const FeedFigures f = figures(0.12, 4, 0.95, 4, 0.5);
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kDecode);
+  EXPECT_EQ(diagnose(f, {}, Bottleneck::kConsumer).bottleneck, Bottleneck::kConsumer);
+  // Decoders 47% busy, short queue: starved (below 50%) but inside the band.
+  const FeedFigures g = figures(0.5, 4, 0.47, 0.5, 0.1);
+  EXPECT_EQ(diagnose(g).bottleneck, Bottleneck::kStorage);
+  EXPECT_EQ(diagnose(g, {}, Bottleneck::kDecode).bottleneck, Bottleneck::kDecode);
+  // Far outside the band the current verdict does not matter.
+  EXPECT_EQ(diagnose(figures(0.5, 4, 0.2, 0, 0), {}, Bottleneck::kDecode).bottleneck, Bottleneck::kStorage);
+}
+
+TEST(Verdict, PartlyBusyDecodersAgainstTheStorage) {
+  // Decoders 70% busy with a short queue: the larger share is decode ...
+  FeedFigures f = figures(0.5, 4, 0.7, 0.5, 0.1);
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kDecode);
+  // ... unless the IO engine had reads in flight more of the time.
+  f.io_engine_busy_s = 9.5;
+  const Verdict v = diagnose(f);
+  EXPECT_EQ(v.bottleneck, Bottleneck::kStorage);
+  EXPECT_NE(v.evidence.find("reads in flight 95%"), std::string::npos) << v.evidence;
+  f.io_engine_busy_s = 5;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kDecode);
+}
+
+TEST(Verdict, TooShortAnIntervalIsUnknown) {
+  FeedFigures f = figures(0.5, 4, 0.9, 1, 1);
+  f.batches = 0;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kUnknown);
+  f.batches = 3;
+  f.wall_s = 0.01;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kUnknown);
+  // An interval that is all start-up: the consumer waited only for the first batch.
+  f.wall_s = 1.26;
+  f.startup_s = 1.25;
+  f.consumer_wait_s = 1.25;
+  f.batches = 1;
+  f.decode.busy_s = 0.1;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kUnknown);
+  f.wall_s = 2.4;
+  f.consumer_wait_s = 2.3;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kStorage) << diagnose(f).summary();
+}
+
+TEST(Verdict, JsonLineCarriesVerdictAndEvidence) {
+  Verdict v = diagnose(figures(0.4, 4, 0.3, 0.2, 3.1, 0.95));
+  const std::string j = v.to_json();
+  EXPECT_EQ(j.find('\n'), std::string::npos);
+  EXPECT_EQ(j.rfind("{\"bottleneck\":\"copy\",\"raw\":\"copy\",\"evidence\":\"copy bound: ", 0), 0u) << j;
+  for (const char* key : {"\"advice\":", "\"samples_per_s\":640,", "\"consumer_wait_frac\":0.4,",
+                          "\"decode_busy_frac\":0.3,", "\"copy_busy_frac\":0.95,", "\"slots\":4,"})
+    EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+  EXPECT_NE(diagnose(figures(0.4, 4, 0.3, 0.2, 0.1)).to_json().find("\"copy_busy_frac\":null"), std::string::npos);
+}
+
+TEST(Verdict, NamesRoundTrip) {
+  for (Bottleneck b : {Bottleneck::kUnknown, Bottleneck::kStorage, Bottleneck::kDecode, Bottleneck::kCopy,
+                       Bottleneck::kConsumer})
+    EXPECT_EQ(bottleneck_from_name(bottleneck_name(b)), b);
+  try {
+    bottleneck_from_name("gpu");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+// ---- interval arithmetic -----------------------------------------------------------------
+
+TEST(FeedFiguresTest, BetweenSubtractsCountersAndReweighsMeans) {
+  LoaderStats a, b;
+  a.wall_s = 2;
+  a.first_batch_s = 0.5;
+  a.batches = 10;
+  a.samples = 640;
+  a.decode = {4, 6.0, 2.0, 640};
+  a.consumer_wait_s = 1.0;
+  a.slots_ready_avg = 1.0;  // over 10 batches
+  a.decode_queue_avg = 2.0;  // over 640 samples
+  a.slots = 4;
+  b = a;
+  b.wall_s = 4;
+  b.batches = 30;
+  b.samples = 1920;
+  b.decode = {4, 14.0, 2.5, 1920};
+  b.consumer_wait_s = 1.2;
+  b.slots_ready_avg = 2.5;  // over 30: the last 20 averaged (75 - 10) / 20 = 3.25
+  b.decode_queue_avg = 4.0;  // over 1920: (7680 - 1280) / 1280 = 5
+  const FeedFigures d = FeedFigures::between(a, b);
+  EXPECT_DOUBLE_EQ(d.wall_s, 2);
+  EXPECT_DOUBLE_EQ(d.startup_s, 0);
+  EXPECT_EQ(d.batches, 20u);
+  EXPECT_EQ(d.samples, 1280u);
+  EXPECT_DOUBLE_EQ(d.decode.busy_s, 8);
+  EXPECT_EQ(d.decode.items, 1280u);
+  EXPECT_DOUBLE_EQ(d.decode.busy_frac(d.wall_s), 1.0);
+  EXPECT_NEAR(d.consumer_wait_s, 0.2, 1e-12);
+  EXPECT_NEAR(d.consumer_wait_frac(), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(d.slots_ready_avg, 3.25);
+  EXPECT_DOUBLE_EQ(d.decode_queue_avg, 5.0);
+  EXPECT_DOUBLE_EQ(d.samples_per_s(), 640);
+}
+
+TEST(FeedFiguresTest, StartupIsLeftOutOfTheConsumerWait) {
+  LoaderStats s;
+  s.wall_s = 3;
+  s.first_batch_s = 1;
+  s.batches = 5;
+  s.consumer_wait_s = 1.5;  // 1 s for the first batch, 0.5 s of 2 s afterwards
+  const FeedFigures f = FeedFigures::from(s);
+  EXPECT_DOUBLE_EQ(f.startup_s, 1);
+  EXPECT_DOUBLE_EQ(f.consumer_wait_frac(), 0.25);
+  // An interval that began before the first batch keeps the part of startup inside it.
+  LoaderStats early = s;
+  early.wall_s = 0.4;
+  early.batches = 0;
+  early.samples = 0;
+  early.consumer_wait_s = 0.4;
+  const FeedFigures d = FeedFigures::between(early, s);
+  EXPECT_DOUBLE_EQ(d.startup_s, 0.6);
+  EXPECT_NEAR(d.consumer_wait_frac(), 0.25, 1e-12);
+}
+
+TEST(FeedFiguresTest, ANewEpochIsNotSubtracted) {
+  LoaderStats a, b;
+  a.wall_s = 5;
+  a.batches = 50;
+  a.samples = 3200;
+  b.wall_s = 1;  // set_epoch restarted the counters
+  b.batches = 8;
+  b.samples = 512;
+  const FeedFigures d = FeedFigures::between(a, b);
+  EXPECT_DOUBLE_EQ(d.wall_s, 1);
+  EXPECT_EQ(d.samples, 512u);
+}
+
+// ---- tracker -----------------------------------------------------------------------------
+
+// Cumulative figures from a list of per-interval ones.
+struct Accumulator {
+  FeedFigures total;
+  const FeedFigures& add(const FeedFigures& i) {
+    const uint64_t n0 = total.batches, q0 = total.decode.items;
+    total.wall_s += i.wall_s;
+    total.samples += i.samples;
+    total.batches += i.batches;
+    total.bytes_read += i.bytes_read;
+    total.io.threads = i.io.threads;
+    total.io.busy_s += i.io.busy_s;
+    total.decode.threads = i.decode.threads;
+    total.decode.busy_s += i.decode.busy_s;
+    total.decode.items += i.decode.items;
+    total.consumer_wait_s += i.consumer_wait_s;
+    total.slots = i.slots;
+    total.slots_ready_avg = (total.slots_ready_avg * n0 + i.slots_ready_avg * i.batches) / total.batches;
+    total.decode_queue_avg = (total.decode_queue_avg * q0 + i.decode_queue_avg * i.decode.items) / total.decode.items;
+    if (i.copy) {
+      StageStats c = total.copy.value_or(StageStats{});
+      c.threads = 1;
+      c.busy_s += i.copy->busy_s;
+      total.copy = c;
+    }
+    return total;
+  }
+};
+
+TEST(Tracker, NoiseAroundAThresholdDoesNotFlipTheVerdict) {
+  // Decode-bound, with decoder busy fractions wobbling across the 50% "starved" threshold
+  // and the consumer's wait near 10%: a raw verdict would flip; the tracker must not.
+  const double busy[] = {0.95, 0.48, 0.9, 0.47, 0.93, 0.49, 0.88, 0.46, 0.91, 0.48};
+  const double wait[] = {0.3, 0.12, 0.25, 0.11, 0.2, 0.14, 0.3, 0.12, 0.2, 0.13};
+  BottleneckTracker t;
+  Accumulator acc;
+  int raw_flips = 0;
+  Bottleneck prev_raw = Bottleneck::kUnknown;
+  for (int i = 0; i < 10; ++i) {
+    const Verdict& v = t.update(acc.add(figures(wait[i], 4, busy[i], 0.5, 0.2)));
+    EXPECT_EQ(v.bottleneck, Bottleneck::kDecode) << "interval " << i << ": " << v.summary();
+    if (i > 0 && diagnose(figures(wait[i], 4, busy[i], 0.5, 0.2)).raw != prev_raw) ++raw_flips;
+    prev_raw = diagnose(figures(wait[i], 4, busy[i], 0.5, 0.2)).raw;
+    EXPECT_EQ(v.intervals, static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_GE(raw_flips, 4) << "the series should make an unsmoothed verdict flip";
+}
+
+TEST(Tracker, ARealChangeIsAdoptedAfterConfirmation) {
+  BottleneckTracker t;
+  Accumulator acc;
+  EXPECT_EQ(t.update(acc.add(figures(0.4, 4, 0.97, 6, 0.1))).bottleneck, Bottleneck::kDecode);
+  EXPECT_EQ(t.update(acc.add(figures(0.4, 4, 0.97, 6, 0.1))).bottleneck, Bottleneck::kDecode);
+  // The consumer slows down: one interval is not enough ...
+  const Verdict& v1 = t.update(acc.add(figures(0.01, 4, 0.3, 0.1, 3.2)));
+  EXPECT_EQ(v1.bottleneck, Bottleneck::kDecode);
+  EXPECT_EQ(v1.raw, Bottleneck::kConsumer);
+  // ... two are.
+  const Verdict& v2 = t.update(acc.add(figures(0.01, 4, 0.3, 0.1, 3.2)));
+  EXPECT_EQ(v2.bottleneck, Bottleneck::kConsumer);
+  EXPECT_NE(v2.evidence.find("consumer bound"), std::string::npos);
+  // A lone different interval in between resets the count.
+  t.update(acc.add(figures(0.6, 4, 0.1, 0, 0)));
+  t.update(acc.add(figures(0.01, 4, 0.3, 0.1, 3.2)));
+  EXPECT_EQ(t.update(acc.add(figures(0.6, 4, 0.1, 0, 0))).bottleneck, Bottleneck::kConsumer);
+  EXPECT_EQ(t.update(acc.add(figures(0.6, 4, 0.1, 0, 0))).bottleneck, Bottleneck::kStorage);
+}
+
+// ---- real pipelines ----------------------------------------------------------------------
+
+// n JPEGs of w x h in one dataset (label i % 4), small shards.
+void make_dataset(const std::string& dir, int n, int w, int h) {
+  DatasetWriterOptions o;
+  o.shard_size = 1 << 20;
+  DatasetWriter wr(dir, Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}}, o);
+  for (int i = 0; i < n; ++i) {
+    auto jpeg = testing::make_jpeg(w, h, static_cast<uint32_t>(i), 90);
+    std::vector<uint8_t> label(8);
+    internal::put_u64(label.data(), static_cast<uint64_t>(i % 4));
+    std::vector<std::span<const uint8_t>> f{jpeg, label};
+    wr.add(f);
+  }
+  wr.manifest().class_names = {"a", "b", "c", "d"};
+  wr.finish();
+}
+
+LoaderOptions base_options(const std::string& dir) {
+  LoaderOptions o;
+  o.path = dir;
+  o.batch_size = 8;
+  o.rank = 0;
+  o.world_size = 1;
+  o.slots = 4;
+  o.order.seed = 3;
+  return o;
+}
+
+// Runs the loader for at most `max_s` seconds (or the epoch); the consumer sleeps
+// `consumer_ms` per batch. Returns the cumulative snapshots taken every `every` batches
+// (0: only the final one).
+std::vector<LoaderStats> run(Loader& l, double max_s, double consumer_ms, int every = 0) {
+  std::vector<LoaderStats> snaps;
+  const auto t0 = std::chrono::steady_clock::now();
+  int n = 0;
+  while (auto b = l.next()) {
+    if (consumer_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(consumer_ms));
+    if (every > 0 && ++n % every == 0) snaps.push_back(l.stats());
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(max_s)) break;
+  }
+  snaps.push_back(l.stats());
+  return snaps;
+}
+
+class RealPipeline : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    make_dataset(dir_->str("ds"), 320, 480, 360);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string path() { return dir_->str("ds"); }
+  static TempDir* dir_;
+};
+TempDir* RealPipeline::dir_ = nullptr;
+
+TEST_F(RealPipeline, ThrottledStorageIsStorageBound) {
+  LoaderOptions o = base_options(path());
+  o.threads = 2;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 32;  // cheap decode: DCT-scaled, tiny output
+  o.wrap_io = [](std::unique_ptr<IoEngine> e) { return make_throttled_engine(std::move(e), 2e6); };
+  Loader l(o);
+  const LoaderStats s = run(l, 2.0, 0).back();
+  const Verdict v = diagnose(FeedFigures::from(s));
+  std::printf("storage case: %s\n", v.summary().c_str());
+  EXPECT_EQ(v.bottleneck, Bottleneck::kStorage) << v.summary();
+  EXPECT_NE(v.evidence.find("decoders starved"), std::string::npos);
+}
+
+TEST_F(RealPipeline, OneThreadHeavyDecodeIsDecodeBound) {
+  LoaderOptions o = base_options(path());
+  o.threads = 1;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 320;
+  o.transform.eval_crop_fraction = 1.0f;
+  o.transform.allow_dct_scaling = false;  // full-resolution decode of every image
+  Loader l(o);
+  const LoaderStats s = run(l, 2.5, 0).back();
+  DiagnoseOptions d;
+  d.cpus_available = 64;
+  const Verdict v = diagnose(FeedFigures::from(s), d);
+  std::printf("decode case: %s\n", v.summary().c_str());
+  EXPECT_EQ(v.bottleneck, Bottleneck::kDecode) << v.summary();
+  EXPECT_NE(v.advice.find("add decode threads (1 in use, 64 CPUs)"), std::string::npos) << v.advice;
+}
+
+TEST_F(RealPipeline, SlowConsumerIsConsumerBound) {
+  LoaderOptions o = base_options(path());
+  o.threads = 2;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 32;
+  Loader l(o);
+  const LoaderStats s = run(l, 1.5, 60).back();  // 60 ms per batch of 8 tiny crops
+  const Verdict v = diagnose(FeedFigures::from(s));
+  std::printf("consumer case: %s\n", v.summary().c_str());
+  EXPECT_EQ(v.bottleneck, Bottleneck::kConsumer) << v.summary();
+  EXPECT_GT(FeedFigures::from(s).slots_ready_avg, 1.0);
+}
+
+TEST_F(RealPipeline, SteadyDecodeBoundRunGivesOneVerdictAfterWarmUp) {
+  LoaderOptions o = base_options(path());
+  o.threads = 1;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 320;
+  o.transform.eval_crop_fraction = 1.0f;
+  o.transform.allow_dct_scaling = false;
+  Loader l(o);
+  const std::vector<LoaderStats> snaps = run(l, 4.0, 0, 3);  // a snapshot every 3 batches (24 images)
+  ASSERT_GE(snaps.size(), 10u) << "run too short for a series";
+  DiagnoseOptions d;
+  d.min_interval_s = 0.005;
+  BottleneckTracker t(d);
+  std::vector<Bottleneck> seen;
+  for (const LoaderStats& s : snaps) seen.push_back(t.update(s).bottleneck);
+  const size_t warm = 2;
+  for (size_t i = warm; i < seen.size(); ++i)
+    EXPECT_EQ(bottleneck_name(seen[i]), std::string("decode")) << "snapshot " << i << ": "
+                                                                << t.current().summary();
+  std::printf("steady series: %zu snapshots, final %s\n", snaps.size(), t.current().to_json().c_str());
+}
+
+// ---- the comparison harness ---------------------------------------------------------------
+
+fs::path sibling_tool() {
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec).parent_path() / "stoker";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(BenchCompare, WritesJsonMarkdownAndPlot) {
+  const fs::path tool = sibling_tool();
+  if (!fs::exists(tool)) GTEST_SKIP() << "stoker tool not built next to the test (" << tool << ")";
+  if (std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
+  TempDir d;
+  const std::string t = tool.string();
+  auto sh = [](const std::string& cmd) {
+    const int rc = std::system(cmd.c_str());
+    EXPECT_EQ(rc, 0) << cmd;
+    return rc == 0;
+  };
+  ASSERT_TRUE(sh(t + " sample imagefolder " + d.str("imgs") + " --images 48 --classes 3 --seed 2 >/dev/null 2>&1"));
+  ASSERT_TRUE(sh(t + " pack imagefolder " + d.str("imgs") + " " + d.str("ds") + " >/dev/null 2>&1"));
+  ASSERT_TRUE(sh(t + " sample tokens " + d.str("tokens.bin") + " --tokens 300000 --vocab 1000 >/dev/null 2>&1"));
+  ASSERT_TRUE(sh(t + " pack tokens " + d.str("tokens.bin") + " " + d.str("tokens") +
+                 " --dtype uint16 --seq-len 256 >/dev/null 2>&1"));
+  ASSERT_TRUE(sh(t + " bench compare " + d.str("ds") + " --images " + d.str("imgs") + " --tokens " + d.str("tokens") +
+                 " --threads 1 --seconds 1 --batch 16 --out " + d.str("cmp") + " >" + d.str("log") + " 2>&1"))
+      << slurp(d.str("log"));
+
+  const std::string j = slurp(d.str("cmp/compare.json"));
+  ASSERT_FALSE(j.empty());
+  for (const char* key : {"\"limits\"", "\"read\"", "\"decode\"", "\"results\"", "\"workload\": \"images\"",
+                          "\"workload\": \"tokens\"", "\"feeder\": \"stoker\"", "\"feeder\": \"torch DataLoader+PIL\"",
+                          "\"feeder\": \"nanoGPT memmap get_batch\"", "\"feeder\": \"WebDataset\"",
+                          "\"feeder\": \"FFCV\"", "\"samples_per_s\"", "\"ratio_to_limit\"", "\"bottleneck\""})
+    EXPECT_NE(j.find(key), std::string::npos) << key;
+  // Every row has a rate or says why not; python checks the schema exactly.
+  const std::string check =
+      "/usr/bin/python3 -c \"import json,sys; r=json.load(open('" + d.str("cmp/compare.json") +
+      "')); ok=all(set(['workload','feeder','threads'])<=set(x) and (x.get('samples_per_s',0)>0 or 'status' in x) "
+      "for x in r['results']); ok=ok and r['limits']['read']['samples_per_s']>0 and "
+      "r['limits']['decode'][0]['threads']==1 and r['limits']['decode'][0]['samples_per_s']>0; "
+      "ok=ok and any(x['feeder']=='stoker' and x['bottleneck'] in ('storage','decode','copy','consumer') "
+      "for x in r['results']); sys.exit(0 if ok else 1)\"";
+  EXPECT_EQ(std::system(check.c_str()), 0) << j;
+  const std::string md = slurp(d.str("cmp/compare.md"));
+  EXPECT_NE(md.find("| workload | feeder | threads | samples/s | after 1st batch | ratio to limit | note |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| images | stoker | 1 |"), std::string::npos) << md;
+  std::error_code ec;
+  const auto png = fs::file_size(d.str("cmp/compare.png"), ec);
+  ASSERT_FALSE(ec) << "compare.png missing";
+  EXPECT_GT(png, 1000u);
+  const std::string head = slurp(d.str("cmp/compare.png")).substr(0, 8);
+  EXPECT_EQ(head, std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+}  // namespace
+}  // namespace stoker
