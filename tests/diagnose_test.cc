@@ -99,6 +99,14 @@ TEST(Verdict, AdviceFollowsTheSituation) {
             std::string::npos);
   o.cpus_available = 2;
   EXPECT_NE(diagnose(figures(0.3, 2, 0.97, 6, 0.2), o).advice.find("DCT scaling"), std::string::npos);
+  FeedFigures tok = figures(0.3, 2, 0.97, 6, 0.2);
+  tok.tokens = true;
+  EXPECT_NE(diagnose(tok, o).advice.find("pack without --zstd"), std::string::npos);
+  LoaderStats ts;
+  ts.samples = 320;  // token rows: no per-sample decodes
+  EXPECT_TRUE(FeedFigures::from(ts).tokens);
+  ts.decode.items = 320;
+  EXPECT_FALSE(FeedFigures::from(ts).tokens);
   FeedFigures copy = figures(0.4, 4, 0.3, 0.2, 3.1, 0.95);
   EXPECT_NE(diagnose(copy, o).advice.find("pinned host memory"), std::string::npos);
   copy.slot_memory = "pinned";

@@ -112,6 +112,7 @@ int run_feed(const Args& args) {
     all.io_engine = f.io_engine;
     all.io_direct = f.io_direct;
     all.slot_memory = f.slot_memory;
+    all.tokens = f.tokens;
   };
   const auto run_t0 = std::chrono::steady_clock::now();
   bool out_of_time = false;

@@ -70,6 +70,9 @@ struct FeedFigures {
   std::string io_engine;        ///< "uring", "pread", "" when unknown
   bool io_direct = false;
   std::string slot_memory;      ///< "host", "pinned", ...
+  /// Token batches (decode = unpacking rows) rather than images; from() infers it from
+  /// samples delivered with no per-sample decodes counted.
+  bool tokens = false;
 
   /// The whole run a snapshot covers (startup_s = first_batch_s).
   static FeedFigures from(const LoaderStats& s);

@@ -52,6 +52,7 @@ FeedFigures FeedFigures::from(const LoaderStats& s) {
   f.io_engine = s.io_engine.engine;
   f.io_direct = s.io_engine.direct;
   f.slot_memory = s.slot_memory;
+  f.tokens = s.samples > 0 && s.decode.items == 0;  // token batches count no per-sample decodes
   return f;
 }
 
@@ -194,6 +195,9 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
       if (f.decode.threads + 1 < cpus)
         v.advice = "add decode threads (" + std::to_string(f.decode.threads) + " in use, " + std::to_string(cpus) +
                    " CPUs): LoaderOptions.threads / --threads";
+      else if (f.tokens)
+        v.advice = "every CPU unpacks tokens: pack without --zstd (rows are then copied, not decompressed), "
+                   "or add CPUs";
       else
         v.advice = "every CPU decodes: decode fewer pixels — store images nearer the training size so the "
                    "decoder's 1/2-1/4 DCT scaling applies, use a cheaper transform, or add CPUs";

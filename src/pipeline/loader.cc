@@ -151,11 +151,38 @@ struct DecodeTask {
 constexpr uint32_t kWholeBatch = 0xFFFFFFFFu;  // assemble a whole token batch
 constexpr uint32_t kChunk = 0xFFFFFFFEu;       // decompress one token record ahead of its batches
 
+// Buffers for decompressed token records, recycled: a fresh 256 KiB allocation per
+// record is an mmap, page faults and a zero-fill that cost more than the zstd itself.
+struct ChunkBufferPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<uint8_t[]>> free;
+  size_t capacity = 0;  // every buffer holds this many bytes (the largest record)
+  std::unique_ptr<uint8_t[]> take() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!free.empty()) {
+        auto b = std::move(free.back());
+        free.pop_back();
+        return b;
+      }
+    }
+    return std::unique_ptr<uint8_t[]>(new uint8_t[capacity]);  // not zero-filled
+  }
+  void give(std::unique_ptr<uint8_t[]> b) {
+    std::lock_guard<std::mutex> lock(mu);
+    free.push_back(std::move(b));
+  }
+};
+
 // A decompressed token record, shared by the batches that take rows from it.
 struct Chunk {
   std::once_flag once;
-  std::vector<uint8_t> raw;
+  std::shared_ptr<ChunkBufferPool> pool;
+  std::unique_ptr<uint8_t[]> raw;
   std::exception_ptr error;
+  ~Chunk() {
+    if (raw) pool->give(std::move(raw));
+  }
 };
 
 struct Counters {
@@ -215,6 +242,7 @@ struct Loader::Impl {
   std::unordered_map<uint64_t, std::shared_ptr<Chunk>> chunks;
   std::deque<uint64_t> chunk_fifo;
   size_t chunk_cap = 64;
+  std::shared_ptr<ChunkBufferPool> chunk_pool = std::make_shared<ChunkBufferPool>();
 
   Counters c;
   // Reporting: interval verdicts, smoothed so a steady feed does not flip-flop.
@@ -300,8 +328,10 @@ void Loader::Impl::setup() {
     // Units are rows; groups are records (one per compressed chunk).
     for (size_t s = 0; s < dataset->shard_count(); ++s) {
       auto r = dataset->shard(s);
-      for (uint64_t i = 0; i < r->record_count(); ++i)
+      for (uint64_t i = 0; i < r->record_count(); ++i) {
         groups.push_back(r->location(i).field_sizes[token_field] / token_row_bytes);
+        chunk_pool->capacity = std::max<size_t>(chunk_pool->capacity, r->location(i).raw_size);
+      }
     }
     if (order_opt.kind == OrderKind::kShuffled || order_opt.kind == OrderKind::kChunkLocal)
       order_opt.kind = OrderKind::kTokenWindow;
@@ -749,6 +779,7 @@ std::shared_ptr<Chunk> Loader::Impl::chunk_entry(uint64_t record, bool* created)
   if (created) *created = it == chunks.end();
   if (it != chunks.end()) return it->second;
   auto ch = std::make_shared<Chunk>();
+  ch->pool = chunk_pool;
   chunks.emplace(record, ch);
   chunk_fifo.push_back(record);
   while (chunk_fifo.size() > chunk_cap) {
@@ -763,12 +794,22 @@ void Loader::Impl::load_chunk(uint64_t record, Chunk& ch) {
     try {
       auto [s, r] = dataset->locate(record);
       auto reader = dataset->shard(s);
-      std::vector<uint8_t> stored = reader->read_stored(r);  // CRC checked
+      const RecordLocation& loc = reader->location(r);
+      // A per-thread read buffer: freeing a fresh ~100 KiB vector per record makes glibc
+      // return it with madvise, and the TLB shootdowns cost more than the read.
+      thread_local std::vector<uint8_t> stored;
+      stored.resize(loc.stored_size);
+      const size_t got = internal::pread_full(reader->fd(), stored.data(), stored.size(), loc.offset, reader->path());
+      if (got != stored.size())
+        throw Error(ErrorCode::kDataLoss, record_name(s, r) + ": short read (" + std::to_string(got) + " of " +
+                                              std::to_string(stored.size()) + " bytes): file truncated");
       c.io_records++;
       io_bytes += stored.size();
-      const RecordLocation& loc = reader->location(r);
-      ch.raw.resize(loc.raw_size);
-      unpack_record_into(dataset->schema(), loc, stored, ch.raw, record_name(s, r));
+      if (loc.raw_size > chunk_pool->capacity)
+        throw Error(ErrorCode::kDataLoss, record_name(s, r) + ": raw size " + std::to_string(loc.raw_size) +
+                                              " exceeds what the shard index promised");
+      ch.raw = chunk_pool->take();
+      unpack_record_into(dataset->schema(), loc, stored, {ch.raw.get(), chunk_pool->capacity}, record_name(s, r));
     } catch (...) {
       ch.error = std::current_exception();
     }
@@ -819,7 +860,7 @@ void Loader::Impl::process_tokens(Job& job) {
     const RecordLocation& loc = dataset->shard(s)->location(rr);
     size_t off = 0;
     for (int i = 0; i < token_field; ++i) off += loc.field_sizes[i];
-    const uint8_t* src = ch->raw.data() + off + r * token_row_bytes;
+    const uint8_t* src = ch->raw.get() + off + r * token_row_bytes;
     copy_tokens(src, f.dtype, seq_len, tl.dtype, tok + j * tl.sample_bytes);
     if (tgt) copy_tokens(src + tsize, f.dtype, seq_len, tl.dtype, tgt + j * tl.sample_bytes);
     const int64_t gi = static_cast<int64_t>(row);

@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Feed-rate comparison: stoker next to the feeders users run today, and the machine's limits.
+
+Run by `stoker bench compare DATASET ...` (bench/cli/bench_compare.cc), which passes its own
+path as --stoker. In one run it measures:
+  limits   raw read of the dataset through stoker's IO engine (`stoker bench io --json`) and
+           the in-memory decode limit of stoker's decode code at each thread count
+           (`stoker bench feed --json`: limit_samples_per_s);
+  stoker   `stoker bench feed` at each thread count (images; tokens when --tokens is given);
+  torch    torch.utils.data.DataLoader over the ImageFolder tree (--images) with PIL:
+           RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor, as torchvision does
+           them (torchvision is not required), num_workers = threads;
+  nanoGPT  get_batch() over the flat token file with np.memmap (as in nanoGPT's train.py);
+  WebDataset, FFCV  when importable, else recorded as "not installed".
+Each measurement is bounded by --seconds. Writes compare.json, compare.md and compare.png
+(samples/s against threads, with the limits drawn) into --out.
+
+Uses only the standard library, numpy, torch, PIL and matplotlib (Debian packages).
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+
+FEEDER_STOKER = "stoker"
+FEEDER_TORCH = "torch DataLoader+PIL"
+FEEDER_NANOGPT = "nanoGPT memmap get_batch"
+
+
+def log(msg):
+    print(f"[compare] {msg}", file=sys.stderr, flush=True)
+
+
+def last_json_line(text):
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            return json.loads(line)
+    raise ValueError("no JSON object in output:\n" + text[-2000:])
+
+
+def steady_rate(samples, wall, first_batch_s, batch):
+    """Samples/s after the first batch (pipeline start-up left out), or None."""
+    if first_batch_s is None or samples <= batch or wall <= first_batch_s:
+        return None
+    return (samples - batch) / (wall - first_batch_s)
+
+
+def run_json(cmd, timeout):
+    log(" ".join(cmd))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-1000:]}")
+    return last_json_line(p.stdout)
+
+
+# ---- stoker ---------------------------------------------------------------------------------
+
+def stoker_read_limit(stoker, dataset, seconds):
+    j = run_json([stoker, "bench", "io", dataset, "--json", "--order", "shuffled"], timeout=120 + 10 * seconds)
+    return {"samples_per_s": j["records_per_s"], "bytes_per_s": j["bytes_per_s"], "engine": j.get("engine", ""),
+            "direct": j.get("direct", False), "records": j.get("records", 0)}
+
+
+def stoker_feed(stoker, dataset, threads, seconds, batch, extra=()):
+    cmd = [stoker, "bench", "feed", dataset, "--threads", str(threads), "--batch", str(batch), "--json",
+           "--max-seconds", str(seconds), "--limit-seconds", str(max(1.0, seconds / 3)), "--limit-records", "1000",
+           *extra]
+    return run_json(cmd, timeout=120 + 10 * seconds)
+
+
+def stoker_inspect(stoker, dataset):
+    try:
+        return run_json([stoker, "inspect", dataset, "--json"], timeout=60)
+    except Exception as e:  # noqa: BLE001 - recorded, not fatal
+        log(f"inspect {dataset}: {e}")
+        return {}
+
+
+# ---- torch DataLoader + PIL -----------------------------------------------------------------
+
+class PilImageFolder:
+    """torchvision.datasets.ImageFolder + RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor,
+    written against PIL directly (same parameter draws as torchvision's transforms)."""
+
+    def __init__(self, root, size=224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+        classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+        exts = (".jpg", ".jpeg", ".JPG", ".JPEG", ".png")
+        self.samples = []
+        for ci, c in enumerate(classes):
+            for f in sorted(os.listdir(os.path.join(root, c))):
+                if f.endswith(exts):
+                    self.samples.append((os.path.join(root, c, f), ci))
+        if not self.samples:
+            raise ValueError(f"no images under {root}/<class>/")
+        self.size, self.scale, self.ratio = size, scale, ratio
+
+    def __len__(self):
+        return len(self.samples)
+
+    def crop_params(self, w, h):
+        area = w * h
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target = area * random.uniform(*self.scale)
+            ar = math.exp(random.uniform(*log_ratio))
+            cw = int(round(math.sqrt(target * ar)))
+            ch = int(round(math.sqrt(target / ar)))
+            if 0 < cw <= w and 0 < ch <= h:
+                return random.randint(0, w - cw), random.randint(0, h - ch), cw, ch
+        in_ratio = w / h
+        if in_ratio < self.ratio[0]:
+            cw, ch = w, int(round(w / self.ratio[0]))
+        elif in_ratio > self.ratio[1]:
+            ch, cw = h, int(round(h * self.ratio[1]))
+        else:
+            cw, ch = w, h
+        return (w - cw) // 2, (h - ch) // 2, cw, ch
+
+    def __getitem__(self, i):
+        import numpy as np
+        import torch
+        from PIL import Image
+        path, label = self.samples[i]
+        with open(path, "rb") as f:
+            img = Image.open(f).convert("RGB")
+        x, y, cw, ch = self.crop_params(*img.size)
+        img = img.resize((self.size, self.size), Image.BILINEAR, box=(x, y, x + cw, y + ch))
+        if random.random() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        t = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)  # PILToTensor: CHW uint8
+        return t, label
+
+
+def torch_feed(images, threads, seconds, batch):
+    import torch
+    ds = PilImageFolder(images)
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=threads, drop_last=False)
+    n = 0
+    t0 = time.perf_counter()
+    first = None
+    it = iter(dl)
+    for x, _ in it:
+        n += x.shape[0]
+        if first is None:
+            first = time.perf_counter() - t0
+        if time.perf_counter() - t0 >= seconds:
+            break
+    wall = time.perf_counter() - t0
+    del it
+    return {"samples": n, "wall_s": wall, "samples_per_s": n / wall if wall > 0 else 0, "first_batch_s": first,
+            "steady_samples_per_s": steady_rate(n, wall, first, batch)}
+
+
+# ---- nanoGPT --------------------------------------------------------------------------------
+
+def nanogpt_feed(tokens_bin, dtype, block_size, batch, seconds):
+    import numpy as np
+    import torch
+    np_dtype = {"uint16": np.uint16, "uint32": np.uint32}[dtype]
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        # nanoGPT's get_batch: a fresh memmap per batch (avoids its memory leak), random windows.
+        data = np.memmap(tokens_bin, dtype=np_dtype, mode="r")
+        ix = torch.randint(len(data) - block_size, (batch,))
+        x = torch.stack([torch.from_numpy((data[i:i + block_size]).astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + block_size]).astype(np.int64)) for i in ix])
+        n += x.shape[0]
+        del data
+    wall = time.perf_counter() - t0
+    assert y.shape == x.shape
+    rate = n / wall if wall > 0 else 0
+    return {"samples": n, "wall_s": wall, "samples_per_s": rate, "steady_samples_per_s": rate}  # no start-up
+
+
+def find_tokens_bin(args, stoker, out):
+    if args.tokens_bin:
+        return args.tokens_bin
+    sibling = args.tokens.rstrip("/") + ".bin"
+    if os.path.isfile(sibling):
+        return sibling
+    ext = os.path.join(out, "tokens-extracted")
+    if not os.path.isfile(os.path.join(ext, "tokens.bin")):
+        log(f"extracting {args.tokens} -> {ext}")
+        subprocess.run([stoker, "extract", args.tokens, ext], check=True, capture_output=True, timeout=600)
+    return os.path.join(ext, "tokens.bin")
+
+
+def token_params(meta):
+    """(dtype, seq_len) of a token dataset from `stoker inspect --json`."""
+    fields = meta.get("fields")
+    if fields is None and isinstance(meta.get("schema"), dict):
+        fields = meta["schema"].get("fields")
+    for f in fields or []:
+        if f.get("name") == "tokens":
+            return f.get("dtype", "uint16"), int(f.get("seq_len", 1024))
+    return "uint16", 1024
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+def importable(name):
+    try:
+        __import__(name)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def fmt_rate(v):
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def write_md(path, rep):
+    L = []
+    L.append("# Feed rates: stoker next to the feeders users run today")
+    L.append("")
+    m = rep["machine"]
+    L.append(f"Dataset `{rep['dataset']}`; {m['cpus']} CPUs; each image measurement is one epoch or "
+             f"{rep['seconds_per_measurement']:g} s, whichever ends first (tokens: {rep['seconds_per_measurement'] / 2:g} s); "
+             f"batch {rep['batch']} (tokens 32). Samples/s are images (224x224 train crops) or token rows.")
+    L.append("")
+    L.append("| limit | threads | samples/s |")
+    L.append("|---|---|---|")
+    lim = rep["limits"]
+    r = lim.get("read")
+    if r:
+        L.append(f"| raw read (stoker bench io, {r['engine']}{' O_DIRECT' if r['direct'] else ''}, "
+                 f"{r['bytes_per_s'] / 1e6:,.0f} MB/s) | — | {fmt_rate(r['samples_per_s'])} |")
+    for d in lim.get("decode", []):
+        L.append(f"| in-memory decode+transform (stoker's code, no IO) | {d['threads']} | {fmt_rate(d['samples_per_s'])} |")
+    for d in lim.get("tokens_decode", []):
+        L.append(f"| in-memory token unpack (rows) | {d['threads']} | {fmt_rate(d['samples_per_s'])} |")
+    L.append("")
+    L.append("| workload | feeder | threads | samples/s | after 1st batch | ratio to limit | note |")
+    L.append("|---|---|---|---|---|---|---|")
+    for x in rep["results"]:
+        ratio = "—" if x.get("ratio_to_limit") is None else f"{x['ratio_to_limit']:.2f}"
+        note = x.get("status", "")
+        if x.get("bottleneck"):
+            note = f"bottleneck: {x['bottleneck']}"
+        if x.get("error"):
+            note = "error: " + x["error"].splitlines()[0][:120]
+        thr = "—" if x.get("threads") is None else str(x["threads"])
+        L.append(f"| {x['workload']} | {x['feeder']} | {thr} | {fmt_rate(x.get('samples_per_s'))} | "
+                 f"{fmt_rate(x.get('steady_samples_per_s'))} | {ratio} | {note} |")
+    L.append("")
+    L.append("samples/s: over the whole measurement, start-up included; after 1st batch: start-up left out. "
+             "Ratio to limit: samples/s over min(raw read, in-memory decode at the same thread count). "
+             "Note: stoker's verdict (`bench feed --json` `bottleneck`). Plot: compare.png.")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def write_png(path, rep):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    workloads = [w for w in ("images", "tokens") if any(r["workload"] == w and r.get("samples_per_s") for r in rep["results"])]
+    if not workloads:
+        workloads = ["images"]
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6.5 * len(workloads), 4.5), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        feeders = sorted({r["feeder"] for r in rep["results"] if r["workload"] == w and r.get("samples_per_s")},
+                         key=lambda f: (f != FEEDER_STOKER, f))
+        colors = {FEEDER_STOKER: "tab:blue", FEEDER_TORCH: "tab:orange", FEEDER_NANOGPT: "tab:green"}
+        for fd in feeders:
+            pts = sorted((r["threads"], r["samples_per_s"]) for r in rep["results"]
+                         if r["workload"] == w and r["feeder"] == fd and r.get("samples_per_s"))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=fd, color=colors.get(fd))
+        key = "decode" if w == "images" else "tokens_decode"
+        dl = sorted((d["threads"], d["samples_per_s"]) for d in rep["limits"].get(key, []))
+        if dl:
+            ax.plot([p[0] for p in dl], [p[1] for p in dl], "k--", marker="x", markersize=9,
+                    label="in-memory decode limit (stoker code, no IO)")
+        ax.set_xticks(rep["threads"])
+        ax.set_xlim(min(rep["threads"]) - 0.5, max(rep["threads"]) + 0.5)
+        rd = rep["limits"].get("read")
+        if w == "images" and rd and rd.get("samples_per_s"):
+            ax.axhline(rd["samples_per_s"], color="tab:red", linestyle=":",
+                       label=f"raw read limit ({rd['samples_per_s']:,.0f}/s)")
+        ax.set_title(f"{w}: feed rate vs threads")
+        ax.set_xlabel("threads (decode threads / DataLoader workers)")
+        ax.set_ylabel("samples/s" if w == "images" else "rows/s")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset", help="stoker image dataset")
+    ap.add_argument("--stoker", default="stoker")
+    ap.add_argument("--images", help="the ImageFolder tree the dataset was packed from (torch baseline)")
+    ap.add_argument("--tokens", help="a stoker token dataset")
+    ap.add_argument("--tokens-bin", help="the flat token file (nanoGPT); default: TOKENS.bin beside --tokens, "
+                    "else extracted from --tokens")
+    ap.add_argument("--threads", help="comma-separated thread counts (default 1,2, capped at the CPU count)")
+    ap.add_argument("--seconds", type=float, default=8.0, help="time bound of each measurement")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--out", default="compare")
+    args = ap.parse_args()
+
+    os.makedirs(args.out, exist_ok=True)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.threads:
+        threads = sorted({max(1, int(t)) for t in args.threads.split(",") if t.strip()})
+    else:
+        threads = [1, 2]
+    threads = sorted({min(t, cpus) for t in threads})
+    t_start = time.perf_counter()
+    rep = {"dataset": args.dataset, "images": args.images, "tokens": args.tokens, "batch": args.batch,
+           "threads": threads, "seconds_per_measurement": args.seconds,
+           "machine": {"cpus": cpus, "python": platform.python_version(), "platform": platform.platform()},
+           "limits": {"read": None, "decode": [], "tokens_decode": []}, "results": []}
+    try:
+        import torch
+        rep["machine"]["torch"] = torch.__version__
+        torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001
+        rep["machine"]["torch"] = None
+
+    # Limits: raw read.
+    try:
+        rep["limits"]["read"] = stoker_read_limit(args.stoker, args.dataset, args.seconds)
+    except Exception as e:  # noqa: BLE001
+        log(f"read limit: {e}")
+        rep["limits"]["read_error"] = str(e)
+
+    def ratio(rate, limit):
+        lims = [v for v in (limit, (rep["limits"]["read"] or {}).get("samples_per_s")) if v]
+        return rate / min(lims) if lims and rate is not None else None
+
+    # stoker, images (also gives the in-memory decode limit per thread count).
+    for t in threads:
+        row = {"workload": "images", "feeder": FEEDER_STOKER, "threads": t}
+        try:
+            j = stoker_feed(args.stoker, args.dataset, t, args.seconds, args.batch)
+            rep["limits"]["decode"].append({"threads": t, "samples_per_s": j["limit_samples_per_s"]})
+            row.update(samples_per_s=j["samples_per_s"], samples=j["samples"], wall_s=j["wall_s"],
+                       first_batch_s=j.get("first_batch_s"),
+                       steady_samples_per_s=steady_rate(j["samples"], j["wall_s"], j.get("first_batch_s"), args.batch),
+                       bottleneck=j.get("bottleneck"), evidence=(j.get("verdict") or {}).get("evidence"),
+                       ratio_to_limit=ratio(j["samples_per_s"], j["limit_samples_per_s"]))
+        except Exception as e:  # noqa: BLE001
+            row["error"] = str(e)
+        rep["results"].append(row)
+
+    # torch DataLoader + PIL over the ImageFolder tree.
+    dec_limit = {d["threads"]: d["samples_per_s"] for d in rep["limits"]["decode"]}
+    for t in threads:
+        row = {"workload": "images", "feeder": FEEDER_TORCH, "threads": t}
+        if rep["machine"]["torch"] is None:
+            row.update(status="not installed (torch)")
+        elif not args.images:
+            row.update(status="skipped (no --images)")
+        else:
+            try:
+                log(f"torch DataLoader num_workers={t}")
+                r = torch_feed(args.images, t, args.seconds, args.batch)
+                row.update(r, ratio_to_limit=ratio(r["samples_per_s"], dec_limit.get(t)))
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {e}"
+        rep["results"].append(row)
+
+    for mod, name in (("webdataset", "WebDataset"), ("ffcv", "FFCV")):
+        row = {"workload": "images", "feeder": name, "threads": None}
+        row["status"] = "importable, not measured" if importable(mod) else "not installed"
+        rep["results"].append(row)
+
+    # Tokens: stoker vs nanoGPT's memmap get_batch.
+    if args.tokens:
+        meta = stoker_inspect(args.stoker, args.tokens)
+        tdtype, seq_len = token_params(meta)
+        tok_batch = 32
+        # A small token file is one short epoch: repeat epochs to fill the measurement.
+        rows = int((meta.get("meta") or {}).get("rows", 0) or 0)
+        epochs = 1 if rows <= 0 else max(1, min(100, int(args.seconds / 2 / max(rows / 20000.0, 1e-3))))
+        for t in threads:
+            row = {"workload": "tokens", "feeder": FEEDER_STOKER, "threads": t, "epochs": epochs}
+            try:
+                j = stoker_feed(args.stoker, args.tokens, t, args.seconds / 2, tok_batch, ("--epochs", str(epochs)))
+                rep["limits"]["tokens_decode"].append({"threads": t, "samples_per_s": j["limit_samples_per_s"]})
+                row.update(samples_per_s=j["samples_per_s"], samples=j["samples"], wall_s=j["wall_s"],
+                           first_batch_s=j.get("first_batch_s"),
+                           steady_samples_per_s=steady_rate(j["samples"], j["wall_s"], j.get("first_batch_s"),
+                                                            tok_batch),
+                           bottleneck=j.get("bottleneck"), evidence=(j.get("verdict") or {}).get("evidence"),
+                           ratio_to_limit=(j["samples_per_s"] / j["limit_samples_per_s"]
+                                           if j.get("limit_samples_per_s") else None))
+            except Exception as e:  # noqa: BLE001
+                row["error"] = str(e)
+            rep["results"].append(row)
+        row = {"workload": "tokens", "feeder": FEEDER_NANOGPT, "threads": 1, "seq_len": seq_len, "dtype": tdtype}
+        if rep["machine"]["torch"] is None:
+            row["status"] = "not installed (torch)"
+        else:
+            try:
+                tb = find_tokens_bin(args, args.stoker, args.out)
+                row["tokens_bin"] = tb
+                r = nanogpt_feed(tb, tdtype, seq_len, tok_batch, args.seconds / 2)
+                lim = {d["threads"]: d["samples_per_s"] for d in rep["limits"]["tokens_decode"]}.get(1)
+                row.update(r, ratio_to_limit=r["samples_per_s"] / lim if lim else None)
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {e}"
+        rep["results"].append(row)
+
+    rep["total_s"] = time.perf_counter() - t_start
+    with open(os.path.join(args.out, "compare.json"), "w") as f:
+        json.dump(rep, f, indent=1)
+    write_md(os.path.join(args.out, "compare.md"), rep)
+    try:
+        write_png(os.path.join(args.out, "compare.png"), rep)
+    except Exception as e:  # noqa: BLE001
+        log(f"compare.png not written: {type(e).__name__}: {e}")
+        return 1
+    log(f"wrote {args.out}/compare.json, compare.md, compare.png in {rep['total_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
