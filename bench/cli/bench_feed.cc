@@ -16,6 +16,7 @@
 #include "stoker/error.h"
 #include "stoker/cpu.h"
 #include "stoker/loader.h"
+#include "util/json_text.h"
 
 namespace stoker::cli {
 namespace {
@@ -26,11 +27,7 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
-std::string num(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
+std::string num(double v) { return internal::json_num(v); }
 
 int run_feed(const Args& args) {
   ArgParser p(args, {"json"});
@@ -193,7 +190,7 @@ int run_feed(const Args& args) {
       return "{\"threads\":" + std::to_string(s.threads) + ",\"busy_frac\":" + num(s.busy_frac(wall)) +
              ",\"busy_s\":" + num(s.busy_s) + ",\"wait_s\":" + num(s.wait_s) + ",\"items\":" + std::to_string(s.items) + "}";
     };
-    std::string j = "{\"dataset\":\"" + o.path + "\"";
+    std::string j = "{\"dataset\":" + internal::json_str(o.path);
     j += ",\"transform\":\"" + tf + "\",\"threads\":" + std::to_string(dec_total.threads);
     j += ",\"batch\":" + std::to_string(o.batch_size) + ",\"size\":" + std::to_string(o.transform.size);
     j += ",\"epochs\":" + std::to_string(epochs_run) + ",\"consumer_ms\":" + num(consumer_ms);

@@ -18,26 +18,11 @@
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/shard.h"
+#include "util/json_text.h"
 
 namespace stoker::cli {
 namespace {
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += static_cast<char>(c);
-    }
-  }
-  return o;
-}
 
 int bench_io_cmd(const Args& args) {
   ArgParser p(args, {"json", "verify", "buffered", "drop-caches"});
@@ -205,7 +190,7 @@ int bench_io_cmd(const Args& args) {
                   rbps, iops, st.engine.c_str(), st.direct ? "true" : "false",
                   static_cast<long long>(qd), order.c_str(), st.fixed_buffers ? "true" : "false",
                   verify ? "true" : "false");
-    std::printf("%s\"fallback_reason\":\"%s\"}\n", buf, json_escape(st.fallback_reason).c_str());
+    std::printf("%s\"fallback_reason\":%s}\n", buf, internal::json_str(st.fallback_reason).c_str());
   }
   return 0;
 }

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "diagnose/json_text.h"
+#include "util/json_text.h"
 #include "stoker/cpu.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"

@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "diagnose/json_text.h"
+#include "util/json_text.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 

@@ -21,6 +21,7 @@
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
+#include "util/json_text.h"
 
 namespace stoker {
 
@@ -1164,53 +1165,37 @@ int Loader::rank() const noexcept { return static_cast<int>(impl_->rank.rank); }
 int Loader::world_size() const noexcept { return static_cast<int>(impl_->rank.world_size); }
 const std::vector<std::string>& Loader::class_names() const noexcept { return impl_->dataset->manifest().class_names; }
 
-namespace {
-std::string jnum(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-std::string jstr(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') { o += '\\'; o += ch; }
-    else if (static_cast<unsigned char>(ch) < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", ch); o += b; }
-    else o += ch;
-  }
-  return o + "\"";
-}
-}  // namespace
 
 std::string LoaderStats::to_json() const {
   auto stage = [&](const StageStats& st) {
-    return "{\"threads\":" + std::to_string(st.threads) + ",\"busy_s\":" + jnum(st.busy_s) + ",\"wait_s\":" +
-           jnum(st.wait_s) + ",\"items\":" + std::to_string(st.items) + ",\"busy_frac\":" + jnum(st.busy_frac(wall_s)) + "}";
+    return "{\"threads\":" + std::to_string(st.threads) + ",\"busy_s\":" + internal::json_num(st.busy_s) + ",\"wait_s\":" +
+           internal::json_num(st.wait_s) + ",\"items\":" + std::to_string(st.items) + ",\"busy_frac\":" + internal::json_num(st.busy_frac(wall_s)) + "}";
   };
   std::string j = "{";
-  j += "\"wall_s\":" + jnum(wall_s);
-  j += ",\"first_batch_s\":" + jnum(first_batch_s);
+  j += "\"wall_s\":" + internal::json_num(wall_s);
+  j += ",\"first_batch_s\":" + internal::json_num(first_batch_s);
   j += ",\"batches\":" + std::to_string(batches);
   j += ",\"samples\":" + std::to_string(samples);
-  j += ",\"samples_per_s\":" + jnum(wall_s > 0 ? samples / wall_s : 0);
+  j += ",\"samples_per_s\":" + internal::json_num(wall_s > 0 ? samples / wall_s : 0);
   j += ",\"bytes_read\":" + std::to_string(bytes_read);
   j += ",\"record_bytes\":" + std::to_string(record_bytes);
   j += ",\"skipped\":" + std::to_string(skipped);
   j += ",\"io\":" + stage(io);
   j += ",\"decode\":" + stage(decode);
-  j += ",\"consumer_wait_s\":" + jnum(consumer_wait_s);
-  j += ",\"consumer_wait_frac\":" + jnum(wall_s > 0 ? consumer_wait_s / wall_s : 0);
-  j += ",\"decode_queue_avg\":" + jnum(decode_queue_avg);
+  j += ",\"consumer_wait_s\":" + internal::json_num(consumer_wait_s);
+  j += ",\"consumer_wait_frac\":" + internal::json_num(wall_s > 0 ? consumer_wait_s / wall_s : 0);
+  j += ",\"decode_queue_avg\":" + internal::json_num(decode_queue_avg);
   j += ",\"slots\":" + std::to_string(slots);
-  j += ",\"slots_ready_avg\":" + jnum(slots_ready_avg);
-  j += ",\"slots_free_avg\":" + jnum(slots_free_avg);
-  j += ",\"io_engine\":" + jstr(io_engine.engine);
+  j += ",\"slots_ready_avg\":" + internal::json_num(slots_ready_avg);
+  j += ",\"slots_free_avg\":" + internal::json_num(slots_free_avg);
+  j += ",\"io_engine\":" + internal::json_str(io_engine.engine);
   j += ",\"io_direct\":" + std::string(io_engine.direct ? "true" : "false");
-  j += ",\"io_fallback\":" + jstr(io_engine.fallback_reason);
-  j += ",\"slot_memory\":" + jstr(slot_memory);
-  j += ",\"cpus\":" + jstr(cpu_explanation);
-  j += ",\"bottleneck\":" + jstr(bottleneck);
-  j += ",\"evidence\":" + jstr(evidence);
-  j += ",\"advice\":" + jstr(advice);
+  j += ",\"io_fallback\":" + internal::json_str(io_engine.fallback_reason);
+  j += ",\"slot_memory\":" + internal::json_str(slot_memory);
+  j += ",\"cpus\":" + internal::json_str(cpu_explanation);
+  j += ",\"bottleneck\":" + internal::json_str(bottleneck);
+  j += ",\"evidence\":" + internal::json_str(evidence);
+  j += ",\"advice\":" + internal::json_str(advice);
   return j + "}";
 }
 

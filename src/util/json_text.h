@@ -1,4 +1,5 @@
-// Small JSON text helpers shared by the diagnosis sources (verdict, doctor).
+// Small JSON text helpers shared by everything that prints JSON (stats, verdicts,
+// doctor, the bench commands).
 #pragma once
 
 #include <cmath>
