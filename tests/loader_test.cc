@@ -409,3 +409,73 @@ TEST(LoaderReport, PeriodicAndEpochEndReportsCarryTheVerdict) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+struct FaultCase {
+  const char* name;
+  FaultPlan plan;
+  ErrorCode code;  // what the error policy stops with
+  bool drops;      // whether the fault loses records
+};
+
+std::vector<FaultCase> fault_cases() {
+  auto plan = [](double fail, double shrt, double corrupt, double delay) {
+    FaultPlan p;
+    p.seed = 11;
+    p.fail_rate = fail;
+    p.short_rate = shrt;
+    p.corrupt_rate = corrupt;
+    p.delay_rate = delay;
+    p.delay = std::chrono::microseconds(2000);
+    return p;
+  };
+  return {{"fail", plan(0.15, 0, 0, 0), ErrorCode::kIoError, true},
+          {"short", plan(0, 0.15, 0, 0), ErrorCode::kDataLoss, true},
+          {"corrupt", plan(0, 0, 0.15, 0), ErrorCode::kDataLoss, true},
+          {"delay", plan(0, 0, 0, 0.3), ErrorCode::kIoError, false},
+          {"mixed", plan(0.05, 0.05, 0.05, 0.1), ErrorCode::kIoError, true}};
+}
+
+TEST(LoaderFaults, SkipDeliversEveryGoodRecordOnceAndErrorStopsWithTheName) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 60, 1 << 20);
+  for (const FaultCase& fc : fault_cases()) {
+    SCOPED_TRACE(fc.name);
+    auto o = image_options(dir.str());
+    FaultPlan plan = fc.plan;
+    o.wrap_io = [plan](std::unique_ptr<IoEngine> e) { return make_faulty_engine(std::move(e), plan); };
+    {
+      auto os = o;
+      os.on_error = OnError::kSkip;
+      Loader l(os);
+      Epoch e = run_epoch(l);
+      std::multiset<int64_t> seen;
+      for (size_t k = 0; k < e.indices.size(); ++k) {
+        if (k + 1 < e.indices.size()) EXPECT_EQ(e.indices[k].size(), 8u);
+        seen.insert(e.indices[k].begin(), e.indices[k].end());
+      }
+      EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "delivered twice";
+      EXPECT_EQ(seen.size() + l.stats().skipped, 60u) << "lost without being counted";
+      if (fc.drops) EXPECT_GT(l.stats().skipped, 0u);
+      else EXPECT_EQ(l.stats().skipped, 0u);
+    }
+    Loader l(o);
+    if (!fc.drops) {
+      EXPECT_EQ(run_epoch(l).indices.size(), 8u);
+      continue;
+    }
+    try {
+      while (l.next()) {
+      }
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      if (std::string(fc.name) != "mixed") EXPECT_EQ(e.code(), fc.code) << e.what();
+      EXPECT_NE(std::string(e.what()).find("shard-00000.stk: record "), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stoker
