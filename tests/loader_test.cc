@@ -479,3 +479,31 @@ TEST(LoaderFaults, SkipDeliversEveryGoodRecordOnceAndErrorStopsWithTheName) {
 
 }  // namespace
 }  // namespace stoker
+
+#include <sys/resource.h>
+
+namespace stoker {
+namespace {
+
+TEST(LoaderLimits, ManyShardsUnderALowDescriptorLimitStillLoad) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 200, 4096);  // one or two records a shard
+  auto ds = Dataset::open(dir.str());
+  ASSERT_GT(ds->shard_count(), 80u);
+  struct rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 1024) GTEST_SKIP() << "hard fd limit below 1024";
+  struct rlimit low = saved;
+  low.rlim_cur = 96;  // fewer than the shards need (each can hold two descriptors)
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  uint64_t n = 0;
+  {
+    Loader l(image_options(dir.str()));
+    while (auto b = l.next()) n += b->size();
+  }
+  setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_EQ(n, 200u);
+}
+
+}  // namespace
+}  // namespace stoker

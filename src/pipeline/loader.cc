@@ -1,5 +1,7 @@
 #include "stoker/loader.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <atomic>
@@ -342,6 +344,24 @@ void Loader::Impl::setup() {
   }
   layout = std::make_shared<UnitLayout>(groups);
 
+  // Every shard may end up with two descriptors (the reader's and the IO engine's
+  // O_DIRECT one). Datasets of thousands of shards outgrow the usual soft limit of 1024:
+  // raise it towards the hard limit, and say so when even that is short.
+  {
+    const uint64_t need = 2 * dataset->shard_count() + 256;
+    struct rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+      struct rlimit want = rl;
+      want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(rl.rlim_max, need);
+      if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+      if (rl.rlim_cur < need)
+        std::fprintf(stderr,
+                     "stoker: warning: %zu shards may need %llu file descriptors but the limit is %llu (hard %llu); "
+                     "raise it with `ulimit -n` or pack into fewer, larger shards\n",
+                     dataset->shard_count(), static_cast<unsigned long long>(need),
+                     static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(rl.rlim_max));
+    }
+  }
   report_interval_s = opt.report_interval_s;
   report_json = opt.report_json;
   if (report_interval_s <= 0) {
