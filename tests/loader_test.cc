@@ -107,7 +107,9 @@ TEST(Loader, EveryRecordExactlyOncePerEpochWithRightLabels) {
     }
     EXPECT_EQ(seen.size(), drop_last ? 32u : 37u);
     EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "duplicates";
-    if (!drop_last) EXPECT_EQ(e.indices.back().size(), 5u);
+    if (!drop_last) {
+      EXPECT_EQ(e.indices.back().size(), 5u);
+    }
   }
 }
 
@@ -333,7 +335,9 @@ TEST(LoaderSkip, BadRecordsAreDroppedCountedAndBatchesStayFull) {
   Epoch e = run(2, 4);
   std::multiset<int64_t> seen;
   for (size_t k = 0; k < e.indices.size(); ++k) {
-    if (k + 1 < e.indices.size()) EXPECT_EQ(e.indices[k].size(), 8u) << "batch " << k << " not full";
+    if (k + 1 < e.indices.size()) {
+      EXPECT_EQ(e.indices[k].size(), 8u) << "batch " << k << " not full";
+    }
     seen.insert(e.indices[k].begin(), e.indices[k].end());
   }
   EXPECT_EQ(seen.size(), 43u - bad.size());
@@ -453,13 +457,18 @@ TEST(LoaderFaults, SkipDeliversEveryGoodRecordOnceAndErrorStopsWithTheName) {
       Epoch e = run_epoch(l);
       std::multiset<int64_t> seen;
       for (size_t k = 0; k < e.indices.size(); ++k) {
-        if (k + 1 < e.indices.size()) EXPECT_EQ(e.indices[k].size(), 8u);
+        if (k + 1 < e.indices.size()) {
+          EXPECT_EQ(e.indices[k].size(), 8u);
+        }
         seen.insert(e.indices[k].begin(), e.indices[k].end());
       }
       EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "delivered twice";
       EXPECT_EQ(seen.size() + l.stats().skipped, 60u) << "lost without being counted";
-      if (fc.drops) EXPECT_GT(l.stats().skipped, 0u);
-      else EXPECT_EQ(l.stats().skipped, 0u);
+      if (fc.drops) {
+        EXPECT_GT(l.stats().skipped, 0u);
+      } else {
+        EXPECT_EQ(l.stats().skipped, 0u);
+      }
     }
     Loader l(o);
     if (!fc.drops) {
@@ -471,7 +480,9 @@ TEST(LoaderFaults, SkipDeliversEveryGoodRecordOnceAndErrorStopsWithTheName) {
       }
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
-      if (std::string(fc.name) != "mixed") EXPECT_EQ(e.code(), fc.code) << e.what();
+      if (std::string(fc.name) != "mixed") {
+        EXPECT_EQ(e.code(), fc.code) << e.what();
+      }
       EXPECT_NE(std::string(e.what()).find("shard-00000.stk: record "), std::string::npos) << e.what();
     }
   }

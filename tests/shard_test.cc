@@ -82,7 +82,9 @@ TEST_P(ShardRoundTrip, EveryFieldTypeRoundTrips) {
     for (size_t f = 0; f < 4; ++f)
       ASSERT_EQ(std::vector<uint8_t>(rec.fields[f].begin(), rec.fields[f].end()), w.records[i][f]) << i << " " << f;
     EXPECT_EQ(rec.int64_field(2), static_cast<int64_t>(i) * 1000 - 7);
-    if (GetParam().align > 1) EXPECT_EQ(r->location(i).offset % GetParam().align, 0u);
+    if (GetParam().align > 1) {
+      EXPECT_EQ(r->location(i).offset % GetParam().align, 0u);
+    }
     any_compressed |= (r->location(i).flags & kRecordZstd) != 0;
   }
   EXPECT_EQ(any_compressed, GetParam().compression == Compression::kZstd);
@@ -229,7 +231,9 @@ TEST(Shard, EverySingleByteFlipIsDetectedAndNamed) {
       }
     }
     // A flipped trailer field can also be reported by the header/index check it feeds.
-    if (expect != "trailer") ASSERT_EQ(where, expect) << "flip at " << pos << ": " << rep.problems[0].to_string();
+    if (expect != "trailer") {
+      ASSERT_EQ(where, expect) << "flip at " << pos << ": " << rep.problems[0].to_string();
+    }
   }
   EXPECT_EQ(undetected, 0u);
   testing::write_file(path, original);

@@ -735,7 +735,7 @@ void Loader::Impl::io_main() {
           pending.erase(it);
           if (d.result > 0) io_bytes += static_cast<uint64_t>(d.result);
           for (const auto& r : ctx.recs) {
-            DecodeTask t{ctx.job, r.j, ctx.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
+            DecodeTask t{ctx.job, r.j, ctx.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError, nullptr};
             if (d.result < 0) {
               t.io_error = d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error;
               if (d.result == -ECANCELED) t.io_code = ErrorCode::kCancelled;

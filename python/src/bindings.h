@@ -1,0 +1,20 @@
+// Private to the _stoker extension: one init_<area> per binding file, called in order
+// by module.cc (errors first: the others' docstrings and translators use its types).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace stoker::python {
+
+namespace py = pybind11;
+
+void init_errors(py::module_& m);   // errors.cc: stoker.Error hierarchy + translator
+void init_image(py::module_& m);    // image.cc: ImageTransform, decode_image
+void init_dataset(py::module_& m);  // dataset.cc: dataset/record helpers
+void init_loader(py::module_& m);   // loader.cc: the Loader handle and batch export
+void init_pack(py::module_& m);     // pack.cc: packers and sample generators
+
+/// The warning category for "the caller holds every batch slot" (a UserWarning).
+PyObject* held_batches_warning();
+
+}  // namespace stoker::python

@@ -1,0 +1,16 @@
+// The _stoker extension module: see python/stoker/__init__.py for the public API.
+#include "bindings.h"
+
+PYBIND11_MODULE(_stoker, m) {
+  m.doc() = "stoker's native layer (use the `stoker` package, not this module directly)";
+#ifdef STOKER_HAS_CUDA
+  m.attr("has_cuda") = true;
+#else
+  m.attr("has_cuda") = false;
+#endif
+  stoker::python::init_errors(m);
+  stoker::python::init_image(m);
+  stoker::python::init_dataset(m);
+  stoker::python::init_loader(m);
+  stoker::python::init_pack(m);
+}

@@ -1,0 +1,672 @@
+// Staging on the host backend: the ring/slot/event state machine, the consumer contract,
+// the conversion references. Runs everywhere (and under TSan): no GPU needed.
+#include "stoker/stage.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "stoker/loader.h"
+#include "util/test_util.h"
+
+namespace stoker {
+namespace {
+
+// The byte at position i of sample j of batch `step` (of epoch `epoch`).
+uint8_t pattern(uint64_t epoch, uint64_t step, uint64_t j, uint64_t i) {
+  return static_cast<uint8_t>((epoch * 131 + step * 31 + j * 7 + i * 13 + (i >> 8)) & 0xFF);
+}
+
+// Synthetic host batches from a small ring, like the Loader's: next() blocks until a
+// slot is free; a slot comes back when the last lease on it is dropped. Counts leases.
+class RingSource {
+ public:
+  struct Config {
+    uint64_t batches = 40;
+    uint64_t batch_size = 4;
+    uint64_t last_batch_size = 3;  // a partial final batch
+    size_t row_bytes = 4096;
+    unsigned host_slots = 3;
+    int64_t fail_at_step = -1;     // throw kDataLoss instead of this batch
+  };
+
+  explicit RingSource(Config c) : c_(c), ring_(std::make_shared<Ring>()) {
+    for (unsigned i = 0; i < c_.host_slots; ++i) {
+      ring_->bufs.emplace_back(c_.batch_size * (c_.row_bytes + 8));
+      ring_->free.push_back(i);
+    }
+  }
+
+  StageSource source() {
+    return StageSource{[this] { return next(); }, [this](uint64_t e) {
+                         epoch_ = e;
+                         step_ = 0;
+                       }};
+  }
+
+  std::optional<Batch> next() {
+    if (step_ == c_.batches) return std::nullopt;
+    if (static_cast<int64_t>(step_) == c_.fail_at_step)
+      throw Error(ErrorCode::kDataLoss, "synthetic corrupt record in batch " + std::to_string(step_));
+    size_t id;
+    {
+      std::unique_lock<std::mutex> lock(ring_->mu);
+      ring_->cv.wait(lock, [&] { return !ring_->free.empty(); });
+      id = ring_->free.front();
+      ring_->free.pop_front();
+      ++ring_->outstanding;
+    }
+    const uint64_t n = step_ + 1 == c_.batches ? c_.last_batch_size : c_.batch_size;
+    uint8_t* mem = ring_->bufs[id].data();
+    for (uint64_t j = 0; j < n; ++j)
+      for (size_t i = 0; i < c_.row_bytes; ++i) mem[j * c_.row_bytes + i] = pattern(epoch_, step_, j, i);
+    int64_t* index = reinterpret_cast<int64_t*>(mem + c_.batch_size * c_.row_bytes);
+    for (uint64_t j = 0; j < n; ++j) index[j] = static_cast<int64_t>(step_ * 1000 + j);
+    std::vector<TensorView> t(2);
+    t[0] = TensorView{"data", mem, {static_cast<int64_t>(n), static_cast<int64_t>(c_.row_bytes)}, ElemType::kUint8, -1};
+    t[1] = TensorView{"index", index, {static_cast<int64_t>(n)}, ElemType::kInt64, -1};
+    Batch b(std::move(t), std::make_shared<Lease>(ring_, id), epoch_, step_, n);
+    ++step_;
+    return b;
+  }
+
+  int outstanding() const {
+    std::lock_guard<std::mutex> lock(ring_->mu);
+    return ring_->outstanding;
+  }
+
+ private:
+  struct Ring {
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::vector<uint8_t>> bufs;
+    std::deque<size_t> free;
+    int outstanding = 0;
+  };
+  class Lease final : public SlotLease {
+   public:
+    Lease(std::shared_ptr<Ring> r, size_t id) : r_(std::move(r)), id_(id) {}
+    ~Lease() override {
+      {
+        std::lock_guard<std::mutex> lock(r_->mu);
+        r_->free.push_back(id_);
+        --r_->outstanding;
+      }
+      r_->cv.notify_all();
+    }
+
+   private:
+    std::shared_ptr<Ring> r_;
+    size_t id_;
+  };
+
+  Config c_;
+  std::shared_ptr<Ring> ring_;
+  uint64_t epoch_ = 0, step_ = 0;
+};
+
+StagerOptions host_options(unsigned slots) {
+  StagerOptions o;
+  o.backend = StageBackend::kHost;
+  o.device_slots = slots;
+  return o;
+}
+
+// Checks the bytes of a batch against the pattern; returns "" or what differs. Takes
+// plain pointers, as a kernel would: it may run after the batch object was released.
+struct Snapshot {
+  const uint8_t* data = nullptr;
+  const int64_t* index = nullptr;
+  int64_t rows = 0;
+  uint64_t epoch = 0, step = 0, size = 0;
+};
+
+Snapshot snapshot(const DeviceBatch& b) {
+  const TensorView& d = b["data"];
+  return Snapshot{static_cast<const uint8_t*>(d.data), static_cast<const int64_t*>(b["index"].data), d.shape[0],
+                  b.epoch(), b.step(), b.size()};
+}
+
+std::string check_bytes(const Snapshot& s, size_t row_bytes) {
+  if (s.rows != static_cast<int64_t>(s.size)) return "data has the wrong batch dimension";
+  for (uint64_t j = 0; j < s.size; ++j) {
+    for (size_t i = 0; i < row_bytes; ++i)
+      if (s.data[j * row_bytes + i] != pattern(s.epoch, s.step, j, i))
+        return "byte " + std::to_string(i) + " of sample " + std::to_string(j) + " of step " + std::to_string(s.step);
+    if (s.index[j] != static_cast<int64_t>(s.step * 1000 + j)) return "index differs";
+  }
+  return "";
+}
+
+std::string check_bytes(const DeviceBatch& b, size_t row_bytes) { return check_bytes(snapshot(b), row_bytes); }
+
+// --- every batch once, in order, bytes intact: device slots 1..8 x consumer kinds ------
+
+struct RingCase {
+  unsigned device_slots;
+  bool host_stream;  // consumer work on a HostStream (async) or on the calling thread
+};
+
+class StageRingTest : public ::testing::TestWithParam<RingCase> {};
+
+TEST_P(StageRingTest, EveryBatchOnceInOrderBytesIntactUnderRandomConsumerDelays) {
+  const RingCase rc = GetParam();
+  RingSource::Config cfg;
+  cfg.row_bytes = 16 << 10;  // copies take long enough for a missing wait to show
+  RingSource src(cfg);
+  std::mutex mu;
+  std::vector<uint64_t> seen;
+  std::vector<std::string> problems;
+  {
+    Stager st(src.source(), host_options(rc.device_slots));
+    EXPECT_EQ(st.backend(), StageBackend::kHost);
+    EXPECT_EQ(st.device(), -1);
+    std::unique_ptr<HostStream> hs;
+    if (rc.host_stream) hs = std::make_unique<HostStream>("test-consumer");
+    void* stream = hs.get();
+    std::mt19937 rng(rc.device_slots * 2 + rc.host_stream);
+    while (auto b = st.next()) {
+      b->wait(stream);
+      const unsigned delay_us = rng() % 400;
+      // The "kernel": sleeps (a slot refilled too early would be overwritten meanwhile),
+      // then checks the bytes it reads through the pointers it was given.
+      auto kernel = [&, delay_us, snap = snapshot(*b), row = cfg.row_bytes] {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+        std::string why = check_bytes(snap, row);
+        std::lock_guard<std::mutex> lock(mu);
+        seen.push_back(snap.step);
+        if (!why.empty()) problems.push_back(why);
+      };
+      if (hs) hs->enqueue(kernel);
+      else kernel();
+      b->release(stream);  // the slot is refilled only after the kernel has run
+    }
+    EXPECT_FALSE(st.next().has_value());  // stays at the end
+    if (hs) hs->synchronize();
+    const StagerStats s = st.stats();
+    EXPECT_EQ(s.batches, cfg.batches);
+    EXPECT_EQ(s.backend, "host");
+    EXPECT_EQ(s.device_slots, rc.device_slots);
+  }
+  ASSERT_EQ(seen.size(), cfg.batches);
+  for (uint64_t k = 0; k < cfg.batches; ++k) EXPECT_EQ(seen[k], k);
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(src.outstanding(), 0);  // every host batch went back to its ring
+}
+
+std::vector<RingCase> ring_cases() {
+  std::vector<RingCase> v;
+  for (unsigned s = 1; s <= 8; ++s) {
+    v.push_back({s, false});
+    v.push_back({s, true});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(SlotsAndStreams, StageRingTest, ::testing::ValuesIn(ring_cases()),
+                         [](const ::testing::TestParamInfo<RingCase>& i) {
+                           return "slots" + std::to_string(i.param.device_slots) +
+                                  (i.param.host_stream ? "_stream" : "_sync");
+                         });
+
+// --- the consumer contract's misuse errors --------------------------------------------
+
+template <class F>
+ErrorCode code_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return ErrorCode::kNotFound;
+}
+
+TEST(StageContract, ReleaseBeforeWaitIsInvalidArgument) {
+  RingSource src({});
+  Stager st(src.source(), host_options(2));
+  auto b = st.next();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
+  // Still usable the right way round.
+  b->wait(nullptr);
+  EXPECT_EQ(check_bytes(*b, 4096), "");
+  b->release(nullptr);
+}
+
+TEST(StageContract, DoubleReleaseIsInvalidArgument) {
+  RingSource src({});
+  Stager st(src.source(), host_options(2));
+  auto b = st.next();
+  ASSERT_TRUE(b);
+  b->wait(nullptr);
+  b->release(nullptr);
+  EXPECT_TRUE(b->released());
+  EXPECT_EQ(code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
+}
+
+TEST(StageContract, UseAfterReleaseIsInvalidArgument) {
+  RingSource src({});
+  Stager st(src.source(), host_options(2));
+  auto b = st.next();
+  ASSERT_TRUE(b);
+  b->wait(nullptr);
+  b->release(nullptr);
+  EXPECT_EQ(code_of([&] { (void)(*b)["data"]; }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { b->wait(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(b->find("data"), nullptr);
+}
+
+TEST(StageContract, EmptyBatchAndUnknownFieldAreInvalidArgument) {
+  DeviceBatch empty;
+  EXPECT_FALSE(empty.valid());
+  EXPECT_EQ(code_of([&] { empty.wait(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { empty.release(nullptr); }), ErrorCode::kInvalidArgument);
+  RingSource src({});
+  Stager st(src.source(), host_options(2));
+  auto b = st.next();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(code_of([&] { (void)(*b)["image"]; }), ErrorCode::kInvalidArgument);
+  DeviceBatch moved = std::move(*b);
+  EXPECT_FALSE(b->valid());
+  EXPECT_TRUE(moved.valid());
+}
+
+TEST(StageContract, DroppedBatchesFreeTheirSlots) {
+  // Two device slots, twenty batches, none waited on or released: dropping each (never
+  // waited) or letting the destructor release it (waited) must keep the ring moving.
+  RingSource::Config cfg;
+  cfg.batches = 20;
+  RingSource src(cfg);
+  Stager st(src.source(), host_options(2));
+  uint64_t n = 0;
+  while (auto b = st.next()) {
+    if (n % 2) b->wait(nullptr);
+    EXPECT_EQ(b->step(), n);
+    ++n;
+  }
+  EXPECT_EQ(n, cfg.batches);
+}
+
+// --- lifetime --------------------------------------------------------------------------
+
+TEST(StageLifetime, DestructionWithCopiesInFlightNeitherHangsNorLeaks) {
+  RingSource::Config cfg;
+  cfg.batches = 1000;
+  cfg.row_bytes = 256 << 10;  // 1 MiB batches: copies are in flight when we stop
+  cfg.host_slots = 4;
+  RingSource src(cfg);
+  std::optional<DeviceBatch> kept;
+  {
+    Stager st(src.source(), host_options(4));
+    kept = st.next();
+    ASSERT_TRUE(kept);
+    auto second = st.next();  // more copies queued behind it
+    ASSERT_TRUE(second);
+  }  // stops stoker-h2d, waits for in-flight copies, gives host batches back
+  EXPECT_EQ(src.outstanding(), 0);
+  // A batch handed out outlives the Stager: its slot memory is still there.
+  kept->wait(nullptr);
+  EXPECT_EQ(check_bytes(*kept, cfg.row_bytes), "");
+  kept->release(nullptr);
+}
+
+TEST(StageLifetime, ImmediateDestructionAfterStartDoesNotHang) {
+  for (int i = 0; i < 20; ++i) {
+    RingSource::Config cfg;
+    cfg.batches = 100;
+    RingSource src(cfg);
+    {
+      Stager st(src.source(), host_options(1 + i % 4));
+      if (i % 2) (void)st.next();
+    }
+    EXPECT_EQ(src.outstanding(), 0);
+  }
+}
+
+// --- epochs, errors, shapes -------------------------------------------------------------
+
+TEST(StageEpochs, SetEpochRestartsAndSlotAddressesAreStable) {
+  RingSource::Config cfg;
+  cfg.batches = 12;
+  RingSource src(cfg);
+  Stager st(src.source(), host_options(3));
+  std::set<void*> addr0, addr1;
+  for (int k = 0; k < 5; ++k) {  // part of epoch 0
+    auto b = st.next();
+    ASSERT_TRUE(b);
+    addr0.insert(b->tensors()[0].data);
+  }
+  st.set_epoch(1);
+  uint64_t k = 0;
+  while (auto b = st.next()) {
+    b->wait(nullptr);
+    EXPECT_EQ(b->epoch(), 1u);
+    EXPECT_EQ(b->step(), k++);
+    EXPECT_EQ(check_bytes(*b, cfg.row_bytes), "");
+    addr1.insert(b->tensors()[0].data);
+    b->release(nullptr);
+  }
+  EXPECT_EQ(k, cfg.batches);
+  EXPECT_EQ(addr0.size(), 3u);
+  EXPECT_EQ(addr0, addr1);  // the ring was allocated once
+}
+
+TEST(StageErrors, SourceErrorReachesTheConsumerInOrder) {
+  RingSource::Config cfg;
+  cfg.fail_at_step = 3;
+  RingSource src(cfg);
+  Stager st(src.source(), host_options(2));
+  for (uint64_t k = 0; k < 3; ++k) {
+    auto b = st.next();
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->step(), k);
+  }
+  try {
+    (void)st.next();
+    FAIL() << "the source's error was not rethrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("batch 3"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(st.next().has_value());
+}
+
+TEST(StageErrors, BatchLargerThanTheSlotIsInvalidArgument) {
+  RingSource::Config cfg;
+  RingSource src(cfg);
+  StagerOptions o = host_options(2);
+  o.max_batch_samples = 2;  // the source delivers 4
+  Stager st(src.source(), o);
+  EXPECT_EQ(code_of([&] { (void)st.next(); }), ErrorCode::kInvalidArgument);
+}
+
+TEST(StageErrors, BadOptionsAreInvalidArgument) {
+  RingSource src({});
+  StagerOptions o = host_options(0);
+  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  o = host_options(65);
+  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  o = host_options(2);
+  o.image_dtype = ElemType::kInt32;
+  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { Stager st(StageSource{}, host_options(2)); }), ErrorCode::kInvalidArgument);
+}
+
+TEST(StageDevices, CudaBackendWithoutADeviceIsUnavailable) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_FALSE(cuda_unavailable_reason().empty());
+  RingSource src({});
+  StagerOptions o = host_options(2);
+  o.backend = StageBackend::kCuda;
+  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kUnavailable);
+  o.backend = StageBackend::kAuto;
+  Stager st(src.source(), o);
+  EXPECT_EQ(st.backend(), StageBackend::kHost);
+  EXPECT_EQ(std::string(pinned_slot_allocator(0)->name()), "host");
+  EXPECT_FALSE(cuda_pci_bus_id(0).has_value());
+}
+
+TEST(StageDevices, SelectDeviceFollowsRequestThenLocalRankThenZero) {
+  const char* old = std::getenv("LOCAL_RANK");
+  const std::string saved = old ? old : "";
+  unsetenv("LOCAL_RANK");
+  EXPECT_EQ(select_device(-1, 4), 0);
+  EXPECT_EQ(select_device(2, 4), 2);
+  EXPECT_EQ(code_of([] { select_device(4, 4); }), ErrorCode::kInvalidArgument);
+  setenv("LOCAL_RANK", "3", 1);
+  EXPECT_EQ(select_device(-1, 4), 3);
+  EXPECT_EQ(select_device(1, 4), 1);   // an explicit device wins
+  EXPECT_EQ(select_device(-1, 1), 0);  // one visible device per rank
+  EXPECT_EQ(select_device(-1, 0), 3);  // no CUDA: the number is kept (host backend ignores it)
+  EXPECT_EQ(code_of([] { select_device(-1, 2); }), ErrorCode::kInvalidArgument);
+  setenv("LOCAL_RANK", "x1", 1);
+  EXPECT_EQ(code_of([] { select_device(-1, 4); }), ErrorCode::kInvalidArgument);
+  if (old) setenv("LOCAL_RANK", saved.c_str(), 1);
+  else unsetenv("LOCAL_RANK");
+  EXPECT_EQ(stage_backend_from_name("host"), StageBackend::kHost);
+  EXPECT_EQ(code_of([] { stage_backend_from_name("gpu"); }), ErrorCode::kInvalidArgument);
+}
+
+// --- conversion references -----------------------------------------------------------------
+
+TEST(StageConvert, ImageReferenceMatchesHandComputationAndLayout) {
+  // One 1x2 image: pixel 0 = (0, 255, 51), pixel 1 = (255, 0, 102); mean .5, std .5.
+  const uint8_t img[6] = {0, 255, 51, 255, 0, 102};
+  const float mean[3] = {0.5f, 0.5f, 0.5f}, sd[3] = {0.5f, 0.5f, 0.5f};
+  float f32[6];
+  convert_image_cpu(img, 1, 1, 2, ElemType::kFloat32, mean, sd, f32);
+  // NCHW: plane c holds channel c of pixels 0, 1.
+  EXPECT_EQ(f32[0], -1.0f);  // R of pixel 0: (0 - .5) / .5
+  EXPECT_EQ(f32[1], 1.0f);   // R of pixel 1
+  EXPECT_EQ(f32[2], 1.0f);   // G of pixel 0
+  EXPECT_EQ(f32[3], -1.0f);  // G of pixel 1
+  EXPECT_FLOAT_EQ(f32[4], -0.6f);  // B: 51/255 = .2
+  EXPECT_FLOAT_EQ(f32[5], -0.2f);  // 102/255 = .4
+  uint16_t h[6], bf[6];
+  convert_image_cpu(img, 1, 1, 2, ElemType::kFloat16, mean, sd, h);
+  convert_image_cpu(img, 1, 1, 2, ElemType::kBFloat16, mean, sd, bf);
+  EXPECT_EQ(h[0], 0xBC00);  // -1.0
+  EXPECT_EQ(h[1], 0x3C00);  // 1.0
+  EXPECT_EQ(bf[0], 0xBF80);
+  EXPECT_EQ(bf[1], 0x3F80);
+  // -0.6f = 0xBF19999A: half 0xB8CD (RNE of 0x4CC.CD), bf16 0xBF1A (0x999A rounds up).
+  EXPECT_EQ(h[4], 0xB8CD);
+  EXPECT_EQ(bf[4], 0xBF1A);
+}
+
+TEST(StageConvert, SixteenBitRoundingEdges) {
+  const float zero[3] = {0, 0, 0};
+  const uint8_t px[3] = {85, 255, 255};
+  uint16_t h[3], bf[3];
+  // 85/255 = 0.33333334f (0x3EAAAAAB): half 0x3555, bf16 0x3EAB.
+  const float one[3] = {1, 1, 1};
+  convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, one, h);
+  convert_image_cpu(px, 1, 1, 1, ElemType::kBFloat16, zero, one, bf);
+  EXPECT_EQ(h[0], 0x3555);
+  EXPECT_EQ(bf[0], 0x3EAB);
+  EXPECT_EQ(h[1], 0x3C00);
+  // Overflow to infinity (1e6) and a subnormal (1e-5 = 167.77 * 2^-24 -> 168).
+  const float tiny_std[3] = {1, 1e-6f, 1e5f};
+  convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, tiny_std, h);
+  EXPECT_EQ(h[1], 0x7C00);
+  EXPECT_EQ(h[2], 0x00A8);
+}
+
+TEST(StageConvert, TokenWideningReference) {
+  const uint16_t a[3] = {0, 1, 65535};
+  const uint32_t b[2] = {7, 0xFFFFFFFFu};
+  const int32_t c[2] = {-5, 2147483647};
+  int64_t out[3];
+  widen_tokens_cpu(a, ElemType::kUint16, 3, out);
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[2], 65535);
+  widen_tokens_cpu(b, ElemType::kUint32, 2, out);
+  EXPECT_EQ(out[1], 4294967295LL);
+  widen_tokens_cpu(c, ElemType::kInt32, 2, out);
+  EXPECT_EQ(out[0], -5);
+  EXPECT_EQ(out[1], 2147483647);
+  EXPECT_EQ(code_of([&] { widen_tokens_cpu(a, ElemType::kFloat16, 3, out); }), ErrorCode::kInvalidArgument);
+  const float m[3] = {0, 0, 0}, sd[3] = {1, 1, 1};
+  EXPECT_EQ(code_of([&] { convert_image_cpu(nullptr, 0, 1, 1, ElemType::kUint8, m, sd, nullptr); }),
+            ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+class NoopLease final : public SlotLease {};
+
+TEST(StageConvert, StagerConvertsImagesAndWidensTokensOnTheConsumerStream) {
+  const int64_t n = 3, h = 5, w = 7, L = 9;
+  const std::vector<uint8_t> img = testing::random_bytes(static_cast<size_t>(n * h * w * 3), 11);
+  std::vector<uint16_t> tok(static_cast<size_t>(n * L));
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<uint16_t>(65535 - i * 977);
+  for (ElemType dt : {ElemType::kFloat32, ElemType::kFloat16, ElemType::kBFloat16}) {
+    SCOPED_TRACE(elem_type_name(dt));
+    uint64_t step = 0;
+    StageSource src;
+    src.next = [&]() -> std::optional<Batch> {
+      if (step == 4) return std::nullopt;
+      std::vector<TensorView> t(2);
+      t[0] = TensorView{"image", const_cast<uint8_t*>(img.data()), {n, h, w, 3}, ElemType::kUint8, -1};
+      t[1] = TensorView{"tokens", tok.data(), {n, L}, ElemType::kUint16, -1};
+      return Batch(std::move(t), std::make_shared<NoopLease>(), 0, step++, n);
+    };
+    StagerOptions o;
+    o.backend = StageBackend::kHost;
+    o.image_dtype = dt;
+    o.mean[1] = 0.25f;
+    o.std[2] = 0.5f;
+    o.widen_tokens = true;
+    Stager st(src, o);
+    std::vector<uint8_t> want(static_cast<size_t>(n * h * w * 3) * elem_size(dt));
+    convert_image_cpu(img.data(), n, h, w, dt, o.mean, o.std, want.data());
+    HostStream hs("test-consumer");
+    uint64_t got = 0;
+    while (auto b = st.next()) {
+      b->wait(&hs);
+      const TensorView& im = (*b)["image"];
+      const TensorView& tk = (*b)["tokens"];
+      EXPECT_EQ(im.dtype, dt);
+      EXPECT_EQ(im.shape, (std::vector<int64_t>{n, 3, h, w}));
+      EXPECT_EQ(tk.dtype, ElemType::kInt64);
+      EXPECT_EQ(tk.shape, (std::vector<int64_t>{n, L}));
+      hs.synchronize();  // the conversions ran on the stream
+      EXPECT_EQ(std::memcmp(im.data, want.data(), want.size()), 0);
+      const int64_t* t64 = static_cast<const int64_t*>(tk.data);
+      for (size_t i = 0; i < tok.size(); ++i) ASSERT_EQ(t64[i], tok[i]) << i;
+      b->release(&hs);
+      ++got;
+    }
+    EXPECT_EQ(got, 4u);
+  }
+}
+
+TEST(StageConvert, FreeFunctionsRunOnAHostStreamOrNow) {
+  const std::vector<uint8_t> img = testing::random_bytes(2 * 3 * 4 * 3, 5);
+  const float mean[3] = {0.1f, 0.2f, 0.3f}, sd[3] = {0.7f, 0.8f, 0.9f};
+  TensorView v{"image", const_cast<uint8_t*>(img.data()), {2, 3, 4, 3}, ElemType::kUint8, -1};
+  std::vector<float> a(img.size()), b(img.size());
+  convert_image_cpu(img.data(), 2, 3, 4, ElemType::kFloat32, mean, sd, a.data());
+  HostStream hs;
+  convert_image(v, ElemType::kFloat32, mean, sd, b.data(), &hs);
+  hs.synchronize();
+  EXPECT_EQ(a, b);
+  std::fill(b.begin(), b.end(), 0.f);
+  convert_image(v, ElemType::kFloat32, mean, sd, b.data(), nullptr);
+  EXPECT_EQ(a, b);
+  TensorView bad = v;
+  bad.shape = {2, 3, 4, 4};
+  EXPECT_EQ(code_of([&] { convert_image(bad, ElemType::kFloat32, mean, sd, b.data(), nullptr); }),
+            ErrorCode::kInvalidArgument);
+  const uint16_t t[4] = {1, 2, 3, 60000};
+  int64_t out[4] = {};
+  widen_tokens(TensorView{"tokens", const_cast<uint16_t*>(t), {2, 2}, ElemType::kUint16, -1}, out, nullptr);
+  EXPECT_EQ(out[3], 60000);
+}
+
+TEST(StageStreams, HostStreamRunsInOrderAndRethrowsOnSynchronize) {
+  HostStream hs;
+  std::vector<int> order;
+  for (int i = 0; i < 50; ++i) hs.enqueue([&order, i] { order.push_back(i); });
+  hs.enqueue([] { throw Error(ErrorCode::kIoError, "task failed"); });
+  hs.enqueue([&order] { order.push_back(50); });
+  EXPECT_EQ(code_of([&] { hs.synchronize(); }), ErrorCode::kIoError);
+  ASSERT_EQ(order.size(), 51u);
+  for (int i = 0; i <= 50; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+  hs.synchronize();  // the error was reported once
+}
+
+// --- with a real Loader ---------------------------------------------------------------
+
+TEST(StageLoader, StagedBatchesEqualTheLoadersAndTokensWiden) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.str("tokens");
+  const uint32_t L = 16;
+  {
+    DatasetWriterOptions o;
+    o.shard_size = 16 << 10;
+    DatasetWriter w(dir, Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, o);
+    const uint64_t T = 40000, rows = (T - 1) / L;
+    for (uint64_t r0 = 0; r0 < rows; r0 += 8) {
+      std::vector<uint8_t> buf;
+      for (uint64_t r = r0; r < std::min<uint64_t>(rows, r0 + 8); ++r)
+        for (uint64_t t = r * L; t <= r * L + L; ++t) {
+          const uint16_t v = static_cast<uint16_t>(t % 65521);
+          buf.push_back(v & 0xFF);
+          buf.push_back(v >> 8);
+        }
+      std::vector<std::span<const uint8_t>> f{buf};
+      w.add(f);
+    }
+    w.finish();
+  }
+  LoaderOptions lo;
+  lo.path = dir;
+  lo.batch_size = 32;
+  lo.threads = 2;
+  lo.rank = 0;
+  lo.world_size = 1;
+  lo.order.seed = 3;
+  lo.targets = true;
+  std::vector<std::vector<uint16_t>> want_tokens;
+  std::vector<std::vector<int64_t>> want_index;
+  {
+    Loader l(lo);
+    while (auto b = l.next()) {
+      const auto& t = (*b)["tokens"];
+      const auto* p = static_cast<const uint16_t*>(t.data);
+      want_tokens.emplace_back(p, p + t.numel());
+      const auto& ix = (*b)["index"];
+      const auto* q = static_cast<const int64_t*>(ix.data);
+      want_index.emplace_back(q, q + ix.numel());
+    }
+  }
+  ASSERT_GT(want_tokens.size(), 3u);
+  StagerOptions so;
+  so.backend = StageBackend::kHost;
+  so.device_slots = 2;
+  so.widen_tokens = true;
+  Stager st(lo, so);
+  ASSERT_NE(st.loader(), nullptr);
+  HostStream hs;
+  size_t k = 0;
+  while (auto b = st.next()) {
+    ASSERT_LT(k, want_tokens.size());
+    b->wait(&hs);
+    hs.synchronize();
+    const auto& t = (*b)["tokens"];
+    ASSERT_EQ(t.dtype, ElemType::kInt64);
+    ASSERT_EQ(static_cast<size_t>(t.numel()), want_tokens[k].size());
+    const auto* p = static_cast<const int64_t*>(t.data);
+    for (size_t i = 0; i < want_tokens[k].size(); ++i) ASSERT_EQ(p[i], want_tokens[k][i]) << "batch " << k;
+    ASSERT_NE(b->find("targets"), nullptr);
+    EXPECT_EQ((*b)["targets"].dtype, ElemType::kInt64);
+    const auto* q = static_cast<const int64_t*>((*b)["index"].data);
+    EXPECT_EQ(std::vector<int64_t>(q, q + want_index[k].size()), want_index[k]);
+    b->release(&hs);
+    ++k;
+  }
+  EXPECT_EQ(k, want_tokens.size());
+  const StagerStats s = st.stats();
+  EXPECT_EQ(s.batches, k);
+  EXPECT_EQ(s.host_memory, "host");  // no GPU here: the loader keeps page-aligned memory
+}
+
+}  // namespace
+}  // namespace stoker
