@@ -216,4 +216,12 @@ double BusyClock::seconds() const noexcept {
   return t;
 }
 
+IoBuffer alloc_from_slab(const std::shared_ptr<SlabAllocator>& slab, size_t bytes) {
+  if (slab) {
+    IoBuffer b = slab->allocate(bytes);
+    if (b) return b;
+  }
+  return IoBuffer::aligned(bytes);
+}
+
 }  // namespace stoker::internal

@@ -65,6 +65,10 @@ class SlabAllocator : public std::enable_shared_from_this<SlabAllocator> {
   std::map<uint64_t, uint64_t> free_;  // offset -> length, non-adjacent
 };
 
+/// What IoEngine::alloc() gives: a piece of `slab` when it has room (null slab: none),
+/// else a posix_memalign'd buffer.
+IoBuffer alloc_from_slab(const std::shared_ptr<SlabAllocator>& slab, size_t bytes);
+
 /// Rounds up to a multiple of `a` (a power of two).
 inline uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 inline bool is_aligned(uint64_t v, uint64_t a) { return (v & (a - 1)) == 0; }

@@ -134,13 +134,7 @@ class PreadEngine final : public IoEngine {
 
   bool direct() const override { return files_.direct(); }
 
-  IoBuffer alloc(size_t bytes) override {
-    if (slab_) {
-      IoBuffer b = slab_->allocate(bytes);
-      if (b) return b;
-    }
-    return IoBuffer::aligned(bytes);
-  }
+  IoBuffer alloc(size_t bytes) override { return alloc_from_slab(slab_, bytes); }
 
  private:
   struct Job {
