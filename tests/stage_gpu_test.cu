@@ -13,6 +13,7 @@
 
 #include "stage/cuda_handle.h"
 #include "stoker/error.h"
+#include "stage/bench_ops.h"
 #include "stoker/stage.h"
 #include "util/test_util.h"
 
@@ -33,61 +34,20 @@ uint8_t pattern(uint64_t step, size_t i) { return static_cast<uint8_t>((step * 3
 class PinnedSource {
  public:
   PinnedSource(int device, size_t bytes, unsigned slots, uint64_t total)
-      : ring_(std::make_shared<Ring>()), bytes_(bytes), total_(total) {
-    ring_->alloc = pinned_slot_allocator(device);
-    ring_->bytes = bytes;
-    for (unsigned i = 0; i < slots; ++i) {
-      ring_->bufs.push_back(static_cast<uint8_t*>(ring_->alloc->allocate(bytes)));
-      ring_->free.push_back(i);
-    }
-  }
+      : ring_(pinned_slot_allocator(device), bytes, slots), bytes_(bytes), total_(total) {}
   StageSource source() { return StageSource{[this] { return next(); }, {}}; }
 
  private:
-  struct Ring {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::shared_ptr<SlotAllocator> alloc;
-    size_t bytes = 0;
-    std::vector<uint8_t*> bufs;
-    std::deque<size_t> free;
-    ~Ring() {
-      for (uint8_t* p : bufs) alloc->deallocate(p, bytes);
-    }
-  };
-  class Lease final : public SlotLease {
-   public:
-    Lease(std::shared_ptr<Ring> r, size_t id) : r_(std::move(r)), id_(id) {}
-    ~Lease() override {
-      {
-        std::lock_guard<std::mutex> lock(r_->mu);
-        r_->free.push_back(id_);
-      }
-      r_->cv.notify_all();
-    }
-
-   private:
-    std::shared_ptr<Ring> r_;
-    size_t id_;
-  };
-
   std::optional<Batch> next() {
     if (step_ == total_) return std::nullopt;
-    size_t id;
-    {
-      std::unique_lock<std::mutex> lock(ring_->mu);
-      ring_->cv.wait(lock, [&] { return !ring_->free.empty(); });
-      id = ring_->free.front();
-      ring_->free.pop_front();
-    }
-    uint8_t* p = ring_->bufs[id];
+    auto [p, lease] = ring_.acquire();
     for (size_t i = 0; i < bytes_; ++i) p[i] = pattern(step_, i);
     std::vector<TensorView> t(1);
     t[0] = TensorView{"data", p, {1, static_cast<int64_t>(bytes_)}, ElemType::kUint8, -1};
-    return Batch(std::move(t), std::make_shared<Lease>(ring_, id), 0, step_++, 1);
+    return Batch(std::move(t), std::move(lease), 0, step_++, 1);
   }
 
-  std::shared_ptr<Ring> ring_;
+  internal::BufferRing ring_;
   size_t bytes_;
   uint64_t total_, step_ = 0;
 };

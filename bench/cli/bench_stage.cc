@@ -41,47 +41,14 @@ using Clock = std::chrono::steady_clock;
 class PacedSource {
  public:
   PacedSource(std::shared_ptr<SlotAllocator> alloc, size_t bytes, unsigned slots, double pace_us, uint64_t total)
-      : ring_(std::make_shared<Ring>()), bytes_(bytes), pace_(pace_us), total_(total), slots_(slots) {
-    ring_->alloc = std::move(alloc);
-    ring_->bytes = bytes;
-    for (unsigned i = 0; i < slots; ++i) {
-      void* p = ring_->alloc->allocate(bytes);
-      std::memset(p, static_cast<int>(i + 1), bytes);  // pages faulted in before timing
-      ring_->bufs.push_back(p);
-      ring_->free.push_back(i);
-    }
+      : ring_(std::move(alloc), bytes, slots), bytes_(bytes), pace_(pace_us), total_(total), slots_(slots) {
+    for (unsigned i = 0; i < slots; ++i)
+      std::memset(ring_.buffer(i), static_cast<int>(i + 1), bytes);  // pages faulted in before timing
   }
 
   StageSource source() { return StageSource{[this] { return next(); }, {}}; }
 
  private:
-  struct Ring {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::shared_ptr<SlotAllocator> alloc;
-    size_t bytes = 0;
-    std::vector<void*> bufs;
-    std::deque<size_t> free;
-    ~Ring() {
-      for (void* p : bufs) alloc->deallocate(p, bytes);
-    }
-  };
-  class Lease final : public SlotLease {
-   public:
-    Lease(std::shared_ptr<Ring> r, size_t id) : r_(std::move(r)), id_(id) {}
-    ~Lease() override {
-      {
-        std::lock_guard<std::mutex> lock(r_->mu);
-        r_->free.push_back(id_);
-      }
-      r_->cv.notify_all();
-    }
-
-   private:
-    std::shared_ptr<Ring> r_;
-    size_t id_;
-  };
-
   std::optional<Batch> next() {
     if (step_ == total_) return std::nullopt;
     if (pace_ > 0) {
@@ -91,19 +58,13 @@ class PacedSource {
       std::this_thread::sleep_until(ready_at_);
       ready_at_ += period;
     }
-    size_t id;
-    {
-      std::unique_lock<std::mutex> lock(ring_->mu);
-      ring_->cv.wait(lock, [&] { return !ring_->free.empty(); });
-      id = ring_->free.front();
-      ring_->free.pop_front();
-    }
+    auto [buf, lease] = ring_.acquire();
     std::vector<TensorView> t(1);
-    t[0] = TensorView{"data", ring_->bufs[id], {1, static_cast<int64_t>(bytes_)}, ElemType::kUint8, -1};
-    return Batch(std::move(t), std::make_shared<Lease>(ring_, id), 0, step_++, 1);
+    t[0] = TensorView{"data", buf, {1, static_cast<int64_t>(bytes_)}, ElemType::kUint8, -1};
+    return Batch(std::move(t), std::move(lease), 0, step_++, 1);
   }
 
-  std::shared_ptr<Ring> ring_;
+  internal::BufferRing ring_;
   size_t bytes_;
   double pace_;
   uint64_t total_, step_ = 0;
