@@ -30,7 +30,7 @@ uint64_t peak_rss_bytes() {
 std::string num(double v) { return internal::json_num(v); }
 
 int run_feed(const Args& args) {
-  ArgParser p(args, {"json"});
+  ArgParser p(args, {"json", "no-direct"});
   p.check_known({"threads", "transform", "consumer-ms", "batch", "size", "epochs", "json", "order", "seed", "engine",
                  "qd", "slots", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
                  "report", "max-seconds"});
@@ -50,7 +50,7 @@ int run_feed(const Args& args) {
   o.threads = static_cast<unsigned>(p.get_int("threads", 0));
   o.order.kind = parse_order_kind(p.get_or("order", "shuffled"));
   o.order.seed = static_cast<uint64_t>(p.get_int("seed", 0));
-  o.slots = static_cast<unsigned>(p.get_int("slots", 4));
+  o.slots = static_cast<unsigned>(p.get_int("slots", 0));  // 0: the loader's default
   o.io.engine = io_engine_kind_from_name(p.get_or("engine", "auto"));
   o.io.queue_depth = static_cast<unsigned>(p.get_int("qd", 64));
   o.io.direct = !p.flag("no-direct");
@@ -220,7 +220,7 @@ int run_feed(const Args& args) {
 
 STOKER_COMMAND("bench feed",
                "DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] [--batch B] [--size S] "
-               "[--epochs E] [--order shuffled|sequential|chunk_local] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
+               "[--epochs E] [--order shuffled|sequential|chunk_local] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
                "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.",
                run_feed);
 

@@ -1,13 +1,20 @@
 // The Loader: a dataset in, a stream of ready batches out.
 //
 // Stages, each on its own named threads:
-//   stoker-io     walks this rank's schedule (order.h), plans aligned, coalesced reads
-//                 of the records a batch needs and runs them on the IO engine (io.h);
-//   stoker-dec/N  check each record's CRC, unpack it (zstd), decode and transform the
-//                 JPEG (image.h) or copy token rows, straight into the batch's slot;
+//   stoker-io     images: walks this rank's schedule (order.h), plans aligned, coalesced
+//                 reads of the records a batch needs and runs them on the IO engine
+//                 (io.h). Tokens: reads the compressed records (chunks of rows) that
+//                 claimed batches wait for, then the next shuffle window's, ahead of need;
+//   stoker-dec/N  images: check each record's CRC, unpack it, decode and transform the
+//                 JPEG (image.h) straight into the batch's slot. Tokens: the workers
+//                 schedule themselves (no hand-off per batch, which at tens of
+//                 microseconds a batch would cost more than the work): each claims the
+//                 next batch when a slot is free, decompresses every record once per
+//                 epoch and copies its rows into the batches that draw them;
 //   consumer      next() hands out the next batch of the epoch, in order.
-// A fixed ring of `slots` batch slots bounds memory: the IO stage starts batch k only
-// when a slot is free, so the footprint is set by the ring, not by the dataset.
+// A fixed ring of `slots` batch slots bounds memory: batch k starts only when a slot is
+// free, so the footprint is set by the ring (and, for tokens, by about two windows of
+// decompressed records), not by the dataset.
 // Output is deterministic: for a seed and epoch, batch k holds the same samples in the
 // same order with the same augmentation draws, whatever the thread count and timing.
 //
@@ -65,7 +72,10 @@ struct LoaderOptions {
   unsigned threads = 0;       ///< decode threads; 0: from the CPU plan (NUMA node, affinity, cgroup quota)
   std::vector<int> cpus;      ///< CPUs to pin to; empty: from the CPU plan
   std::optional<std::string> gpu_pci_bus_id;  ///< for NUMA-local pinning
-  unsigned slots = 4;         ///< batch slots in the ring (>= 1)
+  /// Batch slots in the ring. 0: as many as fit in 32 MiB, at least 4 and at most 64
+  /// (images at 224 px: 4; token rows: up to 64, so the decoders keep working while a
+  /// busy machine is slow to schedule the consumer). options() reports the count used.
+  unsigned slots = 0;
   /// When the consumer holds every slot and asks for the next batch, add a slot (with one
   /// warning) instead of deadlocking. Memory then grows with what the consumer keeps.
   bool grow_when_held = true;
@@ -105,7 +115,8 @@ struct LoaderStats {
   uint64_t batches = 0, samples = 0;
   uint64_t bytes_read = 0;    ///< by the IO engine (aligned ranges included)
   uint64_t record_bytes = 0;  ///< stored bytes of the records delivered
-  uint64_t skipped = 0;       ///< records dropped by OnError::kSkip
+  uint64_t skipped = 0;       ///< samples dropped by OnError::kSkip (token data: rows)
+  bool tokens = false;        ///< token data: samples are rows, "decode" is zstd + row copies
   StageStats io, decode;
   double consumer_wait_s = 0;     ///< time next() spent waiting for a batch
   double decode_queue_avg = 0;    ///< mean records waiting for a decoder (sampled)

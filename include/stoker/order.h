@@ -224,6 +224,7 @@ class EpochOrder {
   std::vector<uint64_t> group_chunk_;     // windowed: first chunk id of each group (+1)
   std::vector<uint64_t> ordered_pos_;     // windowed: first position of k-th ordered chunk (+1)
   std::vector<uint64_t> ordered_begin_;   // windowed: first unit of k-th ordered chunk
+  std::vector<Permutation> window_perm_;  // windowed: the shuffle of each window's positions
 };
 
 /// One rank's batches of one epoch (from a resume point), as positions of S.

@@ -289,10 +289,10 @@ class PyLoader {
         return make_throttled_engine(std::move(e), limit);
       };
     }
-    w_->configured_slots = opt.slots;
     {
       py::gil_scoped_release nogil;
       w_->loader = std::make_unique<Loader>(std::move(opt));
+      w_->configured_slots = w_->loader->options().slots;  // the count used when 0 asked for the default
       if (staged_) {
         // A raw source over our own Loader (not Stager's owned one), so that resuming
         // can load_state() it: the Stager calls set_epoch on this thread with its

@@ -63,7 +63,8 @@ class Loader:
         as_tuple: yield (image, label) / (tokens[, targets]) tuples instead of dicts.
         numpy: yield numpy arrays (no torch needed) instead of torch tensors.
         targets: token data: also deliver next-token targets.
-        slots: batches in the loader's ring (memory = slots x batch bytes).
+        slots: batches in the loader's ring (memory = slots x batch bytes); None: as
+            many as fit in 32 MiB, 4 to 64 (4 for images at 224 px, more for token rows).
         token_dtype: "int64", "int32", "uint16", "uint32" or "stored" (numpy only for
             the unsigned ones: torch 1.13 has no uint16/uint32).
         pixel_format: "u8_hwc" (default), "u8_chw", "f32_chw", "f16_chw", "f32_hwc",
@@ -85,7 +86,7 @@ class Loader:
 
     def __init__(self, path, batch_size, transform="train", size=224, shuffle=True, seed=0,
                  drop_last=False, device="cpu", threads=None, rank=None, world_size=None,
-                 on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=4,
+                 on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
                  direct=True, device_slots=3, _stage=None):
@@ -127,7 +128,7 @@ class Loader:
             world_size = dw if world_size is None else world_size
         o.rank, o.world_size = int(rank), int(world_size)
         o.threads = 0 if threads is None else int(threads)
-        o.slots = int(slots)
+        o.slots = 0 if slots is None else int(slots)
         o.on_error = on_error
         o.io_engine = io_engine
         o.io_direct = bool(direct)

@@ -175,12 +175,16 @@ def test_transform_none_delivers_labels_and_indices_only(image_dataset):
 
 def test_stats_are_a_dict_of_stage_figures(image_dataset):
     path, n = image_dataset
-    loader = stoker.Loader(path, batch_size=8, size=S, threads=2)
+    loader = stoker.Loader(path, batch_size=8, size=S, threads=2, slots=4)
     for _ in loader:
         pass
     s = loader.stats()
     assert s["samples"] == n and s["batches"] == len(loader)
     assert s["slots"] == 4
+    # The default ring: small batches get more slots, never more than 64.
+    default = stoker.Loader(path, batch_size=8, size=S, threads=2)
+    next(iter(default))
+    assert 4 < default.stats()["slots"] <= 64
     for key in ("io", "decode", "consumer_wait_s", "wall_s"):
         assert key in s
     assert s["decode"]["items"] == n

@@ -52,7 +52,7 @@ FeedFigures FeedFigures::from(const LoaderStats& s) {
   f.io_engine = s.io_engine.engine;
   f.io_direct = s.io_engine.direct;
   f.slot_memory = s.slot_memory;
-  f.tokens = s.samples > 0 && s.decode.items == 0;  // token batches count no per-sample decodes
+  f.tokens = s.tokens;
   return f;
 }
 

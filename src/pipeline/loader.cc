@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -83,7 +84,12 @@ struct Ring : std::enable_shared_from_this<Ring> {
     State state = State::kFree;
   };
   std::mutex mu;
-  std::condition_variable cv;  // slot freed, batch ready, run failed
+  // Two, so a batch being ready does not wake the producers and a slot coming back does
+  // not wake the consumer: on a small machine every needless wake-up is a context switch
+  // taken from the decoders.
+  std::condition_variable cv;           // consumer side: batch ready, run failed, stop
+  std::condition_variable producer_cv;  // producer side: slot freed, work queued, stop
+  uint64_t consumer_waits_for = UINT64_MAX;  // the batch the consumer sleeps on, if any
   std::shared_ptr<SlotAllocator> alloc;
   size_t slot_bytes = 0;
   std::vector<std::unique_ptr<Slot>> slots;
@@ -103,7 +109,7 @@ struct Ring : std::enable_shared_from_this<Ring> {
       std::lock_guard<std::mutex> lock(mu);
       slots[id]->state = State::kFree;
     }
-    cv.notify_all();
+    producer_cv.notify_one();  // one producer can use one slot
   }
 };
 
@@ -117,6 +123,8 @@ class RingLease final : public SlotLease {
   size_t id_;
 };
 
+struct Chunk;
+
 struct Job {
   uint64_t k = 0;
   size_t slot = 0;
@@ -129,6 +137,11 @@ struct Job {
   bool any_bad = false;
   uint64_t taken_front = 0;   // consumer only: good samples moved into an earlier batch
   bool ready = false;         // guarded by Ring::mu
+  // Token batches: the records the rows come from, and how many are not loaded yet.
+  std::vector<std::shared_ptr<Chunk>> chunks;
+  std::vector<uint32_t> row_chunk;   // per sample: index into `chunks`
+  std::vector<uint32_t> row_in_chunk;
+  uint32_t chunks_pending = 0;       // guarded by Ring::mu
   void mark_bad(size_t j) {
     std::lock_guard<std::mutex> lock(mu);
     bad[j] = 1;
@@ -142,17 +155,14 @@ struct Job {
 
 struct DecodeTask {
   std::shared_ptr<Job> job;
-  uint32_t j = 0;              // sample within the batch; kWholeBatch for token batches
+  uint32_t j = 0;              // sample within the batch
   std::shared_ptr<IoBuffer> buf;
   uint64_t skip = 0;
   size_t shard = 0;
   uint64_t record = 0;
   std::string io_error;        // non-empty: the read failed
   ErrorCode io_code = ErrorCode::kIoError;
-  std::shared_ptr<struct Chunk> chunk;  // kChunk tasks: the token record to decompress
 };
-constexpr uint32_t kWholeBatch = 0xFFFFFFFFu;  // assemble a whole token batch
-constexpr uint32_t kChunk = 0xFFFFFFFEu;       // decompress one token record ahead of its batches
 
 // Buffers for decompressed token records, recycled: a fresh 256 KiB allocation per
 // record is an mmap, page faults and a zero-fill that cost more than the zstd itself.
@@ -177,16 +187,55 @@ struct ChunkBufferPool {
   }
 };
 
-// A decompressed token record, shared by the batches that take rows from it.
+// A token record (one compressed chunk of rows), read and decompressed once and shared
+// by the batches that take rows from it. `state`, `waiters` and the hand-over of
+// `stored` are guarded by Ring::mu; the thread that moved the chunk into kReading or
+// kUnpacking owns its buffers until it moves it on.
 struct Chunk {
-  std::once_flag once;
+  // kQueued: to read. kReading: read in flight. kRead: stored bytes here, to decompress.
+  // kUnpacking: a worker decompresses it. kDone: rows ready, or `error` says why not.
+  enum class State { kQueued, kReading, kRead, kUnpacking, kDone };
+  State state = State::kQueued;
+  uint64_t record = 0;
+  uint64_t retire_at = 0;  // the rank's batches starting at or past this position never need it
+  std::shared_ptr<IoBuffer> stored;  // the read, until decompressed
+  uint64_t skip = 0;                 // where the record starts in `stored`
   std::shared_ptr<ChunkBufferPool> pool;
   std::unique_ptr<uint8_t[]> raw;
+  const uint8_t* rows = nullptr;  // first row of the token field inside `raw`
   std::exception_ptr error;
+  std::vector<std::weak_ptr<struct Job>> waiters;  // batches waiting for it
+  // The work queue it sits in, if any: a chunk read ahead that a batch comes to need
+  // moves to the front queue without leaving a stale copy behind.
+  std::list<std::shared_ptr<Chunk>>* queue = nullptr;
+  std::list<std::shared_ptr<Chunk>>::iterator queue_pos;
   ~Chunk() {
     if (raw) pool->give(std::move(raw));
   }
 };
+using ChunkQueue = std::list<std::shared_ptr<Chunk>>;
+
+// Appends `ch` to `q`, taking it out of the queue it was in.
+void enqueue(ChunkQueue& q, const std::shared_ptr<Chunk>& ch) {
+  if (ch->queue == &q) return;
+  if (ch->queue) {
+    q.splice(q.end(), *ch->queue, ch->queue_pos);
+  } else {
+    ch->queue_pos = q.insert(q.end(), ch);
+  }
+  ch->queue = &q;
+}
+std::shared_ptr<Chunk> dequeue(ChunkQueue& q) {
+  if (q.empty()) return nullptr;
+  auto ch = std::move(q.front());
+  q.pop_front();
+  ch->queue = nullptr;
+  return ch;
+}
+void clear_queue(ChunkQueue& q) {
+  for (auto& ch : q) ch->queue = nullptr;
+  q.clear();
+}
 
 struct Counters {
   std::atomic<uint64_t> io_busy_ns{0}, io_wait_ns{0}, io_records{0};
@@ -241,10 +290,19 @@ struct Loader::Impl {
   std::mutex qmu;
   std::condition_variable qcv;
   std::deque<DecodeTask> queue;
-  std::mutex chunk_mu;
-  std::unordered_map<uint64_t, std::shared_ptr<Chunk>> chunks;
-  std::deque<uint64_t> chunk_fifo;
-  size_t chunk_cap = 64;
+  // Token data (all guarded by ring->mu). The decode workers schedule themselves, with
+  // no hand-off per batch: a worker assembles a batch whose records are decompressed,
+  // else claims the next batch when a slot is free, else decompresses a record that has
+  // been read (those a claimed batch waits for first). The IO thread reads records
+  // through the engine (O_DIRECT where it can: no copy on the CPUs), those a claimed
+  // batch waits for first, then the next window's, read ahead of need.
+  std::unordered_map<uint64_t, std::shared_ptr<Chunk>> chunks;  // record -> chunk, live windows only
+  ChunkQueue read_needed, read_ahead;      // kQueued
+  ChunkQueue unpack_needed, unpack_ahead;  // kRead
+  std::map<uint64_t, std::shared_ptr<Job>> assemble_ready;  // batch -> job whose records are all kDone
+  std::condition_variable read_cv;  // the token IO thread's: reads queued, stop
+  uint64_t prefetch_from = 0;       // windows below this have been read ahead (or needed) already
+  std::set<uint64_t> claims_open;   // batches claimed whose records are not registered yet
   std::shared_ptr<ChunkBufferPool> chunk_pool = std::make_shared<ChunkBufferPool>();
 
   Counters c;
@@ -269,11 +327,23 @@ struct Loader::Impl {
   void io_main();
   void decode_main(unsigned id);
   void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels);
-  void process_tokens(Job& job);
-  /// The cache entry of a token record; `created` says whether it is new.
-  std::shared_ptr<Chunk> chunk_entry(uint64_t record, bool* created = nullptr);
-  /// Reads, checks and decompresses the record into `ch` once; rethrows its error.
-  void load_chunk(uint64_t record, Chunk& ch);
+  bool open_engine();       // false: failed, `fatal` says why
+  void close_engine_run();  // keeps the engine's stats; drains and drops it when stopped mid-run
+  void token_worker_main(unsigned id);
+  void token_io_main();
+  void clear_token_state();
+  /// ring->mu held: marks the chunk done and makes the batches that waited for it ready.
+  void chunk_done_locked(Chunk& ch);
+  /// ring->mu held: claims the next batch if a slot is free and registers what it
+  /// needs; false when there is nothing to claim. Unlocks while building the job.
+  bool claim_token_batch(std::unique_lock<std::mutex>& lock);
+  /// ring->mu held: the chunk of `record`, created (and queued for reading on `queue`)
+  /// if new.
+  std::shared_ptr<Chunk> chunk_for(uint64_t record, uint64_t retire_at, ChunkQueue& queue, bool* created = nullptr);
+  /// Checks and decompresses a record that has been read; keeps the error in the chunk.
+  void unpack_chunk(Chunk& ch);
+  /// Copies the batch's rows out of its loaded chunks into the slot.
+  void assemble_tokens(Job& job);
   void finish_one(const std::shared_ptr<Job>& job);
   /// A sample could not be read, checked or decoded: stop (kError) or drop it (kSkip).
   void sample_failed(Job& job, uint32_t j, std::exception_ptr e);
@@ -295,7 +365,6 @@ struct Loader::Impl {
 
 void Loader::Impl::setup() {
   if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
-  if (opt.slots == 0) throw_error(ErrorCode::kInvalidArgument, "slots must be >= 1");
   ShardReaderOptions ro;
   ro.max_record_bytes = opt.max_record_bytes;
   dataset = Dataset::open(opt.path, ro);
@@ -338,7 +407,6 @@ void Loader::Impl::setup() {
     }
     if (order_opt.kind == OrderKind::kShuffled || order_opt.kind == OrderKind::kChunkLocal)
       order_opt.kind = OrderKind::kTokenWindow;
-    chunk_cap = static_cast<size_t>(2 * std::max<uint64_t>(1, order_opt.window_chunks) + 2 * opt.slots + 8);
   } else {
     for (const ShardEntry& s : dataset->manifest().shards) groups.push_back(s.records);
   }
@@ -425,6 +493,14 @@ void Loader::Impl::setup() {
   ring = std::make_shared<Ring>();
   ring->alloc = opt.slot_allocator ? opt.slot_allocator : host_slot_allocator();
   ring->slot_bytes = off;
+  if (opt.slots == 0) {
+    // Small batches (token rows) take tens of microseconds each, less than the few
+    // milliseconds the scheduler may keep a woken consumer waiting on a busy machine:
+    // the ring must hold more of them for the decoders to keep working meanwhile.
+    // Large ones (images) need few. Either way the ring stays within kAutoRingBytes.
+    constexpr size_t kAutoRingBytes = 32u << 20;
+    opt.slots = static_cast<unsigned>(std::clamp<size_t>(kAutoRingBytes / std::max<size_t>(1, off), 4, 64));
+  }
   for (unsigned i = 0; i < opt.slots; ++i) ring->add_slot_locked();
 }
 
@@ -439,8 +515,7 @@ void Loader::Impl::start_run() {
   fatal = nullptr;
   delivered_error = nullptr;
   queue.clear();
-  chunks.clear();
-  chunk_fifo.clear();
+  clear_token_state();
   c.reset();
   io_bytes = 0;
   first_batch_s = 0;
@@ -448,15 +523,35 @@ void Loader::Impl::start_run() {
   run_start = Clock::now();
   reported_epoch_end = false;
   running = true;
+  if (tokens) {
+    io_thread = std::thread([this] { token_io_main(); });
+    for (unsigned i = 0; i < threads; ++i) decoders.emplace_back([this, i] { token_worker_main(i); });
+    return;
+  }
   io_thread = std::thread([this] { io_main(); });
   for (unsigned i = 0; i < threads; ++i) decoders.emplace_back([this, i] { decode_main(i); });
 }
 
+void Loader::Impl::clear_token_state() {
+  // Waiters are weak and jobs are dropped with the run, so nothing here keeps a cycle.
+  chunks.clear();
+  for (ChunkQueue* q : {&read_needed, &read_ahead, &unpack_needed, &unpack_ahead}) clear_queue(*q);
+  assemble_ready.clear();
+  prefetch_from = 0;
+  claims_open.clear();
+}
+
 void Loader::Impl::stop_run() {
   if (!running) return;
-  stop = true;
+  {
+    // Under both locks, so a thread between checking `stop` and waiting cannot miss it.
+    std::scoped_lock lock(qmu, ring->mu);
+    stop = true;
+  }
   qcv.notify_all();
   ring->cv.notify_all();
+  ring->producer_cv.notify_all();
+  read_cv.notify_all();
   if (io_thread.joinable()) io_thread.join();
   for (auto& t : decoders) t.join();
   decoders.clear();
@@ -465,22 +560,20 @@ void Loader::Impl::stop_run() {
     if (s->state == Ring::State::kFilling || s->state == Ring::State::kReady) s->state = Ring::State::kFree;
   jobs.clear();
   queue.clear();
-  {
-    std::lock_guard<std::mutex> cl(chunk_mu);
-    chunks.clear();
-    chunk_fifo.clear();
-  }
+  clear_token_state();
   running = false;
 }
 
 void Loader::Impl::finish_one(const std::shared_ptr<Job>& job) {
   if (job->remaining.fetch_sub(1) != 1) return;
+  bool awaited;
   {
     std::lock_guard<std::mutex> lock(ring->mu);
     job->ready = true;
     ring->slots[job->slot]->state = Ring::State::kReady;
+    awaited = ring->consumer_waits_for == job->k;
   }
-  ring->cv.notify_all();
+  if (awaited) ring->cv.notify_all();  // batches done out of order wake nobody
 }
 
 void Loader::Impl::sample_failed(Job& job, uint32_t j, std::exception_ptr e) {
@@ -529,10 +622,12 @@ std::shared_ptr<Job> Loader::Impl::wait_job(uint64_t k, std::unique_lock<std::mu
                        "on (memory now grows with the batches kept; release batches to keep it bounded)\n",
                        ring->slots.size());
         ring->add_slot_locked();
-        ring->cv.notify_all();
+        ring->producer_cv.notify_all();
       }
     }
+    ring->consumer_waits_for = k;
     ring->cv.wait_for(lock, std::chrono::milliseconds(50));
+    ring->consumer_waits_for = UINT64_MAX;
   }
 }
 
@@ -562,28 +657,68 @@ uint64_t Loader::Impl::compact_batch(const std::shared_ptr<Job>& job, std::uniqu
   return n;
 }
 
-void Loader::Impl::io_main() {
-  pin_and_name_this_thread(cpu.cpus, "stoker-io");
+bool Loader::Impl::open_engine() {
   // The engine (ring, registered slab, open files) lives across epochs: setting it up
   // costs tens of milliseconds that a restart at every epoch should not pay again.
   try {
-    if (!tokens && !engine) {
+    if (!engine) {
       IoOptions io = opt.io;
-      // The slab only needs to hold the reads of the batches in flight.
-      const uint64_t records = std::max<uint64_t>(1, dataset->record_count());
-      const uint64_t mean = dataset->manifest().total_bytes() / records;
-      const uint64_t need = static_cast<uint64_t>(opt.slots + 1) * opt.batch_size * (mean + 2 * kDirectAlignment);
+      // The slab only needs to hold the reads in flight: the batches of the ring (images)
+      // or the records of about three windows (tokens: the next window is read ahead).
+      uint64_t need;
+      if (tokens) {
+        uint64_t largest = 0;
+        for (size_t s = 0; s < dataset->shard_count(); ++s) {
+          auto r = dataset->shard(s);
+          for (uint64_t i = 0; i < r->record_count(); ++i) largest = std::max<uint64_t>(largest, r->location(i).stored_size);
+        }
+        const uint64_t window = order_opt.kind == OrderKind::kTokenWindow ? std::max<uint64_t>(1, order_opt.window_chunks) : 4;
+        need = (3 * window + opt.slots) * (largest + 2 * kDirectAlignment);
+      } else {
+        const uint64_t records = std::max<uint64_t>(1, dataset->record_count());
+        const uint64_t mean = dataset->manifest().total_bytes() / records;
+        need = static_cast<uint64_t>(opt.slots + 1) * opt.batch_size * (mean + 2 * kDirectAlignment);
+      }
       io.slab_bytes = static_cast<size_t>(std::min<uint64_t>(io.slab_bytes, std::max<uint64_t>(need, 4u << 20)));
       engine = make_io_engine(io);
       if (opt.wrap_io) engine = opt.wrap_io(std::move(engine));
       file_ids.assign(dataset->shard_count(), -1);
     }
+    return true;
   } catch (...) {
     std::lock_guard<std::mutex> lock(ring->mu);
     fatal = std::current_exception();
     ring->cv.notify_all();
-    return;
+    return false;
   }
+}
+
+void Loader::Impl::close_engine_run() {
+  if (!engine) return;
+  {
+    std::lock_guard<std::mutex> lock(io_stats_mu);
+    io_stats = engine->stats();
+  }
+  if (engine->inflight() == 0) return;
+  // Stopped mid-epoch: cancel and drain so no buffer is freed under the kernel, then
+  // drop the engine (a cancelled ring is not reused; the next run makes a new one).
+  try {
+    engine->cancel_all();
+    std::vector<ReadCompletion> done;
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (engine->inflight() > 0 && Clock::now() < deadline) {
+      done.clear();
+      engine->reap(done, 1, std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker: warning: draining the IO engine at shutdown: %s\n", e.what());
+  }
+  engine.reset();
+}
+
+void Loader::Impl::io_main() {
+  pin_and_name_this_thread(cpu.cpus, "stoker-io");
+  if (!open_engine()) return;
   struct ReadCtx {
     std::shared_ptr<Job> job;
     std::shared_ptr<IoBuffer> buf;
@@ -598,7 +733,6 @@ void Loader::Impl::io_main() {
   };
   std::unordered_map<uint64_t, ReadCtx> pending;
   uint64_t next_tag = 1;
-  uint64_t prefetched_window = UINT64_MAX;
   std::vector<ReadCompletion> done;
   const uint64_t nb = sched->num_batches();
 
@@ -623,40 +757,6 @@ void Loader::Impl::io_main() {
     {
       std::lock_guard<std::mutex> lock(ring->mu);
       jobs[k] = job;
-    }
-    std::vector<DecodeTask> tasks;
-    if (tokens) {
-      // Records this batch needs and nobody has asked for yet are decompressed by their
-      // own tasks, queued ahead of the batch, so a window's chunks load in parallel.
-      auto schedule = [&](uint64_t rec) {
-        bool created = false;
-        auto ch = chunk_entry(rec, &created);
-        if (created) {
-          DecodeTask t;
-          t.j = kChunk;
-          t.record = rec;
-          t.chunk = std::move(ch);
-          tasks.push_back(std::move(t));
-        }
-      };
-      for (uint64_t sample : job->samples) schedule(layout->locate(sample).first);
-      // Decompress the next window's records while this one is consumed, so the
-      // first batches of a window do not wait for all of its records at once.
-      if (order->windowed() && len > 0) {
-        const uint64_t w = order->window_of(sched->position(k, len - 1));
-        if (w + 1 < order->window_count() && prefetched_window != w + 1) {
-          prefetched_window = w + 1;
-          for (uint64_t chunk_id : order->window_chunks(w + 1))
-            schedule(order->chunk_group(chunk_id));  // a token chunk is one record
-        }
-      }
-      job->remaining = 1;
-      DecodeTask t;
-      t.job = job;
-      t.j = kWholeBatch;
-      tasks.push_back(std::move(t));
-      push_tasks(tasks);
-      return;
     }
     job->remaining = len;
     std::vector<RecordRange> ranges;
@@ -735,7 +835,7 @@ void Loader::Impl::io_main() {
           pending.erase(it);
           if (d.result > 0) io_bytes += static_cast<uint64_t>(d.result);
           for (const auto& r : ctx.recs) {
-            DecodeTask t{ctx.job, r.j, ctx.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError, nullptr};
+            DecodeTask t{ctx.job, r.j, ctx.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
             if (d.result < 0) {
               t.io_error = d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error;
               if (d.result == -ECANCELED) t.io_code = ErrorCode::kCancelled;
@@ -755,7 +855,7 @@ void Loader::Impl::io_main() {
         // Waiting for the consumer to hand back a slot.
         auto w0 = Clock::now();
         std::unique_lock<std::mutex> lock(ring->mu);
-        ring->cv.wait_for(lock, std::chrono::milliseconds(20), [&] {
+        ring->producer_cv.wait_for(lock, std::chrono::milliseconds(20), [&] {
           if (stop) return true;
           for (auto& s : ring->slots)
             if (s->state == Ring::State::kFree) return true;
@@ -771,71 +871,7 @@ void Loader::Impl::io_main() {
     fatal = std::current_exception();
     ring->cv.notify_all();
   }
-  if (engine) {
-    {
-      std::lock_guard<std::mutex> lock(io_stats_mu);
-      io_stats = engine->stats();
-    }
-    if (engine->inflight() > 0) {
-      // Stopped mid-epoch: cancel and drain so no buffer is freed under the kernel, then
-      // drop the engine (a cancelled ring is not reused; the next run makes a new one).
-      try {
-        engine->cancel_all();
-        auto deadline = Clock::now() + std::chrono::seconds(5);
-        while (engine->inflight() > 0 && Clock::now() < deadline) {
-          done.clear();
-          engine->reap(done, 1, std::chrono::milliseconds(5));
-        }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "stoker: warning: draining the IO engine at shutdown: %s\n", e.what());
-      }
-      engine.reset();
-    }
-  }
-}
-
-std::shared_ptr<Chunk> Loader::Impl::chunk_entry(uint64_t record, bool* created) {
-  std::lock_guard<std::mutex> lock(chunk_mu);
-  auto it = chunks.find(record);
-  if (created) *created = it == chunks.end();
-  if (it != chunks.end()) return it->second;
-  auto ch = std::make_shared<Chunk>();
-  ch->pool = chunk_pool;
-  chunks.emplace(record, ch);
-  chunk_fifo.push_back(record);
-  while (chunk_fifo.size() > chunk_cap) {
-    chunks.erase(chunk_fifo.front());
-    chunk_fifo.pop_front();
-  }
-  return ch;
-}
-
-void Loader::Impl::load_chunk(uint64_t record, Chunk& ch) {
-  std::call_once(ch.once, [&] {
-    try {
-      auto [s, r] = dataset->locate(record);
-      auto reader = dataset->shard(s);
-      const RecordLocation& loc = reader->location(r);
-      // A per-thread read buffer: freeing a fresh ~100 KiB vector per record makes glibc
-      // return it with madvise, and the TLB shootdowns cost more than the read.
-      thread_local std::vector<uint8_t> stored;
-      stored.resize(loc.stored_size);
-      const size_t got = internal::pread_full(reader->fd(), stored.data(), stored.size(), loc.offset, reader->path());
-      if (got != stored.size())
-        throw Error(ErrorCode::kDataLoss, record_name(s, r) + ": short read (" + std::to_string(got) + " of " +
-                                              std::to_string(stored.size()) + " bytes): file truncated");
-      c.io_records++;
-      io_bytes += stored.size();
-      if (loc.raw_size > chunk_pool->capacity)
-        throw Error(ErrorCode::kDataLoss, record_name(s, r) + ": raw size " + std::to_string(loc.raw_size) +
-                                              " exceeds what the shard index promised");
-      ch.raw = chunk_pool->take();
-      unpack_record_into(dataset->schema(), loc, stored, {ch.raw.get(), chunk_pool->capacity}, record_name(s, r));
-    } catch (...) {
-      ch.error = std::current_exception();
-    }
-  });
-  if (ch.error) std::rethrow_exception(ch.error);
+  close_engine_run();
 }
 
 namespace {
@@ -864,50 +900,364 @@ void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t
 }
 }  // namespace
 
-void Loader::Impl::process_tokens(Job& job) {
+std::shared_ptr<Chunk> Loader::Impl::chunk_for(uint64_t record, uint64_t retire_at, ChunkQueue& queue,
+                                               bool* was_created) {
+  auto [it, created] = chunks.try_emplace(record);
+  if (was_created) *was_created = created;
+  if (created) {
+    auto ch = std::make_shared<Chunk>();
+    ch->record = record;
+    ch->retire_at = retire_at;
+    ch->pool = chunk_pool;
+    it->second = ch;
+    enqueue(queue, ch);
+  }
+  return it->second;
+}
+
+void Loader::Impl::unpack_chunk(Chunk& ch) {
+  auto [s, r] = dataset->locate(ch.record);
+  try {
+    const RecordLocation& loc = dataset->shard(s)->location(r);
+    if (loc.raw_size > chunk_pool->capacity)
+      throw Error(ErrorCode::kDataLoss, "raw size " + std::to_string(loc.raw_size) + " exceeds what the shard index promised");
+    ch.raw = chunk_pool->take();
+    auto fields = unpack_record_into(dataset->schema(), loc, {ch.stored->data() + ch.skip, loc.stored_size},
+                                     {ch.raw.get(), chunk_pool->capacity}, record_name(s, r));
+    ch.rows = fields[static_cast<size_t>(token_field)].data();
+  } catch (const Error& e) {
+    const std::string name = record_name(s, r);
+    ch.error = std::string(e.what()).find(name) == std::string::npos
+                   ? std::make_exception_ptr(Error(e.code(), name + ": " + e.what()))
+                   : std::current_exception();
+  } catch (...) {
+    ch.error = std::current_exception();
+  }
+  ch.stored.reset();  // the read buffer goes back to the engine's slab
+}
+
+void Loader::Impl::chunk_done_locked(Chunk& ch) {
+  ch.state = Chunk::State::kDone;
+  bool woke = false;
+  for (auto& w : ch.waiters)
+    if (auto job = w.lock(); job && --job->chunks_pending == 0) {
+      assemble_ready.emplace(job->k, std::move(job));
+      woke = true;
+    }
+  ch.waiters.clear();
+  if (woke) ring->producer_cv.notify_all();
+}
+
+void Loader::Impl::token_io_main() {
+  pin_and_name_this_thread(cpu.cpus, "stoker-io");
+  if (!open_engine()) return;
+  struct Pending {
+    std::shared_ptr<Chunk> chunk;
+    std::shared_ptr<IoBuffer> buf;
+    uint64_t skip = 0;
+    uint64_t need = 0;  // skip + stored size: what a complete read returns at least
+  };
+  std::unordered_map<uint64_t, Pending> pending;
+  uint64_t next_tag = 1;
+  std::vector<ReadCompletion> done;
+  const size_t depth = std::max<size_t>(1, opt.io.queue_depth);
+  std::unique_lock<std::mutex> lock(ring->mu);
+  try {
+    while (!stop) {
+      std::vector<std::shared_ptr<Chunk>> to_read;
+      while (pending.size() + to_read.size() < depth) {
+        auto ch = dequeue(read_needed);
+        if (!ch) ch = dequeue(read_ahead);
+        if (!ch) break;
+        ch->state = Chunk::State::kReading;
+        to_read.push_back(std::move(ch));
+      }
+      if (to_read.empty() && pending.empty()) {
+        const auto w0 = Clock::now();
+        read_cv.wait(lock);
+        c.io_wait_ns += nanos(Clock::now() - w0);
+        continue;
+      }
+      lock.unlock();
+      const auto t0 = Clock::now();
+      uint64_t waited = 0;
+      std::vector<std::shared_ptr<Chunk>> finished;  // read (kRead) or failed (error set)
+      std::vector<ReadRequest> reqs;
+      for (auto& ch : to_read) {
+        auto [s, r] = dataset->locate(ch->record);
+        try {
+          auto reader = dataset->shard(s);  // opens lazily; checks the shard against the manifest
+          if (file_ids[s] < 0) file_ids[s] = engine->add_file(dataset->shard_path(s));
+          const uint32_t fid = static_cast<uint32_t>(file_ids[s]);
+          const RecordLocation& loc = reader->location(r);
+          const RecordRange range{fid, loc.offset, loc.stored_size, engine->file_size(fid)};
+          PlanOptions po;
+          po.alignment = engine->direct() ? kDirectAlignment : 1;
+          const ReadPlan plan = plan_reads({&range, 1}, po);
+          const auto& rd = plan.reads.at(0);
+          Pending pd{ch, std::make_shared<IoBuffer>(engine->alloc(rd.length)), plan.records.at(0).skip, 0};
+          pd.need = pd.skip + loc.stored_size;
+          const uint64_t tag = next_tag++;
+          reqs.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), pd.buf->data(), tag});
+          pending.emplace(tag, std::move(pd));
+        } catch (const Error& e) {
+          // A missing or replaced shard: the record fails like a bad read would.
+          const std::string name = record_name(s, r);
+          ch->error = std::make_exception_ptr(Error(
+              e.code(), std::string(e.what()).find(name) == std::string::npos ? name + ": " + e.what() : e.what()));
+          finished.push_back(ch);
+        }
+      }
+      if (!reqs.empty()) engine->submit(reqs);
+      if (engine->inflight() > 0) {
+        done.clear();
+        const auto w0 = Clock::now();
+        // Nothing new to submit: wait a little for a completion (new work is noticed
+        // within the timeout).
+        engine->reap(done, reqs.empty() ? 1 : 0, std::chrono::milliseconds(reqs.empty() ? 1 : 0));
+        waited = nanos(Clock::now() - w0);
+        for (ReadCompletion& d : done) {
+          auto it = pending.find(d.tag);
+          if (it == pending.end()) continue;
+          Pending pd = std::move(it->second);
+          pending.erase(it);
+          Chunk& ch = *pd.chunk;
+          auto [s, r] = dataset->locate(ch.record);
+          if (d.result < 0) {
+            const std::string why = d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error;
+            ch.error = std::make_exception_ptr(
+                Error(d.result == -ECANCELED ? ErrorCode::kCancelled : ErrorCode::kIoError, record_name(s, r) + ": " + why));
+          } else if (static_cast<uint64_t>(d.result) < pd.need) {
+            ch.error = std::make_exception_ptr(Error(
+                ErrorCode::kDataLoss, record_name(s, r) + ": short read: got " + std::to_string(d.result) +
+                                          " bytes of a range needing " + std::to_string(pd.need) +
+                                          " (file truncated or replaced?)"));
+          } else {
+            io_bytes += static_cast<uint64_t>(d.result);
+            c.io_records++;
+            ch.stored = std::move(pd.buf);
+            ch.skip = pd.skip;
+          }
+          finished.push_back(std::move(pd.chunk));
+        }
+      }
+      c.io_wait_ns += waited;
+      c.io_busy_ns += nanos(Clock::now() - t0) - std::min(waited, nanos(Clock::now() - t0));
+      lock.lock();
+      bool any_read = false;
+      for (auto& ch : finished) {
+        if (ch->error) {
+          chunk_done_locked(*ch);
+          continue;
+        }
+        ch->state = Chunk::State::kRead;
+        enqueue(ch->waiters.empty() ? unpack_ahead : unpack_needed, ch);
+        any_read = true;
+      }
+      if (any_read) ring->producer_cv.notify_all();
+    }
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    if (!fatal) fatal = std::current_exception();
+    ring->cv.notify_all();
+  }
+  if (lock.owns_lock()) lock.unlock();
+  close_engine_run();  // before `pending` goes: no buffer is freed under the kernel
+}
+
+bool Loader::Impl::claim_token_batch(std::unique_lock<std::mutex>& lock) {
+  if (next_start >= sched->num_batches()) return false;
+  size_t slot = ring->slots.size();
+  for (size_t i = 0; i < ring->slots.size(); ++i)
+    if (ring->slots[i]->state == Ring::State::kFree) {
+      slot = i;
+      break;
+    }
+  if (slot == ring->slots.size()) return false;
+  ring->slots[slot]->state = Ring::State::kFilling;
+  const uint64_t k = next_start++;
+  auto job = std::make_shared<Job>();
+  job->k = k;
+  job->slot = slot;
+  job->remaining = 1;
+  jobs[k] = job;
+  claims_open.insert(k);
+
+  // The batch's rows and records, worked out without the lock.
+  lock.unlock();
+  const uint64_t len = sched->batch_length(k);
+  const bool windowed = order->windowed();
+  job->samples.resize(len);
+  job->bad.assign(len, 0);
+  job->row_chunk.resize(len);
+  job->row_in_chunk.resize(len);
+  struct Need {
+    uint64_t record, retire_at;
+  };
+  std::vector<Need> needs;
+  std::unordered_map<uint64_t, size_t> need_index;
+  uint64_t first_pos = len ? sched->position(k, 0) : 0, last_window = 0;
+  for (uint64_t j = 0; j < len; ++j) {
+    const uint64_t pos = sched->position(k, j);
+    const uint64_t row = order->at(pos);
+    job->samples[j] = row;
+    auto [rec, r] = layout->locate(row);
+    job->row_in_chunk[j] = static_cast<uint32_t>(r);
+    // A batch draws from about min(B, window) records: a short list, searched from the
+    // most recent entry; a map only for wide windows.
+    size_t q = needs.size();
+    if (needs.size() <= 32) {
+      for (size_t i = needs.size(); i-- > 0;)
+        if (needs[i].record == rec) {
+          q = i;
+          break;
+        }
+    } else {
+      if (need_index.empty())
+        for (size_t i = 0; i < needs.size(); ++i) need_index.emplace(needs[i].record, i);
+      if (auto f = need_index.find(rec); f != need_index.end()) q = f->second;
+    }
+    if (q == needs.size()) {
+      if (!need_index.empty()) need_index.emplace(rec, q);
+      uint64_t retire_at;
+      if (windowed) {
+        last_window = order->window_of(pos);
+        retire_at = order->window_positions(last_window).second;
+      } else {
+        retire_at = layout->group_begin(rec) + layout->group_size(rec);  // sequential: positions are rows
+      }
+      needs.push_back({rec, retire_at});
+    }
+    job->row_chunk[j] = static_cast<uint32_t>(q);
+    if (windowed) last_window = std::max(last_window, order->window_of(pos));
+    first_pos = std::min(first_pos, pos);
+  }
+  std::vector<Need> ahead;
+  if (windowed && len > 0 && last_window + 1 < order->window_count()) {
+    const uint64_t w = last_window + 1;
+    const uint64_t retire_at = order->window_positions(w).second;
+    for (uint64_t chunk_id : order->window_chunks(w)) ahead.push_back({order->chunk_group(chunk_id), retire_at});
+  }
+  lock.lock();
+
+  job->chunks.reserve(needs.size());
+  bool reads_queued = false;
+  for (const Need& n : needs) {
+    bool created = false;
+    auto ch = chunk_for(n.record, n.retire_at, read_needed, &created);
+    reads_queued |= created;
+    // Read ahead and now needed: move it up.
+    if (!created && ch->state == Chunk::State::kQueued) {
+      enqueue(read_needed, ch);
+      reads_queued = true;
+    }
+    if (!created && ch->state == Chunk::State::kRead) enqueue(unpack_needed, ch);
+    if (ch->state != Chunk::State::kDone) {
+      ch->waiters.push_back(job);
+      job->chunks_pending++;
+    }
+    job->chunks.push_back(std::move(ch));
+  }
+  if (job->chunks_pending == 0) assemble_ready.emplace(k, job);
+  // Claims register out of order: a window is read ahead once, by whichever gets there first.
+  if (!ahead.empty() && last_window + 1 >= prefetch_from) {
+    prefetch_from = last_window + 2;
+    for (const Need& n : ahead) {
+      bool created = false;
+      chunk_for(n.record, n.retire_at, read_ahead, &created);
+      reads_queued |= created;
+    }
+  }
+  if (reads_queued) read_cv.notify_one();
+  // The rank's positions only grow: records whose last position is behind the first
+  // position of every batch still to register are done with (registered batches hold
+  // their own references).
+  claims_open.erase(k);
+  const uint64_t oldest = claims_open.empty() ? k : std::min(k, *claims_open.begin());
+  const uint64_t horizon = oldest == k ? first_pos : sched->position(oldest, 0);
+  for (auto it = chunks.begin(); it != chunks.end();) {
+    if (it->second->retire_at <= horizon && it->second->state == Chunk::State::kDone) it = chunks.erase(it);
+    else ++it;
+  }
+  return true;
+}
+
+void Loader::Impl::assemble_tokens(Job& job) {
   const Field& f = dataset->schema().fields[token_field];
   const size_t tsize = dtype_size(f.dtype);
   uint8_t* tok = tensor_ptr(job.slot, tokens_t);
   uint8_t* tgt = targets_t >= 0 ? tensor_ptr(job.slot, targets_t) : nullptr;
   uint8_t* idx = tensor_ptr(job.slot, index_t);
   const TensorLayout& tl = tensors[tokens_t];
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, rows = 0;
   for (size_t j = 0; j < job.samples.size(); ++j) {
-    const uint64_t row = job.samples[j];
-    auto [rec, r] = layout->locate(row);
-    auto ch = chunk_entry(rec);
-    load_chunk(rec, *ch);
-    auto [s, rr] = dataset->locate(rec);
-    const RecordLocation& loc = dataset->shard(s)->location(rr);
-    size_t off = 0;
-    for (int i = 0; i < token_field; ++i) off += loc.field_sizes[i];
-    const uint8_t* src = ch->raw.get() + off + r * token_row_bytes;
+    const Chunk& ch = *job.chunks[job.row_chunk[j]];
+    if (ch.error) {
+      if (opt.on_error == OnError::kError) {
+        job.fail(ch.error);
+        break;
+      }
+      sample_failed(job, static_cast<uint32_t>(j), ch.error);  // every row of a bad record is skipped
+      continue;
+    }
+    const uint8_t* src = ch.rows + job.row_in_chunk[j] * token_row_bytes;
     copy_tokens(src, f.dtype, seq_len, tl.dtype, tok + j * tl.sample_bytes);
     if (tgt) copy_tokens(src + tsize, f.dtype, seq_len, tl.dtype, tgt + j * tl.sample_bytes);
-    const int64_t gi = static_cast<int64_t>(row);
+    const int64_t gi = static_cast<int64_t>(job.samples[j]);
     std::memcpy(idx + j * 8, &gi, 8);
     bytes += token_row_bytes;
-    c.dec_samples++;
+    rows++;
   }
+  c.dec_samples += rows;
   std::lock_guard<std::mutex> lock(job.mu);
   job.record_bytes += bytes;
 }
 
+void Loader::Impl::token_worker_main(unsigned id) {
+  pin_and_name_this_thread(cpu.cpus, "stoker-dec/" + std::to_string(id));
+  std::unique_lock<std::mutex> lock(ring->mu);
+  try {
+    while (!stop) {
+      if (!assemble_ready.empty()) {
+        auto job = std::move(assemble_ready.begin()->second);
+        assemble_ready.erase(assemble_ready.begin());
+        c.queue_sum += assemble_ready.size() + unpack_needed.size();
+        lock.unlock();
+        const auto b0 = Clock::now();
+        assemble_tokens(*job);
+        job->chunks.clear();  // the records go back to the pool once no batch needs them
+        c.dec_busy_ns += nanos(Clock::now() - b0);
+        finish_one(job);
+        lock.lock();
+        continue;
+      }
+      if (claim_token_batch(lock)) continue;
+      auto ch = dequeue(unpack_needed);
+      if (!ch) ch = dequeue(unpack_ahead);
+      if (ch) {
+        ch->state = Chunk::State::kUnpacking;
+        lock.unlock();
+        const auto b0 = Clock::now();
+        unpack_chunk(*ch);
+        c.dec_busy_ns += nanos(Clock::now() - b0);
+        lock.lock();
+        chunk_done_locked(*ch);
+        continue;
+      }
+      const auto w0 = Clock::now();
+      ring->producer_cv.wait(lock);
+      c.dec_wait_ns += nanos(Clock::now() - w0);
+    }
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    if (!fatal) fatal = std::current_exception();
+    ring->cv.notify_all();
+  }
+}
+
 void Loader::Impl::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
                            std::vector<uint8_t>& pixels) {
-  if (t.j == kChunk) {
-    try {
-      load_chunk(t.record, *t.chunk);
-    } catch (const Error&) {
-      // Kept in the chunk: the batch that needs it reports it, naming the record.
-    }
-    return;
-  }
   Job& job = *t.job;
-  if (t.j == kWholeBatch) {
-    process_tokens(job);
-    return;
-  }
   const std::string where = record_name(t.shard, t.record);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
   auto reader = dataset->shard(t.shard);
@@ -976,13 +1326,11 @@ void Loader::Impl::decode_main(unsigned id) {
     auto b0 = Clock::now();
     try {
       process(t, dec, scratch, pixels);
-      if (t.j != kWholeBatch && t.j != kChunk) c.dec_samples++;
+      c.dec_samples++;
     } catch (...) {
-      if (t.j == kWholeBatch) t.job->fail(std::current_exception());
-      else sample_failed(*t.job, t.j, std::current_exception());
+      sample_failed(*t.job, t.j, std::current_exception());
     }
     t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
-    t.chunk.reset();
     c.dec_busy_ns += nanos(Clock::now() - b0);
     if (t.job) finish_one(t.job);
   }
@@ -1154,6 +1502,7 @@ LoaderStats Loader::Impl::snapshot() const {
   s.bytes_read = m.io_bytes;
   s.record_bytes = m.record_bytes_out;
   s.skipped = m.c.skipped;
+  s.tokens = m.tokens;
   s.io.threads = 1;
   s.io.busy_s = m.c.io_busy_ns / 1e9;
   s.io.wait_s = m.c.io_wait_ns / 1e9;
@@ -1200,6 +1549,7 @@ std::string LoaderStats::to_json() const {
   j += ",\"bytes_read\":" + std::to_string(bytes_read);
   j += ",\"record_bytes\":" + std::to_string(record_bytes);
   j += ",\"skipped\":" + std::to_string(skipped);
+  j += ",\"tokens\":" + std::string(tokens ? "true" : "false");
   j += ",\"io\":" + stage(io);
   j += ",\"decode\":" + stage(decode);
   j += ",\"consumer_wait_s\":" + internal::json_num(consumer_wait_s);

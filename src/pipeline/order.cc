@@ -221,6 +221,14 @@ EpochOrder::EpochOrder(const OrderOptions& options, std::shared_ptr<const UnitLa
     ordered_pos_[k + 1] = ordered_pos_[k] + (end - begin);
   }
   assert(ordered_pos_[chunks_] == n_);
+  // Each window's permutation, made once: at() is called for every sample, and keying
+  // a permutation costs as much as evaluating it.
+  const uint64_t windows = chunks_ / window_ + (chunks_ % window_ != 0);
+  window_perm_.reserve(windows);
+  for (uint64_t w = 0; w < windows; ++w) {
+    const uint64_t first = w * window_, last = std::min(first + window_, chunks_);
+    window_perm_.emplace_back(ordered_pos_[last] - ordered_pos_[first], chain(shuffle_key_, w));
+  }
 }
 
 uint64_t EpochOrder::chunk_per_group(size_t g) const {
@@ -253,8 +261,7 @@ uint64_t EpochOrder::at(uint64_t p) const {
   const uint64_t first = w * window_;
   const uint64_t last = std::min(first + window_, chunks_);
   const uint64_t base = ordered_pos_[first];
-  const uint64_t span = ordered_pos_[last] - base;
-  const uint64_t q = base + Permutation(span, chain(shuffle_key_, w))(p - base);
+  const uint64_t q = base + window_perm_[w](p - base);
   const uint64_t k2 =
       static_cast<uint64_t>(std::upper_bound(pos + first, pos + last + 1, q) - pos) - 1;
   return ordered_begin_[k2] + (q - ordered_pos_[k2]);
