@@ -103,10 +103,10 @@ TEST(Verdict, AdviceFollowsTheSituation) {
   tok.tokens = true;
   EXPECT_NE(diagnose(tok, o).advice.find("pack without --zstd"), std::string::npos);
   LoaderStats ts;
-  ts.samples = 320;  // token rows: no per-sample decodes
-  EXPECT_TRUE(FeedFigures::from(ts).tokens);
-  ts.decode.items = 320;
+  ts.samples = ts.decode.items = 320;
   EXPECT_FALSE(FeedFigures::from(ts).tokens);
+  ts.tokens = true;  // the loader says so: rows are counted like images
+  EXPECT_TRUE(FeedFigures::from(ts).tokens);
   FeedFigures copy = figures(0.4, 4, 0.3, 0.2, 3.1, 0.95);
   EXPECT_NE(diagnose(copy, o).advice.find("pinned host memory"), std::string::npos);
   copy.slot_memory = "pinned";
