@@ -2,6 +2,7 @@
 // arithmetic, the smoothing tracker, real pipelines built to be storage-, decode- and
 // consumer-bound, and the `stoker bench compare` harness's output schema.
 #include "stoker/diagnose.h"
+#include "stoker/stage.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -427,6 +428,42 @@ TEST_F(RealPipeline, SlowConsumerIsConsumerBound) {
   std::printf("consumer case: %s\n", v.summary().c_str());
   EXPECT_EQ(v.bottleneck, Bottleneck::kConsumer) << v.summary();
   EXPECT_GT(FeedFigures::from(s).slots_ready_avg, 1.0);
+}
+
+// The fourth case, live: a Stager on the host backend (the same state machine as CUDA's)
+// whose copy stream is throttled; loader and consumer are fast.
+TEST_F(RealPipeline, ThrottledCopyStreamIsCopyBound) {
+  LoaderOptions o = base_options(path());
+  o.threads = 2;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 32;  // 24 KiB a batch
+  StagerOptions so;
+  so.backend = StageBackend::kHost;
+  so.copy_limit_bytes_per_s = 0.4e6;  // ~16 batches/s, far below the loader's rate
+  Stager st(o, so);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (auto b = st.next()) {
+    b->wait(nullptr);
+    b->release(nullptr);
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(1500)) break;
+  }
+  const StagerStats ss = st.stats();
+  const FeedFigures f = FeedFigures::from(st.loader()->stats(), ss);
+  ASSERT_TRUE(f.copy.has_value());
+  const Verdict v = diagnose(f);
+  std::printf("copy case: %s\n", v.summary().c_str());
+  EXPECT_EQ(v.bottleneck, Bottleneck::kCopy) << v.summary();
+  EXPECT_GT(ss.copy_busy_s, 0.8 * ss.wall_s) << "the throttled stream is busy nearly all the time";
+  // The same loader without the throttle is not copy bound: the figure is measured.
+  so.copy_limit_bytes_per_s = 0;
+  Stager fast(o, so);
+  int n = 0;
+  while (auto b = fast.next()) {
+    b->wait(nullptr);
+    b->release(nullptr);
+    if (++n == 20) break;
+  }
+  EXPECT_LT(fast.stats().copy_busy_s, 0.5 * fast.stats().wall_s);
 }
 
 TEST_F(RealPipeline, SteadyDecodeBoundRunGivesOneVerdictAfterWarmUp) {

@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "stage/bench_ops.h"
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/stage.h"
@@ -109,7 +110,7 @@ LoopResult consume(Stager& st, internal::BenchOps& ops, void* stream, double us,
 int bench_stage_cmd(const Args& args) {
   ArgParser p(args, {"json"});
   p.check_known({"json", "bytes", "slots", "host-slots", "iters", "consumer-us", "source-us", "backend", "device",
-                 "dataset", "batch", "threads"});
+                 "dataset", "batch", "threads", "copy-limit-mbps"});
   if (!p.positional().empty())
     throw_error(ErrorCode::kInvalidArgument, "usage: stoker bench stage [options] (no positional arguments)");
   const uint64_t bytes = parse_size(p.get_or("bytes", "32MiB"));
@@ -178,20 +179,29 @@ int bench_stage_cmd(const Args& args) {
   }
   LoopResult fed;
   StagerStats fed_stats;
-  std::string loader_json;
+  std::string loader_json, verdict_line;
+  // The fed loop only: rehearses a copy-bound feed (the ring measurement stays a yardstick).
+  StagerOptions fed_so = so;
+  fed_so.copy_limit_bytes_per_s = p.get_double("copy-limit-mbps", 0) * 1e6;
   const std::string dataset = p.get_or("dataset", "");
   if (!dataset.empty()) {
     LoaderOptions lo;
     lo.path = dataset;
     lo.batch_size = static_cast<uint64_t>(p.get_int("batch", 256));
     lo.threads = static_cast<unsigned>(p.get_int("threads", 0));
-    Stager st(lo, so);
+    Stager st(lo, fed_so);
     fed = consume(st, *ops, stream, consumer_us, warmup, static_cast<uint64_t>(iters));
     fed_stats = st.stats();
-    loader_json = st.loader()->stats().to_json();
+    LoaderStats ls = st.loader()->stats();
+    const Verdict v = diagnose(FeedFigures::from(ls, fed_stats));
+    ls.bottleneck = bottleneck_name(v.bottleneck);
+    ls.evidence = v.evidence;
+    ls.advice = v.advice;
+    loader_json = ls.to_json();
+    verdict_line = v.summary();
   } else {
     PacedSource src(alloc, sz, static_cast<unsigned>(host_slots), source_us, warmup + static_cast<uint64_t>(iters));
-    Stager st(src.source(), so);
+    Stager st(src.source(), fed_so);
     fed = consume(st, *ops, stream, consumer_us, warmup, static_cast<uint64_t>(iters));
     fed_stats = st.stats();
   }
@@ -211,6 +221,9 @@ int bench_stage_cmd(const Args& args) {
               dataset.empty() ? ("a source making one batch per " + std::to_string(static_cast<int>(source_us)) + " us").c_str()
                               : ("the loader on " + dataset).c_str(),
               static_cast<unsigned long long>(fed.batches), fed.loop_s, want_s, wait_frac * 100);
+  std::printf("copy stream %.0f%% busy over the fed loop\n",
+              fed_stats.wall_s > 0 ? 100 * std::min(1.0, fed_stats.copy_busy_s / fed_stats.wall_s) : 0.0);
+  if (!verdict_line.empty()) std::printf("verdict: %s\n", verdict_line.c_str());
   if (json) {
     std::printf(
         "{\"backend\":\"%s\",\"device\":%d,\"bytes\":%llu,\"device_slots\":%lld,\"host_slots\":%lld,"
@@ -230,7 +243,7 @@ int bench_stage_cmd(const Args& args) {
 }  // namespace
 
 STOKER_COMMAND("bench stage",
-               "[--bytes N] [--slots S] [--host-slots H] [--iters I] [--consumer-us U] [--source-us P] "
+               "[--bytes N] [--slots S] [--host-slots H] [--iters I] [--consumer-us U] [--source-us P] [--copy-limit-mbps M] "
                "[--backend auto|cuda|host] [--device D] [--dataset PATH [--batch B] [--threads T]] [--json]",
                "Host-to-device staging: ring throughput vs a plain pinned copy, and how long a consumer "
                "stream waits on input.",

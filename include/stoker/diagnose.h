@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "stoker/loader.h"
+#include "stoker/stage.h"
 
 namespace stoker {
 
@@ -70,12 +71,17 @@ struct FeedFigures {
   std::string io_engine;        ///< "uring", "pread", "" when unknown
   bool io_direct = false;
   std::string slot_memory;      ///< "host", "pinned", ...
-  /// Token batches (decode = unpacking rows) rather than images; from() infers it from
-  /// samples delivered with no per-sample decodes counted.
+  /// Token batches (decode = unpacking rows) rather than images (LoaderStats::tokens).
   bool tokens = false;
 
   /// The whole run a snapshot covers (startup_s = first_batch_s).
   static FeedFigures from(const LoaderStats& s);
+  /// Same, staged: the copy stage and the trainer's wait come from the Stager feeding
+  /// on this loader (the trainer's wait: StagerStats::device_wait_s, plus next() blocked
+  /// beyond the copy thread's own wait for device slots).
+  /// The Stager's figures add up across epochs, so they enter as fractions of its own
+  /// wall time applied to the loader's.
+  static FeedFigures from(const LoaderStats& s, const StagerStats& staged);
   /// The interval between two snapshots of the same run. When `after` belongs to a new
   /// run (an epoch restarted: its clock or counters went backwards) it is `after` alone.
   static FeedFigures between(const LoaderStats& before, const LoaderStats& after);

@@ -158,6 +158,10 @@ struct StagerOptions {
   /// With an owned Loader: set its gpu_pci_bus_id from the device (NUMA-local CPUs)
   /// unless already set.
   bool numa_local_threads = true;
+  /// > 0: the copy stream carries at most this many bytes per second (each batch's
+  /// copy is followed on the stream by a pause); rehearses a copy-bound feed, as
+  /// `stoker bench stage --copy-limit-mbps` and the diagnosis tests do.
+  double copy_limit_bytes_per_s = 0;
 };
 
 struct StagerStats {
@@ -172,6 +176,14 @@ struct StagerStats {
   double source_wait_s = 0;     ///< stoker-h2d blocked in the source's next()
   double slot_wait_s = 0;       ///< stoker-h2d waiting for a free slot and its release event
   double consumer_wait_s = 0;   ///< next() blocked waiting for a batch
+  /// Seconds the copy stream had a copy in flight: from its issue (or the previous
+  /// copy's landing, when queued behind it) to its landing as the host saw it.
+  double copy_busy_s = 0;
+  /// Seconds the consumer's streams waited for copies, as the host sees it: for each
+  /// batch handed out before its copy landed, landing minus hand-out (an upper bound:
+  /// the stream may still have been busy with earlier work).
+  double device_wait_s = 0;
+  double wall_s = 0;            ///< since the copy thread first started (figures add up across epochs)
   std::string to_json() const;  ///< one JSON object, no newline
 };
 

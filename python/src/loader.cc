@@ -42,6 +42,7 @@
 
 #include "bindings.h"
 #include "dlpack.h"
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
@@ -430,7 +431,15 @@ class PyLoader {
 
   std::string stats_json() const {
     check_open();
-    return loader_->stats().to_json();
+    LoaderStats s = loader_->stats();
+    if (staged_) {
+      // Staged, the copy stream is a stage too and the trainer waits on the Stager.
+      const Verdict v = diagnose(FeedFigures::from(s, w_->stager->stats()));
+      s.bottleneck = bottleneck_name(v.bottleneck);
+      s.evidence = v.evidence;
+      s.advice = v.advice;
+    }
+    return s.to_json();
   }
   std::string stage_stats_json() const {
     check_open();

@@ -56,6 +56,25 @@ FeedFigures FeedFigures::from(const LoaderStats& s) {
   return f;
 }
 
+FeedFigures FeedFigures::from(const LoaderStats& s, const StagerStats& staged) {
+  FeedFigures f = from(s);
+  if (staged.wall_s <= 0) return f;
+  const double scale = f.wall_s / staged.wall_s;
+  StageStats copy;
+  copy.threads = 1;
+  copy.busy_s = std::min(staged.copy_busy_s, staged.wall_s) * scale;
+  copy.wait_s = std::min(staged.source_wait_s, staged.wall_s) * scale;
+  copy.items = staged.batches;
+  f.copy = copy;
+  // The trainer waits on the device when it queued work behind a copy still in flight,
+  // and on the host when next() finds nothing staged. A host thread that runs ahead of
+  // its GPU also blocks in next() while every device slot is still being read: that is
+  // the consumer's own pace (the copy thread waited for the slots), not a wait on input.
+  const double host_wait = std::max(0.0, staged.consumer_wait_s - staged.slot_wait_s);
+  f.consumer_wait_s = std::min(host_wait + staged.device_wait_s, staged.wall_s) * scale;
+  return f;
+}
+
 FeedFigures FeedFigures::between(const LoaderStats& before, const LoaderStats& after) {
   return between(from(before), from(after));
 }

@@ -49,6 +49,8 @@ class CopyBackend {
   virtual void copy_wait(Event& e) = 0;
   virtual void copy_async(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_record(Event& e) = 0;
+  /// Keeps the copy stream busy for `seconds` (StagerOptions::copy_limit_bytes_per_s).
+  virtual void copy_pause(double seconds) = 0;
 
   // A consumer's stream (cudaStream_t or HostStream*; nullptr as in stage.h).
   virtual void stream_wait(void* stream, Event& e) = 0;

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "stage/convert_kernels.h"
 #include "stage/copy_backend.h"
@@ -102,6 +105,18 @@ class CudaBackend final : public CopyBackend {
   }
   void copy_async(void* dst, const void* src, size_t bytes) override {
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_.get()), "cudaMemcpyAsync (H2D)");
+  }
+  void copy_pause(double seconds) override {
+    // A host function on the stream: the stream (and so the copies behind it) waits.
+    auto* s = new double(seconds);
+    cuda_check(cudaLaunchHostFunc(
+                   copy_.get(),
+                   [](void* p) {
+                     std::unique_ptr<double> d(static_cast<double*>(p));
+                     std::this_thread::sleep_for(std::chrono::duration<double>(*d));
+                   },
+                   s),
+               "cudaLaunchHostFunc (copy pause)");
   }
   void copy_record(Event& e) override {
     cuda_check(cudaEventRecord(ev_of(e), copy_.get()), "cudaEventRecord (copy stream)");

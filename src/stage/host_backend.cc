@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "stage/copy_backend.h"
 #include "stoker/error.h"
@@ -82,6 +83,9 @@ class HostBackend final : public CopyBackend {
   }
   void copy_async(void* dst, const void* src, size_t bytes) override {
     copy_.enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
+  void copy_pause(double seconds) override {
+    copy_.enqueue([seconds] { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); });
   }
   void copy_record(Event& e) override {
     auto st = shared_of(e);

@@ -124,6 +124,8 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
       lock.unlock();
       std::rethrow_exception(it.error);
     }
+    slots_[it.slot].handed_out = Clock::now();
+    slots_[it.slot].handed_copy = slots_[it.slot].copies;
     return std::optional<DeviceBatch>(std::move(it.batch));
   }
 
@@ -185,6 +187,9 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
     s.host_released = host_released_;
     s.source_wait_s = source_wait_s_;
     s.slot_wait_s = slot_wait_s_;
+    s.copy_busy_s = copy_busy_s_;
+    s.device_wait_s = device_wait_s_;
+    s.wall_s = started_at_ == Clock::time_point{} ? 0 : std::chrono::duration<double>(Clock::now() - started_at_).count();
     s.consumer_wait_s = consumer_wait_s_;
     return s;
   }
@@ -193,21 +198,28 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
   struct Slot {
     void* mem = nullptr;
     std::unique_ptr<Event> copy_ev, ready_ev, release_ev;
+    // Guarded by mu_: copies issued into it, and when the latest handed-out one went.
+    uint64_t copies = 0, handed_copy = 0;
+    Clock::time_point handed_out{};
   };
   struct Item {
     enum Kind { kBatch, kEnd, kError } kind = kEnd;
+    size_t slot = 0;  // kBatch
     DeviceBatch batch;
     std::exception_ptr error;
   };
   struct InFlight {
     size_t slot = 0;
     Batch host;
+    Clock::time_point issued;
+    uint64_t copy_no = 0;  // the slot's copy count when issued
   };
 
   void start_locked() {
     stop_ = false;
     copy_done_ = false;
     started_ = true;
+    if (started_at_ == Clock::time_point{}) started_at_ = Clock::now();  // the figures add up across epochs
     copy_thread_ = std::thread([this] { copy_loop(); });
     release_thread_ = std::thread([this] { release_loop(); });
   }
@@ -346,16 +358,20 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
         backend_->copy_async(static_cast<uint8_t*>(s.mem) + plan_[i].offset, t.data, t.bytes());
         bytes += t.bytes();
       }
+      if (opt_.copy_limit_bytes_per_s > 0) backend_->copy_pause(static_cast<double>(bytes) / opt_.copy_limit_bytes_per_s);
       backend_->copy_record(*s.copy_ev);
+      const auto issued = Clock::now();
       DeviceBatch db = make_batch(slot, hb);  // owns the slot from here on
       owned = true;
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++batches_;
         bytes_copied_ += bytes;
-        inflight_.push_back(InFlight{slot, std::move(hb)});
+        const uint64_t copy_no = ++s.copies;
+        inflight_.push_back(InFlight{slot, std::move(hb), issued, copy_no});
         Item it;
         it.kind = Item::kBatch;
+        it.slot = slot;
         it.batch = std::move(db);
         ready_.push_back(std::move(it));
       }
@@ -474,6 +490,9 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
       backend_->bind_thread();
     } catch (...) {
     }
+    // Copies land in issue order (one stream): each kept the stream busy from its issue,
+    // or from the previous landing when it queued behind that one, to its own landing.
+    Clock::time_point last_landed{};
     for (;;) {
       InFlight f;
       {
@@ -489,10 +508,17 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
       } catch (...) {
         err = std::current_exception();
       }
+      const auto landed = Clock::now();
       f.host = Batch();  // the host slot goes back to the loader
       const bool failed = err != nullptr;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        copy_busy_s_ += std::chrono::duration<double>(landed - std::max(f.issued, last_landed)).count();
+        last_landed = landed;
+        // Handed out before it landed: the consumer's stream waited for the rest.
+        const Slot& sl = slots_[f.slot];
+        if (sl.handed_copy == f.copy_no && sl.handed_out < landed)
+          device_wait_s_ += std::chrono::duration<double>(landed - sl.handed_out).count();
         ++host_released_;
         if (err && !async_error_) async_error_ = std::move(err);
         err = nullptr;
@@ -522,7 +548,8 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
 
   size_t slot_bytes_ = 0;
   uint64_t batches_ = 0, bytes_copied_ = 0, host_released_ = 0;
-  double source_wait_s_ = 0, slot_wait_s_ = 0, consumer_wait_s_ = 0;
+  double source_wait_s_ = 0, slot_wait_s_ = 0, consumer_wait_s_ = 0, copy_busy_s_ = 0, device_wait_s_ = 0;
+  Clock::time_point started_at_{};
 };
 
 /// A handed-out device slot. Its destruction puts the slot back on the free list.
@@ -765,6 +792,7 @@ std::string StagerStats::to_json() const {
     << ",\"slot_bytes\":" << slot_bytes << ",\"host_memory\":\"" << host_memory << "\",\"batches\":" << batches
     << ",\"bytes_copied\":" << bytes_copied << ",\"host_released\":" << host_released
     << ",\"source_wait_s\":" << source_wait_s << ",\"slot_wait_s\":" << slot_wait_s
+    << ",\"copy_busy_s\":" << copy_busy_s << ",\"device_wait_s\":" << device_wait_s << ",\"wall_s\":" << wall_s
     << ",\"consumer_wait_s\":" << consumer_wait_s << "}";
   return o.str();
 }
