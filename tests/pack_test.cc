@@ -774,3 +774,105 @@ TEST(Progress, LineShowsRatesAndEta) {
 
 }  // namespace
 }  // namespace stoker
+
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <csignal>
+
+namespace stoker {
+namespace {
+
+// Runs pack_imagefolder(src, out) in a child process after `setup` (which may change
+// the child's limits or mounts). Returns "" when it fails to set up ("skip: why"), or
+// the outcome: "ok" or the error's message.
+std::string pack_in_child(const std::string& src, const std::string& out, const std::function<std::string()>& setup) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "skip: pipe";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string msg = setup();
+    if (msg.empty()) {
+      try {
+        ImageFolderPackOptions o;
+        o.threads = 1;
+        pack_imagefolder(src, out, o);
+        msg = "ok";
+      } catch (const std::exception& e) {
+        msg = e.what();
+      }
+      // Checked here: a mount made in `setup` is only visible to this process.
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(out, ec))
+        if (e.path().extension() == ".tmp") msg += " [left behind: " + e.path().filename().string() + "]";
+    }
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status)) return "child died with signal " + std::to_string(WTERMSIG(status));
+  return msg;
+}
+
+void expect_clean_failure(const std::string& out, const std::string& msg, const std::string& reason) {
+  EXPECT_NE(msg.find("shard-00000.stk"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(reason), std::string::npos) << msg;
+  // Nothing that could pass for a dataset, and no half-written file left behind.
+  EXPECT_FALSE(fs::exists(fs::path(out) / "MANIFEST"));
+  if (fs::exists(out))
+    for (const auto& e : fs::directory_iterator(out)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  EXPECT_THROW(Dataset::open(out), Error);
+}
+
+TEST(PackLimits, DiskFullOrFileSizeLimitIsAClearErrorAndLeavesNoDataset) {
+  TempDir tmp;
+  SampleImageFolderOptions so;
+  so.images = 40;  // ~3 MiB of JPEGs
+  so.classes = 2;
+  make_sample_imagefolder(tmp.str("src"), so);
+
+  // A file size limit (any user): writes past it fail with EFBIG instead of a signal.
+  const std::string out1 = tmp.str("out-fsize");
+  const std::string m1 = pack_in_child(tmp.str("src"), out1, [] {
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl{256u << 10, 256u << 10};
+    return ::setrlimit(RLIMIT_FSIZE, &rl) == 0 ? std::string() : std::string("skip: setrlimit");
+  });
+  ASSERT_NE(m1, "ok");
+  ASSERT_NE(m1.rfind("skip", 0), 0u) << m1;
+  std::printf("file size limit: %s\n", m1.c_str());
+  expect_clean_failure(out1, m1, std::strerror(EFBIG));
+
+  // A really full filesystem: a 512 KiB tmpfs in a private mount namespace (needs
+  // CAP_SYS_ADMIN; skipped without it).
+  const std::string mnt = tmp.str("small");
+  fs::create_directories(mnt);
+  const std::string out2 = mnt + "/out";
+  const std::string m2 = pack_in_child(tmp.str("src"), out2, [mnt] {
+    if (::unshare(CLONE_NEWNS) != 0) return std::string("skip: unshare: ") + std::strerror(errno);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return std::string("skip: private mounts");
+    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=512k") != 0)
+      return std::string("skip: mount tmpfs: ") + std::strerror(errno);
+    return std::string();
+  });
+  if (m2.rfind("skip", 0) == 0) GTEST_SKIP() << "disk-full case not run: " << m2;
+  ASSERT_NE(m2, "ok");
+  std::printf("disk full: %s\n", m2.c_str());
+  // The tmpfs lived in the child's namespace: what it left is gone with it; the message
+  // is what the user sees.
+  EXPECT_NE(m2.find("shard-00000.stk"), std::string::npos) << m2;
+  EXPECT_NE(m2.find(std::strerror(ENOSPC)), std::string::npos) << m2;
+  EXPECT_EQ(m2.find("left behind"), std::string::npos) << m2;
+}
+
+}  // namespace
+}  // namespace stoker
