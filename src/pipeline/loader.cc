@@ -345,6 +345,8 @@ struct Loader::Impl {
   /// Copies the batch's rows out of its loaded chunks into the slot.
   void assemble_tokens(Job& job);
   void finish_one(const std::shared_ptr<Job>& job);
+  /// ring->mu held: whether the consumer, asleep on a batch, should be woken now.
+  bool consumer_should_wake_locked() const;
   /// A sample could not be read, checked or decoded: stop (kError) or drop it (kSkip).
   void sample_failed(Job& job, uint32_t j, std::exception_ptr e);
   std::mutex skip_log_mu;
@@ -564,16 +566,34 @@ void Loader::Impl::stop_run() {
   running = false;
 }
 
+bool Loader::Impl::consumer_should_wake_locked() const {
+  const uint64_t k = ring->consumer_waits_for;
+  if (k == UINT64_MAX) return false;
+  // A consumer that outruns the producers would otherwise be woken for every batch, and
+  // on a small machine each wake-up is a context switch taken from the decoders: let it
+  // sleep until a run of batches is ready, unless the producers cannot go on without it.
+  const size_t want = std::clamp<size_t>(ring->slots.size() / 2, 1, 8);
+  size_t run = 0;
+  for (auto it = jobs.find(k); it != jobs.end() && it->first == k + run && it->second->ready && run < want; ++it) ++run;
+  if (run == 0) return false;
+  if (run >= want) return true;
+  const bool more_to_start = next_start < sched->num_batches();
+  for (const auto& s : ring->slots)
+    if (s->state == Ring::State::kFilling || (s->state == Ring::State::kFree && more_to_start))
+      return false;  // more is coming
+  return true;  // nothing more comes until the consumer takes some
+}
+
 void Loader::Impl::finish_one(const std::shared_ptr<Job>& job) {
   if (job->remaining.fetch_sub(1) != 1) return;
-  bool awaited;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(ring->mu);
     job->ready = true;
     ring->slots[job->slot]->state = Ring::State::kReady;
-    awaited = ring->consumer_waits_for == job->k;
+    wake = consumer_should_wake_locked();
   }
-  if (awaited) ring->cv.notify_all();  // batches done out of order wake nobody
+  if (wake) ring->cv.notify_all();
 }
 
 void Loader::Impl::sample_failed(Job& job, uint32_t j, std::exception_ptr e) {
