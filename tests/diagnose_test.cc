@@ -82,6 +82,8 @@ TEST(Verdict, ConstructedFiguresNameTheStage) {
       {"copy and decode both saturated: the busier", figures(0.4, 4, 0.85, 3, 0.5, 0.99), Bottleneck::kCopy,
        "copy bound"},
       {"copy idle, consumer fine", figures(0.01, 4, 0.3, 0.2, 3.0, 0.1), Bottleneck::kConsumer, "copy stream 10% busy"},
+      {"loader ring full, trainer waiting, copy stream not busy: staging is behind",
+       figures(0.3, 2, 0.25, 0.1, 3.6, 0.15), Bottleneck::kCopy, "3.6 of 4 slots ready"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

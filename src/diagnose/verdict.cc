@@ -180,7 +180,10 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   } else {
     const bool copy_sat = f.copy && (copy_busy >= o.busy_high - lean(Bottleneck::kCopy) ||
                                      // host batches pile up in front of the copy
-                                     (f.slots_ready_avg >= 0.5 * slots && copy_busy >= 0.5));
+                                     (f.slots_ready_avg >= 0.5 * slots && copy_busy >= 0.5) ||
+                                     // the loader's ring is full while the trainer waits:
+                                     // whatever is behind sits between the two
+                                     f.slots_ready_avg >= 0.75 * slots);
     const bool dec_sat = dec_busy >= o.busy_high - lean(Bottleneck::kDecode) ||
                          (qpt >= o.queue_per_thread_high * (current == Bottleneck::kDecode ? 0.75 : 1.0) &&
                           dec_busy >= 0.5);
