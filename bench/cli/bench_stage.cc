@@ -194,9 +194,7 @@ int bench_stage_cmd(const Args& args) {
     fed_stats = st.stats();
     LoaderStats ls = st.loader()->stats();
     const Verdict v = diagnose(FeedFigures::from(ls, fed_stats));
-    ls.bottleneck = bottleneck_name(v.bottleneck);
-    ls.evidence = v.evidence;
-    ls.advice = v.advice;
+    record_verdict(ls, v);
     loader_json = ls.to_json();
     verdict_line = v.summary();
   } else {

@@ -141,6 +141,9 @@ struct Verdict {
 /// it by options.hysteresis); kUnknown for none.
 Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& options = {},
                  Bottleneck current = Bottleneck::kUnknown);
+/// Writes the verdict's bottleneck, evidence and advice into `s` (its JSON and Python's
+/// stats() carry them).
+void record_verdict(LoaderStats& s, const Verdict& v);
 
 /// Smooths verdicts over a series of cumulative snapshots of one loader. The first
 /// verdict is taken as it comes; later ones replace it only after confirm_intervals

@@ -434,10 +434,7 @@ class PyLoader {
     LoaderStats s = loader_->stats();
     if (staged_) {
       // Staged, the copy stream is a stage too and the trainer waits on the Stager.
-      const Verdict v = diagnose(FeedFigures::from(s, w_->stager->stats()));
-      s.bottleneck = bottleneck_name(v.bottleneck);
-      s.evidence = v.evidence;
-      s.advice = v.advice;
+      record_verdict(s, diagnose(FeedFigures::from(s, w_->stager->stats())));
     }
     return s.to_json();
   }

@@ -75,6 +75,12 @@ FeedFigures FeedFigures::from(const LoaderStats& s, const StagerStats& staged) {
   return f;
 }
 
+void record_verdict(LoaderStats& s, const Verdict& v) {
+  s.bottleneck = bottleneck_name(v.bottleneck);
+  s.evidence = v.evidence;
+  s.advice = v.advice;
+}
+
 FeedFigures FeedFigures::between(const LoaderStats& before, const LoaderStats& after) {
   return between(from(before), from(after));
 }

@@ -14,6 +14,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <set>
 #include <unordered_map>
@@ -215,6 +216,24 @@ struct Chunk {
 };
 using ChunkQueue = std::list<std::shared_ptr<Chunk>>;
 
+// `e` naming the record it is about: `record` in front, unless the message names it.
+Error naming(const Error& e, const std::string& record) {
+  const std::string what = e.what();
+  return what.find(record) == std::string::npos ? Error(e.code(), record + ": " + what) : e;
+}
+
+// What a read completion means for a record ending `need` bytes into the read: nothing
+// when its bytes are all there, else the error (without the record's name).
+std::optional<Error> read_failure(const ReadCompletion& d, uint64_t need) {
+  if (d.result < 0)
+    return Error(d.result == -ECANCELED ? ErrorCode::kCancelled : ErrorCode::kIoError,
+                 d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error);
+  if (static_cast<uint64_t>(d.result) < need)
+    return Error(ErrorCode::kDataLoss, "short read: got " + std::to_string(d.result) + " bytes of a range needing " +
+                                           std::to_string(need) + " (file truncated or replaced?)");
+  return std::nullopt;
+}
+
 // Appends `ch` to `q`, taking it out of the queue it was in.
 void enqueue(ChunkQueue& q, const std::shared_ptr<Chunk>& ch) {
   if (ch->queue == &q) return;
@@ -259,6 +278,7 @@ struct Loader::Impl {
   int jpeg_field = -1, label_field = -1, token_field = -1;
   uint32_t seq_len = 0;
   size_t token_row_bytes = 0;
+  uint64_t largest_stored = 0;  // token data: the largest record as stored (sizes the read slab)
   OrderOptions order_opt;  // effective (token data: kTokenWindow when shuffled)
   std::shared_ptr<const UnitLayout> layout;
   RankInfo rank;
@@ -403,8 +423,10 @@ void Loader::Impl::setup() {
     for (size_t s = 0; s < dataset->shard_count(); ++s) {
       auto r = dataset->shard(s);
       for (uint64_t i = 0; i < r->record_count(); ++i) {
-        groups.push_back(r->location(i).field_sizes[token_field] / token_row_bytes);
-        chunk_pool->capacity = std::max<size_t>(chunk_pool->capacity, r->location(i).raw_size);
+        const RecordLocation& loc = r->location(i);
+        groups.push_back(loc.field_sizes[token_field] / token_row_bytes);
+        chunk_pool->capacity = std::max<size_t>(chunk_pool->capacity, loc.raw_size);
+        largest_stored = std::max<uint64_t>(largest_stored, loc.stored_size);
       }
     }
     if (order_opt.kind == OrderKind::kShuffled || order_opt.kind == OrderKind::kChunkLocal)
@@ -687,13 +709,8 @@ bool Loader::Impl::open_engine() {
       // or the records of about three windows (tokens: the next window is read ahead).
       uint64_t need;
       if (tokens) {
-        uint64_t largest = 0;
-        for (size_t s = 0; s < dataset->shard_count(); ++s) {
-          auto r = dataset->shard(s);
-          for (uint64_t i = 0; i < r->record_count(); ++i) largest = std::max<uint64_t>(largest, r->location(i).stored_size);
-        }
         const uint64_t window = order_opt.kind == OrderKind::kTokenWindow ? std::max<uint64_t>(1, order_opt.window_chunks) : 4;
-        need = (3 * window + opt.slots) * (largest + 2 * kDirectAlignment);
+        need = (3 * window + opt.slots) * (largest_stored + 2 * kDirectAlignment);
       } else {
         const uint64_t records = std::max<uint64_t>(1, dataset->record_count());
         const uint64_t mean = dataset->manifest().total_bytes() / records;
@@ -794,10 +811,7 @@ void Loader::Impl::io_main() {
         js.push_back(static_cast<uint32_t>(j));
       } catch (const Error& e) {
         // A missing or replaced shard: this record fails like a bad read would.
-        const std::string msg = std::string(e.what()).find(record_name(s, r)) == std::string::npos
-                                    ? record_name(s, r) + ": " + e.what()
-                                    : std::string(e.what());
-        sample_failed(*job, static_cast<uint32_t>(j), std::make_exception_ptr(Error(e.code(), msg)));
+        sample_failed(*job, static_cast<uint32_t>(j), std::make_exception_ptr(naming(e, record_name(s, r))));
         finish_one(job);
       }
     }
@@ -856,13 +870,9 @@ void Loader::Impl::io_main() {
           if (d.result > 0) io_bytes += static_cast<uint64_t>(d.result);
           for (const auto& r : ctx.recs) {
             DecodeTask t{ctx.job, r.j, ctx.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
-            if (d.result < 0) {
-              t.io_error = d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error;
-              if (d.result == -ECANCELED) t.io_code = ErrorCode::kCancelled;
-            } else if (static_cast<uint64_t>(d.result) < r.skip + r.stored) {
-              t.io_error = "short read: got " + std::to_string(d.result) + " bytes of a range needing " +
-                           std::to_string(r.skip + r.stored) + " (file truncated or replaced?)";
-              t.io_code = ErrorCode::kDataLoss;
+            if (auto bad = read_failure(d, r.skip + r.stored)) {
+              t.io_error = bad->what();
+              t.io_code = bad->code();
             }
             tasks.push_back(std::move(t));
             c.io_records++;
@@ -946,10 +956,7 @@ void Loader::Impl::unpack_chunk(Chunk& ch) {
                                      {ch.raw.get(), chunk_pool->capacity}, record_name(s, r));
     ch.rows = fields[static_cast<size_t>(token_field)].data();
   } catch (const Error& e) {
-    const std::string name = record_name(s, r);
-    ch.error = std::string(e.what()).find(name) == std::string::npos
-                   ? std::make_exception_ptr(Error(e.code(), name + ": " + e.what()))
-                   : std::current_exception();
+    ch.error = std::make_exception_ptr(naming(e, record_name(s, r)));
   } catch (...) {
     ch.error = std::current_exception();
   }
@@ -1022,9 +1029,7 @@ void Loader::Impl::token_io_main() {
           pending.emplace(tag, std::move(pd));
         } catch (const Error& e) {
           // A missing or replaced shard: the record fails like a bad read would.
-          const std::string name = record_name(s, r);
-          ch->error = std::make_exception_ptr(Error(
-              e.code(), std::string(e.what()).find(name) == std::string::npos ? name + ": " + e.what() : e.what()));
+          ch->error = std::make_exception_ptr(naming(e, record_name(s, r)));
           finished.push_back(ch);
         }
       }
@@ -1042,16 +1047,9 @@ void Loader::Impl::token_io_main() {
           Pending pd = std::move(it->second);
           pending.erase(it);
           Chunk& ch = *pd.chunk;
-          auto [s, r] = dataset->locate(ch.record);
-          if (d.result < 0) {
-            const std::string why = d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error;
-            ch.error = std::make_exception_ptr(
-                Error(d.result == -ECANCELED ? ErrorCode::kCancelled : ErrorCode::kIoError, record_name(s, r) + ": " + why));
-          } else if (static_cast<uint64_t>(d.result) < pd.need) {
-            ch.error = std::make_exception_ptr(Error(
-                ErrorCode::kDataLoss, record_name(s, r) + ": short read: got " + std::to_string(d.result) +
-                                          " bytes of a range needing " + std::to_string(pd.need) +
-                                          " (file truncated or replaced?)"));
+          if (auto bad = read_failure(d, pd.need)) {
+            auto [s, r] = dataset->locate(ch.record);
+            ch.error = std::make_exception_ptr(Error(bad->code(), record_name(s, r) + ": " + bad->what()));
           } else {
             io_bytes += static_cast<uint64_t>(d.result);
             c.io_records++;
@@ -1116,7 +1114,9 @@ bool Loader::Impl::claim_token_batch(std::unique_lock<std::mutex>& lock) {
   };
   std::vector<Need> needs;
   std::unordered_map<uint64_t, size_t> need_index;
-  uint64_t first_pos = len ? sched->position(k, 0) : 0, last_window = 0;
+  // A rank's positions grow with j: the batch spans [position(k, 0), position(k, len-1)].
+  const uint64_t first_pos = len ? sched->position(k, 0) : 0;
+  const uint64_t last_window = windowed && len ? order->window_of(sched->position(k, len - 1)) : 0;
   for (uint64_t j = 0; j < len; ++j) {
     const uint64_t pos = sched->position(k, j);
     const uint64_t row = order->at(pos);
@@ -1139,18 +1139,11 @@ bool Loader::Impl::claim_token_batch(std::unique_lock<std::mutex>& lock) {
     }
     if (q == needs.size()) {
       if (!need_index.empty()) need_index.emplace(rec, q);
-      uint64_t retire_at;
-      if (windowed) {
-        last_window = order->window_of(pos);
-        retire_at = order->window_positions(last_window).second;
-      } else {
-        retire_at = layout->group_begin(rec) + layout->group_size(rec);  // sequential: positions are rows
-      }
+      const uint64_t retire_at = windowed ? order->window_positions(order->window_of(pos)).second
+                                          : layout->group_begin(rec) + layout->group_size(rec);  // sequential: positions are rows
       needs.push_back({rec, retire_at});
     }
     job->row_chunk[j] = static_cast<uint32_t>(q);
-    if (windowed) last_window = std::max(last_window, order->window_of(pos));
-    first_pos = std::min(first_pos, pos);
   }
   std::vector<Need> ahead;
   if (windowed && len > 0 && last_window + 1 < order->window_count()) {
@@ -1492,10 +1485,7 @@ void Loader::load_state(const OrderState& s) {
 
 LoaderStats Loader::stats() const {
   LoaderStats s = impl_->snapshot();
-  Verdict v = diagnose(FeedFigures::from(s));
-  s.bottleneck = bottleneck_name(v.bottleneck);
-  s.evidence = v.evidence;
-  s.advice = v.advice;
+  record_verdict(s, diagnose(FeedFigures::from(s)));
   return s;
 }
 
