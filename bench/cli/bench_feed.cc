@@ -85,6 +85,7 @@ int run_feed(const Args& args) {
   // Figures of all epochs together (each epoch's start-up left out): the verdict of runs
   // made of epochs too short for the tracker's intervals.
   FeedFigures all;
+  double run_startup = 0;  // the first epoch's start-up
   auto add_epoch = [&all](const FeedFigures& f) {
     auto mean = [](double a, double na, double b, double nb) { return na + nb > 0 ? (a * na + b * nb) / (na + nb) : 0; };
     all.decode_queue_avg = mean(all.decode_queue_avg, all.decode.items, f.decode_queue_avg, f.decode.items);
@@ -137,6 +138,7 @@ int run_feed(const Args& args) {
     last = loader.stats();
     tracker.update(last);
     add_epoch(FeedFigures::from(last));
+    if (e == 0) run_startup = FeedFigures::from(last).startup_s;
     if (e == 0) first_batch = last.first_batch_s;
     wall += w;
     samples += last.samples;
@@ -174,6 +176,13 @@ int run_feed(const Args& args) {
   // The smoothed verdict; a run too short for intervals gets the verdict of all its epochs.
   Verdict verdict = tracker.current();
   if (verdict.bottleneck == Bottleneck::kUnknown) verdict = diagnose(all, dopt);
+  if (verdict.bottleneck == Bottleneck::kUnknown && epochs_run > 1) {
+    // Epochs so short that their starts are most of the run: the restarts are then part
+    // of the workload, and only the run's own start-up is left out.
+    FeedFigures whole = all;
+    whole.startup_s = run_startup;
+    verdict = diagnose(whole, dopt);
+  }
   const double wait_frac = wall > 0 ? consumer_wait / wall : 0;
 
   std::printf("feed: %.0f %s/s (%.1f MB/s of records), consumer waited %.1f%%, first batch %.3f s, peak RSS %.0f MiB\n",
