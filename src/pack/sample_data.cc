@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "decode/crop.h"
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
 #include "pack/progress.h"
@@ -36,27 +37,12 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-class Rng {
+// The decoder's xoshiro256** (decode/crop.h), with the inclusive integer range the sample
+// generator draws sizes with.
+class Rng : public SampleRng {
  public:
-  explicit Rng(uint64_t seed) {
-    for (auto& w : s_) w = splitmix64(seed);
-  }
-  uint64_t next() {
-    const uint64_t r = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return r;
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  using SampleRng::SampleRng;
   int range(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
 };
 
 struct TjCompressor {
