@@ -86,6 +86,27 @@ def stoker_inspect(stoker, dataset):
 
 # ---- torch DataLoader + PIL -----------------------------------------------------------------
 
+def rrc_params(w, h, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision RandomResizedCrop.get_params: (left, top, cw, ch)."""
+    area = w * h
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * random.uniform(*scale)
+        ar = math.exp(random.uniform(*log_ratio))
+        cw = int(round(math.sqrt(target * ar)))
+        ch = int(round(math.sqrt(target / ar)))
+        if 0 < cw <= w and 0 < ch <= h:
+            return random.randint(0, w - cw), random.randint(0, h - ch), cw, ch
+    in_ratio = w / h
+    if in_ratio < ratio[0]:
+        cw, ch = w, int(round(w / ratio[0]))
+    elif in_ratio > ratio[1]:
+        ch, cw = h, int(round(h * ratio[1]))
+    else:
+        cw, ch = w, h
+    return (w - cw) // 2, (h - ch) // 2, cw, ch
+
+
 class PilImageFolder:
     """torchvision.datasets.ImageFolder + RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor,
     written against PIL directly (same parameter draws as torchvision's transforms)."""
@@ -106,23 +127,7 @@ class PilImageFolder:
         return len(self.samples)
 
     def crop_params(self, w, h):
-        area = w * h
-        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
-        for _ in range(10):
-            target = area * random.uniform(*self.scale)
-            ar = math.exp(random.uniform(*log_ratio))
-            cw = int(round(math.sqrt(target * ar)))
-            ch = int(round(math.sqrt(target / ar)))
-            if 0 < cw <= w and 0 < ch <= h:
-                return random.randint(0, w - cw), random.randint(0, h - ch), cw, ch
-        in_ratio = w / h
-        if in_ratio < self.ratio[0]:
-            cw, ch = w, int(round(w / self.ratio[0]))
-        elif in_ratio > self.ratio[1]:
-            ch, cw = h, int(round(h * self.ratio[1]))
-        else:
-            cw, ch = w, h
-        return (w - cw) // 2, (h - ch) // 2, cw, ch
+        return rrc_params(w, h, self.scale, self.ratio)
 
     def __getitem__(self, i):
         import numpy as np

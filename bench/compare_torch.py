@@ -17,7 +17,6 @@ costs against C++ (target: < 5%). Prints samples/s of each and their ratio; with
 
 import argparse
 import json
-import math
 import os
 import random
 import subprocess
@@ -29,6 +28,7 @@ import torch
 from PIL import Image
 
 import stoker
+from compare import rrc_params  # bench/compare.py, beside this file
 
 
 # --- the torch baseline -------------------------------------------------------------
@@ -42,27 +42,6 @@ def list_imagefolder(root):
                 if n.lower().endswith((".jpg", ".jpeg")):
                     files.append((os.path.join(dirpath, n), label))
     return files, classes
-
-
-def rrc_params(w, h, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """torchvision RandomResizedCrop.get_params: (left, top, cw, ch)."""
-    area = w * h
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * random.uniform(*scale)
-        ar = math.exp(random.uniform(*log_ratio))
-        cw = int(round(math.sqrt(target * ar)))
-        ch = int(round(math.sqrt(target / ar)))
-        if 0 < cw <= w and 0 < ch <= h:
-            return random.randint(0, w - cw), random.randint(0, h - ch), cw, ch
-    in_ratio = w / h
-    if in_ratio < ratio[0]:
-        cw, ch = w, int(round(w / ratio[0]))
-    elif in_ratio > ratio[1]:
-        ch, cw = h, int(round(h * ratio[1]))
-    else:
-        cw, ch = w, h
-    return (w - cw) // 2, (h - ch) // 2, cw, ch
 
 
 class FolderDataset(torch.utils.data.Dataset):
