@@ -61,7 +61,10 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
     if (!s.empty()) s += ',';
     s += std::to_string(cpus[i]);
-    if (j > i) s += "-" + std::to_string(cpus[j]);
+    if (j > i) {
+      s += '-';  // two appends: GCC 12 warns (-Wrestrict, a false positive) on "-" + string
+      s += std::to_string(cpus[j]);
+    }
     i = j + 1;
   }
   return s;

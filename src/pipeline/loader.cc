@@ -1060,7 +1060,8 @@ void Loader::Impl::token_io_main() {
         }
       }
       c.io_wait_ns += waited;
-      c.io_busy_ns += nanos(Clock::now() - t0) - std::min(waited, nanos(Clock::now() - t0));
+      const uint64_t spent = nanos(Clock::now() - t0);
+      c.io_busy_ns += spent - std::min(waited, spent);
       lock.lock();
       bool any_read = false;
       for (auto& ch : finished) {
