@@ -72,3 +72,13 @@ def token_dataset(tmp_path_factory):
     rows = (len(stream) - 1) // SEQ_LEN
     assert s["records"] == (rows + 7) // 8
     return out, stream, rows
+
+
+def clone_batches(loader, limit=None):
+    """The loader's batches (at most `limit`), each tensor cloned so it outlives its slot."""
+    out = []
+    for b in loader:
+        out.append({k: v.clone() for k, v in b.items()})
+        if limit is not None and len(out) == limit:
+            break
+    return out

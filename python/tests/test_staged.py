@@ -9,17 +9,9 @@ import pytest
 import torch
 
 import stoker
+from conftest import clone_batches as run
 
 S = 16
-
-
-def run(loader, limit=None):
-    out = []
-    for b in loader:
-        out.append({k: v.clone() for k, v in b.items()})
-        if limit is not None and len(out) == limit:
-            break
-    return out
 
 
 def same(a, b):
