@@ -109,6 +109,22 @@ TEST(Permutation, HugeNRoundTripsThroughInverse) {
   }
 }
 
+TEST(Permutation, BulkApplyMatchesOneAtATime) {
+  // Sizes around the half-split boundaries (0-bit halves take the plain path), block
+  // edges (64) and large domains where the vectorised rounds run.
+  for (uint64_t n : {1ull, 2ull, 3ull, 4ull, 5ull, 63ull, 64ull, 65ull, 200ull, 4064ull, 100003ull, 1ull << 40}) {
+    for (uint64_t key : {0ull, 7ull, 0x9e3779b97f4a7c15ull}) {
+      const Permutation perm(n, key);
+      std::vector<uint64_t> xs;
+      for (uint64_t i = 0; i < std::min<uint64_t>(n, 300); ++i) xs.push_back(n <= 300 ? i : (i * 2654435761u) % n);
+      std::vector<uint64_t> bulk = xs;
+      perm.apply(bulk.data(), bulk.size());
+      for (size_t i = 0; i < xs.size(); ++i)
+        ASSERT_EQ(bulk[i], perm(xs[i])) << "n=" << n << " key=" << key << " x=" << xs[i];
+    }
+  }
+}
+
 TEST(Permutation, RejectsEmptyAndHugeDomains) {
   EXPECT_EQ(code_of([] { Permutation(0, 1); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([] { Permutation(kMaxOrderUnits + 1, 1); }), ErrorCode::kInvalidArgument);
@@ -232,6 +248,24 @@ TEST(EpochOrder, EveryUnitExactlyOncePerEpochForEveryKind) {
       expect_permutation_of_range(sequence(order), order.size(),
                                   std::string(c.name) + " epoch " + std::to_string(epoch));
     }
+  }
+}
+
+TEST(EpochOrder, StridedLookupMatchesAtForEveryKind) {
+  for (const KindCase& c : kind_cases()) {
+    const EpochOrder order(options_of(c, 42), c.groups, 2);
+    const auto s = sequence(order);
+    for (uint64_t stride : {1ull, 2ull, 3ull, 7ull}) {
+      for (uint64_t first = 0; first < std::min<uint64_t>(order.size(), 9); ++first) {
+        const uint64_t n = (order.size() - first + stride - 1) / stride;  // to the epoch's end
+        std::vector<uint64_t> out(n);
+        order.at_strided(first, stride, n, out.data());
+        for (uint64_t i = 0; i < n; ++i)
+          ASSERT_EQ(out[i], s[first + i * stride]) << c.name << " first " << first << " stride " << stride << " i " << i;
+      }
+    }
+    uint64_t one = 0;
+    EXPECT_EQ(code_of([&] { order.at_strided(order.size() - 1, 1, 2, &one); }), ErrorCode::kInvalidArgument) << c.name;
   }
 }
 

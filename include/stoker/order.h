@@ -94,6 +94,10 @@ class Permutation {
   uint64_t operator()(uint64_t i) const noexcept;
   /// The inverse: inverse(operator()(i)) == i.
   uint64_t inverse(uint64_t x) const noexcept;
+  /// xs[i] = operator()(xs[i]) for i < n (each < size()): the same images, computed
+  /// several at a time where the CPU has 64-bit vector multiplies (a loader claims a
+  /// whole batch's positions at once; one at a time they cost ~100 ns each).
+  void apply(uint64_t* xs, size_t n) const noexcept;
 
   static constexpr int kRounds = 24;  ///< the most half-rounds (small domains)
 
@@ -186,6 +190,10 @@ class EpochOrder {
   /// S[position]: the sample index at `position` of this epoch. kInvalidArgument when
   /// position >= size().
   uint64_t at(uint64_t position) const;
+  /// out[i] = at(first + i * stride) for i < n: a rank's batch in one call, with each
+  /// window looked up once and its permutation evaluated in bulk. kInvalidArgument when
+  /// the last position is >= size().
+  void at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out) const;
 
   // --- windows and chunks (windowed kinds; the others are one window, no chunks) ---
   bool windowed() const noexcept;

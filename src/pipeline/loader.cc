@@ -133,16 +133,18 @@ struct Job {
   std::atomic<uint64_t> remaining{0};
   std::mutex mu;
   std::exception_ptr error;
-  uint64_t record_bytes = 0;  // guarded by mu
+  std::atomic<uint64_t> record_bytes{0};
   std::vector<uint8_t> bad;   // OnError::kSkip: samples dropped (set before `remaining` hits 0)
   bool any_bad = false;
   uint64_t taken_front = 0;   // consumer only: good samples moved into an earlier batch
   bool ready = false;         // guarded by Ring::mu
-  // Token batches: the records the rows come from, and how many are not loaded yet.
-  std::vector<std::shared_ptr<Chunk>> chunks;
-  std::vector<uint32_t> row_chunk;   // per sample: index into `chunks`
+  // Token batches: per sample, which of the batch's records it comes from (an index into
+  // the claim's list of records) and its row there.
+  std::vector<uint32_t> row_chunk;
   std::vector<uint32_t> row_in_chunk;
-  uint32_t chunks_pending = 0;       // guarded by Ring::mu
+  // The samples grouped by record: those of record q are by_chunk[chunk_begin[q] ..
+  // chunk_begin[q + 1]), so handing over one record's rows touches only them.
+  std::vector<uint32_t> by_chunk, chunk_begin;
   void mark_bad(size_t j) {
     std::lock_guard<std::mutex> lock(mu);
     bad[j] = 1;
@@ -152,6 +154,18 @@ struct Job {
     std::lock_guard<std::mutex> lock(mu);
     if (!error) error = std::move(e);
   }
+};
+
+// A token batch being claimed by a worker: the records its rows come from, the next
+// window's records (to read ahead), and those already loaded (rows to copy in now).
+struct TokenClaim {
+  struct Need {
+    uint64_t record, retire_at;
+  };
+  std::shared_ptr<Job> job;
+  std::vector<Need> needs, ahead;
+  uint64_t first_pos = 0, last_window = 0;
+  std::vector<std::pair<uint32_t, std::shared_ptr<Chunk>>> loaded;
 };
 
 struct DecodeTask {
@@ -188,13 +202,17 @@ struct ChunkBufferPool {
   }
 };
 
-// A token record (one compressed chunk of rows), read and decompressed once and shared
-// by the batches that take rows from it. `state`, `waiters` and the hand-over of
-// `stored` are guarded by Ring::mu; the thread that moved the chunk into kReading or
-// kUnpacking owns its buffers until it moves it on.
+// A token record (one compressed chunk of rows), read and decompressed once per epoch.
+// The worker that decompresses it copies each row straight into the slots of the batches
+// already claimed that draw it (`waiters`), while the rows are hot in its cache; a copy
+// of the rows stays in `raw` only when batches not claimed yet may still draw from it.
+// `state`, `waiters` and the hand-over of `stored` are guarded by Ring::mu; the thread
+// that moved the chunk into kReading or kUnpacking owns its buffers until it moves it on.
 struct Chunk {
-  // kQueued: to read. kReading: read in flight. kRead: stored bytes here, to decompress.
-  // kUnpacking: a worker decompresses it. kDone: rows ready, or `error` says why not.
+  // kQueued: to read. kReading: read in flight. kRead: stored bytes here (or `error`), to
+  // decompress. kUnpacking: a worker decompresses it and hands its rows out. kDone: the
+  // rows went to the waiters; `raw` holds them if later batches may need them, or
+  // `error` says why there are none.
   enum class State { kQueued, kReading, kRead, kUnpacking, kDone };
   State state = State::kQueued;
   uint64_t record = 0;
@@ -203,9 +221,11 @@ struct Chunk {
   uint64_t skip = 0;                 // where the record starts in `stored`
   std::shared_ptr<ChunkBufferPool> pool;
   std::unique_ptr<uint8_t[]> raw;
+  size_t raw_size = 0;
   const uint8_t* rows = nullptr;  // first row of the token field inside `raw`
   std::exception_ptr error;
-  std::vector<std::weak_ptr<struct Job>> waiters;  // batches waiting for it
+  // Batches waiting for its rows, each with the record's index in that batch's claim.
+  std::vector<std::pair<std::weak_ptr<struct Job>, uint32_t>> waiters;
   // The work queue it sits in, if any: a chunk read ahead that a batch comes to need
   // moves to the front queue without leaving a stale copy behind.
   std::list<std::shared_ptr<Chunk>>* queue = nullptr;
@@ -311,17 +331,18 @@ struct Loader::Impl {
   std::condition_variable qcv;
   std::deque<DecodeTask> queue;
   // Token data (all guarded by ring->mu). The decode workers schedule themselves, with
-  // no hand-off per batch: a worker assembles a batch whose records are decompressed,
-  // else claims the next batch when a slot is free, else decompresses a record that has
-  // been read (those a claimed batch waits for first). The IO thread reads records
-  // through the engine (O_DIRECT where it can: no copy on the CPUs), those a claimed
-  // batch waits for first, then the next window's, read ahead of need.
+  // no hand-off per batch: a worker claims the next batch when a slot is free (copying in
+  // the rows of records already decompressed), else decompresses a record that has been
+  // read (those a claimed batch waits for first) and copies its rows into the claimed
+  // batches that draw them; a batch is ready when its last row is in. The IO thread
+  // reads records through the engine (O_DIRECT where it can: no copy on the CPUs), those
+  // a claimed batch waits for first, then the next window's, read ahead of need.
   std::unordered_map<uint64_t, std::shared_ptr<Chunk>> chunks;  // record -> chunk, live windows only
   ChunkQueue read_needed, read_ahead;      // kQueued
   ChunkQueue unpack_needed, unpack_ahead;  // kRead
-  std::map<uint64_t, std::shared_ptr<Job>> assemble_ready;  // batch -> job whose records are all kDone
   std::condition_variable read_cv;  // the token IO thread's: reads queued, stop
   uint64_t prefetch_from = 0;       // windows below this have been read ahead (or needed) already
+  uint64_t min_retire_at = UINT64_MAX;  // no chunk retires before this (the next eviction scan)
   std::set<uint64_t> claims_open;   // batches claimed whose records are not registered yet
   std::shared_ptr<ChunkBufferPool> chunk_pool = std::make_shared<ChunkBufferPool>();
 
@@ -352,18 +373,32 @@ struct Loader::Impl {
   void token_worker_main(unsigned id);
   void token_io_main();
   void clear_token_state();
-  /// ring->mu held: marks the chunk done and makes the batches that waited for it ready.
-  void chunk_done_locked(Chunk& ch);
-  /// ring->mu held: claims the next batch if a slot is free and registers what it
-  /// needs; false when there is nothing to claim. Unlocks while building the job.
-  bool claim_token_batch(std::unique_lock<std::mutex>& lock);
+  /// Decompresses a chunk the caller moved to kUnpacking (ring->mu held on entry and
+  /// exit, released meanwhile) and copies its rows into the batches waiting for them.
+  void unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vector<uint8_t>& scratch,
+                          std::unique_lock<std::mutex>& lock);
+  /// ring->mu held: whether a batch not yet registered may still draw rows from `ch`.
+  bool later_batches_need_locked(const Chunk& ch) const;
+  /// ring->mu held: claims the next batches while slots are free, registers the records
+  /// they need and copies in the rows already loaded; false when there is nothing to
+  /// claim. Unlocks while working out the batches' rows and copying.
+  bool claim_token_batches(std::unique_lock<std::mutex>& lock, std::vector<TokenClaim>& claims);
+  /// Works out a claimed batch's rows, the records they come from and its `index` field.
+  void plan_token_batch(TokenClaim& claim);
+  /// ring->mu held: registers the batch with the records it needs (reading those not
+  /// read yet); true when reads were queued.
+  bool register_token_batch_locked(TokenClaim& claim);
+  /// ring->mu held: forgets the records no batch still to register can need.
+  void evict_chunks_locked();
   /// ring->mu held: the chunk of `record`, created (and queued for reading on `queue`)
   /// if new.
   std::shared_ptr<Chunk> chunk_for(uint64_t record, uint64_t retire_at, ChunkQueue& queue, bool* created = nullptr);
-  /// Checks and decompresses a record that has been read; keeps the error in the chunk.
-  void unpack_chunk(Chunk& ch);
-  /// Copies the batch's rows out of its loaded chunks into the slot.
-  void assemble_tokens(Job& job);
+  /// Checks and decompresses a record that has been read into `scratch`; returns its
+  /// first row, or nullptr with the error kept in the chunk.
+  const uint8_t* unpack_chunk(Chunk& ch, std::vector<uint8_t>& scratch);
+  /// Copies the batch's rows drawn from its `q`-th record (first row at `rows`, or the
+  /// chunk's error for each of them) into the batch's slot; returns the rows copied.
+  uint64_t deliver_rows(Job& job, uint32_t q, const Chunk& ch, const uint8_t* rows);
   void finish_one(const std::shared_ptr<Job>& job);
   /// ring->mu held: whether the consumer, asleep on a batch, should be woken now.
   bool consumer_should_wake_locked() const;
@@ -560,8 +595,8 @@ void Loader::Impl::clear_token_state() {
   // Waiters are weak and jobs are dropped with the run, so nothing here keeps a cycle.
   chunks.clear();
   for (ChunkQueue* q : {&read_needed, &read_ahead, &unpack_needed, &unpack_ahead}) clear_queue(*q);
-  assemble_ready.clear();
   prefetch_from = 0;
+  min_retire_at = UINT64_MAX;
   claims_open.clear();
 }
 
@@ -939,40 +974,75 @@ std::shared_ptr<Chunk> Loader::Impl::chunk_for(uint64_t record, uint64_t retire_
     ch->record = record;
     ch->retire_at = retire_at;
     ch->pool = chunk_pool;
+    min_retire_at = std::min(min_retire_at, retire_at);
     it->second = ch;
     enqueue(queue, ch);
   }
   return it->second;
 }
 
-void Loader::Impl::unpack_chunk(Chunk& ch) {
+const uint8_t* Loader::Impl::unpack_chunk(Chunk& ch, std::vector<uint8_t>& scratch) {
   auto [s, r] = dataset->locate(ch.record);
+  const uint8_t* rows = nullptr;
   try {
     const RecordLocation& loc = dataset->shard(s)->location(r);
     if (loc.raw_size > chunk_pool->capacity)
       throw Error(ErrorCode::kDataLoss, "raw size " + std::to_string(loc.raw_size) + " exceeds what the shard index promised");
-    ch.raw = chunk_pool->take();
+    // Into the worker's own buffer, reused record after record: zstd writing into lines
+    // already in this core's cache runs ~1.3x faster than into a recycled cold buffer.
+    scratch.resize(chunk_pool->capacity);
     auto fields = unpack_record_into(dataset->schema(), loc, {ch.stored->data() + ch.skip, loc.stored_size},
-                                     {ch.raw.get(), chunk_pool->capacity}, record_name(s, r));
-    ch.rows = fields[static_cast<size_t>(token_field)].data();
+                                     scratch, record_name(s, r));
+    rows = fields[static_cast<size_t>(token_field)].data();
+    ch.raw_size = loc.raw_size;
   } catch (const Error& e) {
     ch.error = std::make_exception_ptr(naming(e, record_name(s, r)));
   } catch (...) {
     ch.error = std::current_exception();
   }
   ch.stored.reset();  // the read buffer goes back to the engine's slab
+  return rows;
 }
 
-void Loader::Impl::chunk_done_locked(Chunk& ch) {
-  ch.state = Chunk::State::kDone;
-  bool woke = false;
-  for (auto& w : ch.waiters)
-    if (auto job = w.lock(); job && --job->chunks_pending == 0) {
-      assemble_ready.emplace(job->k, std::move(job));
-      woke = true;
+bool Loader::Impl::later_batches_need_locked(const Chunk& ch) const {
+  // The rank's positions only grow with the batch number: a batch claimed but not
+  // registered yet starts no earlier than the oldest open claim, one not claimed yet no
+  // earlier than the next batch to claim.
+  uint64_t horizon;
+  if (!claims_open.empty()) horizon = sched->position(*claims_open.begin(), 0);
+  else if (next_start < sched->num_batches()) horizon = sched->position(next_start, 0);
+  else return false;
+  return ch.retire_at > horizon;
+}
+
+void Loader::Impl::unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vector<uint8_t>& scratch,
+                                      std::unique_lock<std::mutex>& lock) {
+  // Decided now, not after decompressing: no batch registering later can start to need
+  // the record, so deciding early only errs towards keeping a copy nobody reads.
+  const bool keep = !ch->error && later_batches_need_locked(*ch);
+  lock.unlock();
+  const auto b0 = Clock::now();
+  const uint8_t* rows = ch->error ? nullptr : unpack_chunk(*ch, scratch);
+  if (rows && keep) {
+    // Later batches copy their rows from here.
+    ch->raw = chunk_pool->take();
+    std::memcpy(ch->raw.get(), scratch.data(), ch->raw_size);
+    ch->rows = ch->raw.get() + (rows - scratch.data());
+  }
+  lock.lock();
+  auto waiters = std::move(ch->waiters);
+  ch->waiters.clear();
+  ch->state = Chunk::State::kDone;
+  lock.unlock();
+  uint64_t delivered = 0;
+  for (auto& [weak_job, q] : waiters)
+    if (auto job = weak_job.lock()) {
+      delivered += deliver_rows(*job, q, *ch, rows);
+      finish_one(job);
     }
-  ch.waiters.clear();
-  if (woke) ring->producer_cv.notify_all();
+  c.dec_samples += delivered;
+  c.dec_busy_ns += nanos(Clock::now() - b0);
+  lock.lock();
 }
 
 void Loader::Impl::token_io_main() {
@@ -1065,10 +1135,7 @@ void Loader::Impl::token_io_main() {
       lock.lock();
       bool any_read = false;
       for (auto& ch : finished) {
-        if (ch->error) {
-          chunk_done_locked(*ch);
-          continue;
-        }
+        // A failed read goes the same way: the worker hands the error to the batches.
         ch->state = Chunk::State::kRead;
         enqueue(ch->waiters.empty() ? unpack_ahead : unpack_needed, ch);
         any_read = true;
@@ -1084,48 +1151,29 @@ void Loader::Impl::token_io_main() {
   close_engine_run();  // before `pending` goes: no buffer is freed under the kernel
 }
 
-bool Loader::Impl::claim_token_batch(std::unique_lock<std::mutex>& lock) {
-  if (next_start >= sched->num_batches()) return false;
-  size_t slot = ring->slots.size();
-  for (size_t i = 0; i < ring->slots.size(); ++i)
-    if (ring->slots[i]->state == Ring::State::kFree) {
-      slot = i;
-      break;
-    }
-  if (slot == ring->slots.size()) return false;
-  ring->slots[slot]->state = Ring::State::kFilling;
-  const uint64_t k = next_start++;
-  auto job = std::make_shared<Job>();
-  job->k = k;
-  job->slot = slot;
-  job->remaining = 1;
-  jobs[k] = job;
-  claims_open.insert(k);
-
-  // The batch's rows and records, worked out without the lock.
-  lock.unlock();
+void Loader::Impl::plan_token_batch(TokenClaim& cl) {
+  Job& job = *cl.job;
+  const uint64_t k = job.k;
   const uint64_t len = sched->batch_length(k);
   const bool windowed = order->windowed();
-  job->samples.resize(len);
-  job->bad.assign(len, 0);
-  job->row_chunk.resize(len);
-  job->row_in_chunk.resize(len);
-  struct Need {
-    uint64_t record, retire_at;
-  };
-  std::vector<Need> needs;
-  std::unordered_map<uint64_t, size_t> need_index;
+  job.samples.resize(len);
+  job.bad.assign(len, 0);
+  job.row_chunk.resize(len);
+  job.row_in_chunk.resize(len);
+  cl.needs.clear();
+  cl.ahead.clear();
   // A rank's positions grow with j: the batch spans [position(k, 0), position(k, len-1)].
-  const uint64_t first_pos = len ? sched->position(k, 0) : 0;
-  const uint64_t last_window = windowed && len ? order->window_of(sched->position(k, len - 1)) : 0;
+  cl.first_pos = len ? sched->position(k, 0) : 0;
+  cl.last_window = windowed && len ? order->window_of(sched->position(k, len - 1)) : 0;
+  std::unordered_map<uint64_t, size_t> need_index;
+  if (len) order->at_strided(cl.first_pos, sched->world_size(), len, job.samples.data());
   for (uint64_t j = 0; j < len; ++j) {
     const uint64_t pos = sched->position(k, j);
-    const uint64_t row = order->at(pos);
-    job->samples[j] = row;
-    auto [rec, r] = layout->locate(row);
-    job->row_in_chunk[j] = static_cast<uint32_t>(r);
+    auto [rec, r] = layout->locate(job.samples[j]);
+    job.row_in_chunk[j] = static_cast<uint32_t>(r);
     // A batch draws from about min(B, window) records: a short list, searched from the
     // most recent entry; a map only for wide windows.
+    auto& needs = cl.needs;
     size_t q = needs.size();
     if (needs.size() <= 32) {
       for (size_t i = needs.size(); i-- > 0;)
@@ -1144,19 +1192,33 @@ bool Loader::Impl::claim_token_batch(std::unique_lock<std::mutex>& lock) {
                                           : layout->group_begin(rec) + layout->group_size(rec);  // sequential: positions are rows
       needs.push_back({rec, retire_at});
     }
-    job->row_chunk[j] = static_cast<uint32_t>(q);
+    job.row_chunk[j] = static_cast<uint32_t>(q);
   }
-  std::vector<Need> ahead;
-  if (windowed && len > 0 && last_window + 1 < order->window_count()) {
-    const uint64_t w = last_window + 1;
+  job.chunk_begin.assign(cl.needs.size() + 1, 0);
+  for (uint64_t j = 0; j < len; ++j) job.chunk_begin[job.row_chunk[j] + 1]++;
+  for (size_t i = 0; i < cl.needs.size(); ++i) job.chunk_begin[i + 1] += job.chunk_begin[i];
+  job.by_chunk.resize(len);
+  std::vector<uint32_t> fill(job.chunk_begin.begin(), job.chunk_begin.end() - 1);
+  for (uint64_t j = 0; j < len; ++j) job.by_chunk[fill[job.row_chunk[j]]++] = static_cast<uint32_t>(j);
+  if (windowed && len > 0 && cl.last_window + 1 < order->window_count()) {
+    const uint64_t w = cl.last_window + 1;
     const uint64_t retire_at = order->window_positions(w).second;
-    for (uint64_t chunk_id : order->window_chunks(w)) ahead.push_back({order->chunk_group(chunk_id), retire_at});
+    for (uint64_t chunk_id : order->window_chunks(w)) cl.ahead.push_back({order->chunk_group(chunk_id), retire_at});
   }
-  lock.lock();
+  uint8_t* idx = tensor_ptr(job.slot, index_t);
+  for (uint64_t j = 0; j < len; ++j) {
+    const int64_t gi = static_cast<int64_t>(job.samples[j]);
+    std::memcpy(idx + j * 8, &gi, 8);
+  }
+}
 
-  job->chunks.reserve(needs.size());
+bool Loader::Impl::register_token_batch_locked(TokenClaim& cl) {
+  const std::shared_ptr<Job>& job = cl.job;
   bool reads_queued = false;
-  for (const Need& n : needs) {
+  uint32_t q = 0;
+  uint64_t waiting = 0;
+  cl.loaded.clear();
+  for (const TokenClaim::Need& n : cl.needs) {
     bool created = false;
     auto ch = chunk_for(n.record, n.retire_at, read_needed, &created);
     reads_queued |= created;
@@ -1167,95 +1229,132 @@ bool Loader::Impl::claim_token_batch(std::unique_lock<std::mutex>& lock) {
     }
     if (!created && ch->state == Chunk::State::kRead) enqueue(unpack_needed, ch);
     if (ch->state != Chunk::State::kDone) {
-      ch->waiters.push_back(job);
-      job->chunks_pending++;
+      ch->waiters.emplace_back(job, q);
+      waiting++;
+    } else {
+      cl.loaded.emplace_back(q, std::move(ch));
     }
-    job->chunks.push_back(std::move(ch));
+    ++q;
   }
-  if (job->chunks_pending == 0) assemble_ready.emplace(k, job);
+  job->remaining += waiting;
   // Claims register out of order: a window is read ahead once, by whichever gets there first.
-  if (!ahead.empty() && last_window + 1 >= prefetch_from) {
-    prefetch_from = last_window + 2;
-    for (const Need& n : ahead) {
+  if (!cl.ahead.empty() && cl.last_window + 1 >= prefetch_from) {
+    prefetch_from = cl.last_window + 2;
+    for (const TokenClaim::Need& n : cl.ahead) {
       bool created = false;
       chunk_for(n.record, n.retire_at, read_ahead, &created);
       reads_queued |= created;
     }
   }
-  if (reads_queued) read_cv.notify_one();
+  claims_open.erase(job->k);
+  return reads_queued;
+}
+
+void Loader::Impl::evict_chunks_locked() {
   // The rank's positions only grow: records whose last position is behind the first
-  // position of every batch still to register are done with (registered batches hold
-  // their own references).
-  claims_open.erase(k);
-  const uint64_t oldest = claims_open.empty() ? k : std::min(k, *claims_open.begin());
-  const uint64_t horizon = oldest == k ? first_pos : sched->position(oldest, 0);
+  // position of every batch still to register are done with (registered batches got or
+  // will get their rows handed over).
+  uint64_t horizon;
+  if (!claims_open.empty()) horizon = sched->position(*claims_open.begin(), 0);
+  else if (next_start < sched->num_batches()) horizon = sched->position(next_start, 0);
+  else horizon = UINT64_MAX;
+  if (horizon < min_retire_at) return;
+  min_retire_at = UINT64_MAX;
   for (auto it = chunks.begin(); it != chunks.end();) {
-    if (it->second->retire_at <= horizon && it->second->state == Chunk::State::kDone) it = chunks.erase(it);
-    else ++it;
+    if (it->second->retire_at <= horizon && it->second->state == Chunk::State::kDone) {
+      it = chunks.erase(it);
+    } else {
+      min_retire_at = std::min(min_retire_at, it->second->retire_at);
+      ++it;
+    }
   }
+}
+
+bool Loader::Impl::claim_token_batches(std::unique_lock<std::mutex>& lock, std::vector<TokenClaim>& claims) {
+  // Several batches per claim when slots are free: one pass through the ring's lock for
+  // them all, not two per batch (on a small machine a waiter on that lock is a context
+  // switch and an idle core).
+  constexpr size_t kMaxClaim = 4;
+  size_t n = 0;
+  for (size_t i = 0; i < ring->slots.size() && n < kMaxClaim && next_start < sched->num_batches(); ++i) {
+    if (ring->slots[i]->state != Ring::State::kFree) continue;
+    ring->slots[i]->state = Ring::State::kFilling;
+    if (claims.size() <= n) claims.emplace_back();
+    auto job = std::make_shared<Job>();
+    job->k = next_start++;
+    job->slot = i;
+    job->remaining = 1;  // the claim's own hold, until the rows already loaded are in
+    jobs[job->k] = job;
+    claims_open.insert(job->k);
+    claims[n++].job = std::move(job);
+  }
+  if (n == 0) return false;
+  // Records read and waiting to be decompressed, as each claimed row sees them (the
+  // image path's figure is per sample too).
+  for (size_t i = 0; i < n; ++i) c.queue_sum += sched->batch_length(claims[i].job->k) * unpack_needed.size();
+  lock.unlock();
+  for (size_t i = 0; i < n; ++i) plan_token_batch(claims[i]);
+  lock.lock();
+  bool reads_queued = false;
+  for (size_t i = 0; i < n; ++i) reads_queued |= register_token_batch_locked(claims[i]);
+  if (reads_queued) read_cv.notify_one();
+  evict_chunks_locked();
+  lock.unlock();
+  for (size_t i = 0; i < n; ++i) {
+    TokenClaim& cl = claims[i];
+    uint64_t delivered = 0;
+    for (const auto& [q, ch] : cl.loaded) delivered += deliver_rows(*cl.job, q, *ch, ch->rows);
+    if (delivered) c.dec_samples += delivered;
+    cl.loaded.clear();
+    finish_one(cl.job);
+    cl.job.reset();
+  }
+  lock.lock();
   return true;
 }
 
-void Loader::Impl::assemble_tokens(Job& job) {
+uint64_t Loader::Impl::deliver_rows(Job& job, uint32_t q, const Chunk& ch, const uint8_t* rows) {
+  if (!rows && !ch.error)
+    throw std::logic_error("token record " + std::to_string(ch.record) +
+                                          " was released while a batch still draws from it");
   const Field& f = dataset->schema().fields[token_field];
   const size_t tsize = dtype_size(f.dtype);
   uint8_t* tok = tensor_ptr(job.slot, tokens_t);
   uint8_t* tgt = targets_t >= 0 ? tensor_ptr(job.slot, targets_t) : nullptr;
-  uint8_t* idx = tensor_ptr(job.slot, index_t);
   const TensorLayout& tl = tensors[tokens_t];
-  uint64_t bytes = 0, rows = 0;
-  for (size_t j = 0; j < job.samples.size(); ++j) {
-    const Chunk& ch = *job.chunks[job.row_chunk[j]];
+  uint64_t n = 0;
+  for (uint32_t i = job.chunk_begin[q]; i < job.chunk_begin[q + 1]; ++i) {
+    const uint32_t j = job.by_chunk[i];
     if (ch.error) {
       if (opt.on_error == OnError::kError) {
         job.fail(ch.error);
-        break;
+        return 0;
       }
-      sample_failed(job, static_cast<uint32_t>(j), ch.error);  // every row of a bad record is skipped
+      sample_failed(job, j, ch.error);  // every row of a bad record is skipped
       continue;
     }
-    const uint8_t* src = ch.rows + job.row_in_chunk[j] * token_row_bytes;
+    const uint8_t* src = rows + job.row_in_chunk[j] * token_row_bytes;
     copy_tokens(src, f.dtype, seq_len, tl.dtype, tok + j * tl.sample_bytes);
     if (tgt) copy_tokens(src + tsize, f.dtype, seq_len, tl.dtype, tgt + j * tl.sample_bytes);
-    const int64_t gi = static_cast<int64_t>(job.samples[j]);
-    std::memcpy(idx + j * 8, &gi, 8);
-    bytes += token_row_bytes;
-    rows++;
+    n++;
   }
-  c.dec_samples += rows;
-  std::lock_guard<std::mutex> lock(job.mu);
-  job.record_bytes += bytes;
+  if (n > 0) job.record_bytes.fetch_add(n * token_row_bytes, std::memory_order_relaxed);
+  return n;
 }
 
 void Loader::Impl::token_worker_main(unsigned id) {
   pin_and_name_this_thread(cpu.cpus, "stoker-dec/" + std::to_string(id));
+  std::vector<uint8_t> scratch;  // this worker's decompression buffer, kept hot
+  std::vector<TokenClaim> claims;
   std::unique_lock<std::mutex> lock(ring->mu);
   try {
     while (!stop) {
-      if (!assemble_ready.empty()) {
-        auto job = std::move(assemble_ready.begin()->second);
-        assemble_ready.erase(assemble_ready.begin());
-        c.queue_sum += assemble_ready.size() + unpack_needed.size();
-        lock.unlock();
-        const auto b0 = Clock::now();
-        assemble_tokens(*job);
-        job->chunks.clear();  // the records go back to the pool once no batch needs them
-        c.dec_busy_ns += nanos(Clock::now() - b0);
-        finish_one(job);
-        lock.lock();
-        continue;
-      }
-      if (claim_token_batch(lock)) continue;
+      if (claim_token_batches(lock, claims)) continue;
       auto ch = dequeue(unpack_needed);
       if (!ch) ch = dequeue(unpack_ahead);
       if (ch) {
         ch->state = Chunk::State::kUnpacking;
-        lock.unlock();
-        const auto b0 = Clock::now();
-        unpack_chunk(*ch);
-        c.dec_busy_ns += nanos(Clock::now() - b0);
-        lock.lock();
-        chunk_done_locked(*ch);
+        unpack_and_deliver(ch, scratch, lock);
         continue;
       }
       const auto w0 = Clock::now();
@@ -1317,8 +1416,7 @@ void Loader::Impl::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t
   std::memcpy(tensor_ptr(job.slot, label_t) + t.j * 8, &label, 8);
   const int64_t gi = static_cast<int64_t>(sample);
   std::memcpy(tensor_ptr(job.slot, index_t) + t.j * 8, &gi, 8);
-  std::lock_guard<std::mutex> lock(job.mu);
-  job.record_bytes += loc.stored_size;
+  job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 
 void Loader::Impl::decode_main(unsigned id) {
@@ -1419,10 +1517,7 @@ std::optional<Batch> Loader::next() {
       m.c.samples_n++;
     }
     m.next_deliver++;
-    {
-      std::lock_guard<std::mutex> jl(job->mu);
-      m.record_bytes_out += job->record_bytes;
-    }
+    m.record_bytes_out += job->record_bytes.load(std::memory_order_relaxed);
     if (n == 0) continue;  // every sample of this batch was dropped or moved earlier
     if (m.opt.drop_last && n < m.opt.batch_size) {  // shortened by drops at the tail: every later batch is used up
       m.next_deliver = m.sched->num_batches();

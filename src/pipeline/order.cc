@@ -44,11 +44,16 @@ uint64_t checked_sum(const std::vector<uint64_t>& sizes) {
 
 }  // namespace
 
-uint64_t mix64(uint64_t z) noexcept {
+namespace {
+// The body of mix64, inlinable here: the exported symbol is called through the PLT.
+inline uint64_t mix64_local(uint64_t z) noexcept {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
+}  // namespace
+
+uint64_t mix64(uint64_t z) noexcept { return mix64_local(z); }
 
 uint64_t sample_seed(uint64_t seed, uint64_t epoch, uint64_t sample_index) noexcept {
   return chain(key3(kTagSample, seed, epoch), sample_index);
@@ -85,8 +90,8 @@ uint64_t Permutation::encrypt(uint64_t x) const noexcept {
   uint64_t left = x >> right_bits_;
   uint64_t right = x & right_mask_;
   for (int i = 0; i < rounds_; i += 2) {
-    if (left_bits_ > 0) left ^= mix64(right ^ keys_[i]) >> (64 - left_bits_);
-    if (right_bits_ > 0) right ^= mix64(left ^ keys_[i + 1]) >> (64 - right_bits_);
+    if (left_bits_ > 0) left ^= mix64_local(right ^ keys_[i]) >> (64 - left_bits_);
+    if (right_bits_ > 0) right ^= mix64_local(left ^ keys_[i + 1]) >> (64 - right_bits_);
   }
   return (left << right_bits_) | right;
 }
@@ -95,8 +100,8 @@ uint64_t Permutation::decrypt(uint64_t x) const noexcept {
   uint64_t left = x >> right_bits_;
   uint64_t right = x & right_mask_;
   for (int i = rounds_ - 2; i >= 0; i -= 2) {
-    if (right_bits_ > 0) right ^= mix64(left ^ keys_[i + 1]) >> (64 - right_bits_);
-    if (left_bits_ > 0) left ^= mix64(right ^ keys_[i]) >> (64 - left_bits_);
+    if (right_bits_ > 0) right ^= mix64_local(left ^ keys_[i + 1]) >> (64 - right_bits_);
+    if (left_bits_ > 0) left ^= mix64_local(right ^ keys_[i]) >> (64 - left_bits_);
   }
   return (left << right_bits_) | right;
 }
@@ -109,6 +114,52 @@ uint64_t Permutation::operator()(uint64_t i) const noexcept {
   uint64_t x = encrypt(i);
   while (x >= n_) x = encrypt(x);
   return x;
+}
+
+namespace {
+
+// The Feistel network over blocks of values held as their two halves. Written as flat
+// loops over the block so the compiler vectorises them; the x86-64-v4 clone (AVX-512
+// has the 64-bit multiply mix64 needs) is picked at load time where the CPU has it.
+constexpr size_t kBlock = 64;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
+void feistel_block(const uint64_t* keys, int rounds, int left_bits, int right_bits, uint64_t* __restrict left,
+                   uint64_t* __restrict right, size_t n) {
+  const int ls = 64 - left_bits, rs = 64 - right_bits;
+  for (int r = 0; r < rounds; r += 2) {
+    const uint64_t k0 = keys[r], k1 = keys[r + 1];
+    for (size_t i = 0; i < n; ++i) left[i] ^= mix64_local(right[i] ^ k0) >> ls;
+    for (size_t i = 0; i < n; ++i) right[i] ^= mix64_local(left[i] ^ k1) >> rs;
+  }
+}
+
+}  // namespace
+
+void Permutation::apply(uint64_t* xs, size_t n) const noexcept {
+  // Halves of 0 bits (sizes up to 2) take the plain path: a shift by 64 is undefined.
+  if (left_bits_ == 0 || right_bits_ == 0) {
+    for (size_t i = 0; i < n; ++i) xs[i] = (*this)(xs[i]);
+    return;
+  }
+  uint64_t left[kBlock], right[kBlock];
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    uint64_t* x = xs + b;
+    for (size_t i = 0; i < m; ++i) {
+      assert(x[i] < n_);
+      left[i] = x[i] >> right_bits_;
+      right[i] = x[i] & right_mask_;
+    }
+    feistel_block(keys_, rounds_, left_bits_, right_bits_, left, right, m);
+    for (size_t i = 0; i < m; ++i) {
+      x[i] = (left[i] << right_bits_) | right[i];
+      while (x[i] >= n_) x[i] = encrypt(x[i]);  // cycle-walking, as operator() does
+    }
+  }
 }
 
 uint64_t Permutation::inverse(uint64_t x) const noexcept {
@@ -265,6 +316,50 @@ uint64_t EpochOrder::at(uint64_t p) const {
   const uint64_t k2 =
       static_cast<uint64_t>(std::upper_bound(pos + first, pos + last + 1, q) - pos) - 1;
   return ordered_begin_[k2] + (q - ordered_pos_[k2]);
+}
+
+void EpochOrder::at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out) const {
+  if (n == 0) return;
+  const uint64_t last_pos = first + (n - 1) * stride;
+  if (last_pos >= n_ || last_pos < first) {
+    throw_error(ErrorCode::kInvalidArgument, "epoch order: positions " + std::to_string(first) + " + i*" +
+                                                 std::to_string(stride) + " for " + std::to_string(n) +
+                                                 " samples run past the epoch (" + std::to_string(n_) +
+                                                 " samples)");
+  }
+  for (uint64_t i = 0; i < n; ++i) out[i] = first + i * stride;
+  switch (options_.kind) {
+    case OrderKind::kSequential:
+      return;
+    case OrderKind::kShuffled:
+      perm_.apply(out, n);
+      return;
+    default:
+      break;
+  }
+  const auto pos = ordered_pos_.begin();
+  // Runs of positions in one window: offsets into it, permuted together, then mapped
+  // from window position to unit as at() does.
+  for (uint64_t i = 0; i < n;) {
+    const uint64_t p = out[i];
+    const uint64_t k = static_cast<uint64_t>(std::upper_bound(pos, ordered_pos_.end(), p) - pos) - 1;
+    const uint64_t w = k / window_;
+    const uint64_t cfirst = w * window_;
+    const uint64_t clast = std::min(cfirst + window_, chunks_);
+    const uint64_t base = ordered_pos_[cfirst], end = ordered_pos_[clast];
+    uint64_t m = 0;
+    while (i + m < n && out[i + m] < end) {
+      out[i + m] -= base;
+      ++m;
+    }
+    window_perm_[w].apply(out + i, m);
+    for (uint64_t t = i; t < i + m; ++t) {
+      const uint64_t q = base + out[t];
+      const uint64_t k2 = static_cast<uint64_t>(std::upper_bound(pos + cfirst, pos + clast + 1, q) - pos) - 1;
+      out[t] = ordered_begin_[k2] + (q - ordered_pos_[k2]);
+    }
+    i += m;
+  }
 }
 
 void EpochOrder::require_windowed(const char* what) const {
