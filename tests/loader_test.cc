@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "stoker/dataset.h"
 #include "stoker/error.h"
@@ -72,9 +74,10 @@ struct Epoch {
   std::vector<int64_t> labels;
 };
 
-Epoch run_epoch(Loader& l) {
+template <typename Next>
+Epoch collect_epoch(Next&& next) {
   Epoch e;
-  while (auto b = l.next()) {
+  while (auto b = next()) {
     const auto& idx = (*b)["index"];
     std::vector<int64_t> v(static_cast<const int64_t*>(idx.data), static_cast<const int64_t*>(idx.data) + idx.numel());
     e.indices.push_back(v);
@@ -86,6 +89,21 @@ Epoch run_epoch(Loader& l) {
     }
   }
   return e;
+}
+
+Epoch run_epoch(Loader& l) {
+  return collect_epoch([&] { return l.next(); });
+}
+
+// try_next(), and next() only when it would wait: what the Python binding does.
+Epoch run_epoch_trying(Loader& l, uint64_t* taken_ready) {
+  return collect_epoch([&] {
+    bool would_wait = false;
+    auto b = l.try_next(&would_wait);
+    if (would_wait) return l.next();
+    ++*taken_ready;
+    return b;
+  });
 }
 
 TEST(Loader, EveryRecordExactlyOncePerEpochWithRightLabels) {
@@ -351,6 +369,39 @@ TEST(LoaderSkip, BadRecordsAreDroppedCountedAndBatchesStayFull) {
   Epoch e1 = run(1, 1);
   EXPECT_EQ(e1.indices, e.indices);
   EXPECT_EQ(e1.images, e.images);
+}
+
+TEST(LoaderSkip, TryNextGivesWhatNextGivesSkipsIncluded) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 43, 1 << 20);
+  corrupt_records(dir.str(), {0, 5, 6, 17, 42});
+  auto o = image_options(dir.str());
+  o.on_error = OnError::kSkip;
+  o.slots = 3;
+  Loader plain(o), trying(o);
+  const Epoch want = run_epoch(plain);
+  // Let the ring fill: the first batch is then ready and try_next takes it itself.
+  bool would_wait = true;
+  std::optional<Batch> first;
+  for (int i = 0; i < 500 && would_wait; ++i) {
+    first = trying.try_next(&would_wait);
+    if (would_wait) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(would_wait) << "the first batch never became ready in 5 s";
+  ASSERT_TRUE(first.has_value());
+  const auto& idx = (*first)["index"];
+  EXPECT_EQ(std::vector<int64_t>(static_cast<const int64_t*>(idx.data), static_cast<const int64_t*>(idx.data) + idx.numel()),
+            want.indices.at(0));
+  first.reset();
+  uint64_t taken = 0;
+  const Epoch rest = run_epoch_trying(trying, &taken);
+  ASSERT_EQ(rest.indices.size() + 1, want.indices.size());
+  for (size_t k = 0; k < rest.indices.size(); ++k) EXPECT_EQ(rest.indices[k], want.indices[k + 1]) << "batch " << k + 1;
+  EXPECT_EQ(trying.stats().skipped, 5u);
+  // At the epoch's end try_next says so without waiting, like next().
+  auto end = trying.try_next(&would_wait);
+  EXPECT_FALSE(would_wait);
+  EXPECT_FALSE(end.has_value());
 }
 
 TEST(LoaderSkip, MissingShardMidEpochIsSkippedOrNamed) {

@@ -150,6 +150,11 @@ class Loader {
   /// The next batch of the current epoch, or nullopt at its end. Throws the error of a
   /// failed record (OnError::kError), naming shard, record and reason.
   std::optional<Batch> next();
+  /// next() without waiting: when the next batch is not ready yet, sets *would_wait and
+  /// returns nullopt with nothing consumed (a batch that needs skipped samples filled in
+  /// from later ones counts as not ready). For a caller that hands only the waits to
+  /// another thread, such as the Python binding.
+  std::optional<Batch> try_next(bool* would_wait);
 
   /// Restarts at the beginning of epoch `e` (drops batches in flight).
   void set_epoch(uint64_t e);

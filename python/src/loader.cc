@@ -329,6 +329,31 @@ class PyLoader {
   py::object next() {
     check_open();
     Worker& w = *w_;
+    if (!staged_) {
+      // A batch that is ready is taken here: handing it through the worker would cost
+      // two thread switches per batch, a real share of a small machine's CPU at token
+      // batch rates. Only a batch still to wait for goes to the worker (Ctrl-C stays
+      // answered), and none while an interrupted request is still pending there.
+      bool idle;
+      {
+        std::lock_guard<std::mutex> lock(w.mu);
+        idle = !w.requested;
+      }
+      if (idle) {
+        bool would_wait = false;
+        std::optional<Batch> b;
+        {
+          py::gil_scoped_release nogil;  // the first call of a run starts its threads
+          b = loader_->try_next(&would_wait);
+        }
+        if (!would_wait) {
+          if (!b) return py::none();
+          py::dict out = export_batch(*b);
+          b.reset();  // the tensors hold the lease now
+          return out;
+        }
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(w.mu);
       if (!w.requested) {
