@@ -2,16 +2,17 @@
 // out as dicts of zero-copy tensors.
 //
 // Waiting. stoker::Loader::next() blocks with no timeout, which would leave Ctrl-C
-// unanswered until the batch is ready. So each Python Loader owns one worker thread
-// ("stoker-py") that calls next() on request and parks the result in a one-element
-// mailbox; the binding waits on the mailbox in 50 ms chunks with the GIL released and
-// runs PyErr_CheckSignals (GIL held) between chunks. The worker only ever fetches the
-// batch Python asked for (no read-ahead of its own), so the slots Python holds plus
-// the loader's ring are all the memory there is, and state() stays exact. A request
-// interrupted by KeyboardInterrupt stays pending: the next next() returns its batch,
-// so nothing is skipped. close() (or the last reference going) gives a running request
-// one second; past that the worker finishes it on its own and destroys the loader, so
-// Ctrl-C never waits for a slow batch.
+// unanswered until the batch is ready. A batch that is ready already is taken on the
+// Python thread (Loader::try_next, no waiting); for one still to come, each Python
+// Loader owns one worker thread ("stoker-py") that calls next() on request and parks the
+// result in a one-element mailbox; the binding waits on the mailbox in 50 ms chunks with
+// the GIL released and runs PyErr_CheckSignals (GIL held) between chunks. The worker
+// only ever fetches the batch Python asked for (no read-ahead of its own), so the slots
+// Python holds plus the loader's ring are all the memory there is, and state() stays
+// exact. A request interrupted by KeyboardInterrupt stays pending: the next next()
+// returns its batch, so nothing is skipped. close() (or the last reference going) gives
+// a running request one second; past that the worker finishes it on its own and
+// destroys the loader, so Ctrl-C never waits for a slow batch.
 //
 // Lifetime. Every exported tensor (DLPack capsule or numpy base) owns a copy of the
 // batch's SlotLease; the slot is reused only when the last tensor is freed, on any
