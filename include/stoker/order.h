@@ -219,6 +219,8 @@ class EpochOrder {
 
  private:
   uint64_t chunk_per_group(size_t g) const;  // chunks of group g
+  // Windowed kinds: the unit at position q (of the epoch) inside window w.
+  uint64_t unit_at_window_position(uint64_t w, uint64_t q) const;
   void require_windowed(const char* what) const;
 
   OrderOptions options_;

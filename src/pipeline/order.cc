@@ -306,16 +306,17 @@ uint64_t EpochOrder::at(uint64_t p) const {
     default:
       break;
   }
-  const auto pos = ordered_pos_.begin();
-  const uint64_t k = static_cast<uint64_t>(std::upper_bound(pos, ordered_pos_.end(), p) - pos) - 1;
-  const uint64_t w = k / window_;
+  const uint64_t w = window_of(p);
+  const uint64_t base = window_positions(w).first;
+  return unit_at_window_position(w, base + window_perm_[w](p - base));
+}
+
+uint64_t EpochOrder::unit_at_window_position(uint64_t w, uint64_t q) const {
   const uint64_t first = w * window_;
   const uint64_t last = std::min(first + window_, chunks_);
-  const uint64_t base = ordered_pos_[first];
-  const uint64_t q = base + window_perm_[w](p - base);
-  const uint64_t k2 =
-      static_cast<uint64_t>(std::upper_bound(pos + first, pos + last + 1, q) - pos) - 1;
-  return ordered_begin_[k2] + (q - ordered_pos_[k2]);
+  const auto pos = ordered_pos_.begin();
+  const uint64_t k = static_cast<uint64_t>(std::upper_bound(pos + first, pos + last + 1, q) - pos) - 1;
+  return ordered_begin_[k] + (q - ordered_pos_[k]);
 }
 
 void EpochOrder::at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out) const {
@@ -337,27 +338,18 @@ void EpochOrder::at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_
     default:
       break;
   }
-  const auto pos = ordered_pos_.begin();
   // Runs of positions in one window: offsets into it, permuted together, then mapped
   // from window position to unit as at() does.
   for (uint64_t i = 0; i < n;) {
-    const uint64_t p = out[i];
-    const uint64_t k = static_cast<uint64_t>(std::upper_bound(pos, ordered_pos_.end(), p) - pos) - 1;
-    const uint64_t w = k / window_;
-    const uint64_t cfirst = w * window_;
-    const uint64_t clast = std::min(cfirst + window_, chunks_);
-    const uint64_t base = ordered_pos_[cfirst], end = ordered_pos_[clast];
+    const uint64_t w = window_of(out[i]);
+    const auto [base, end] = window_positions(w);
     uint64_t m = 0;
     while (i + m < n && out[i + m] < end) {
       out[i + m] -= base;
       ++m;
     }
     window_perm_[w].apply(out + i, m);
-    for (uint64_t t = i; t < i + m; ++t) {
-      const uint64_t q = base + out[t];
-      const uint64_t k2 = static_cast<uint64_t>(std::upper_bound(pos + cfirst, pos + clast + 1, q) - pos) - 1;
-      out[t] = ordered_begin_[k2] + (q - ordered_pos_[k2]);
-    }
+    for (uint64_t t = i; t < i + m; ++t) out[t] = unit_at_window_position(w, base + out[t]);
     i += m;
   }
 }
