@@ -879,19 +879,22 @@ void Loader::Impl::io_main() {
       auto t0 = Clock::now();
       bool progressed = false;
       // Start the next batch when a slot is free.
-      if (next_start < nb) {
+      if (next_start < nb) {  // this thread is the only writer: reading it unlocked is safe
         std::optional<size_t> slot;
+        uint64_t k = 0;
         {
+          // Advanced under the lock: the decoders read it (consumer_should_wake_locked).
           std::lock_guard<std::mutex> lock(ring->mu);
           for (size_t i = 0; i < ring->slots.size(); ++i)
             if (ring->slots[i]->state == Ring::State::kFree) {
               ring->slots[i]->state = Ring::State::kFilling;
               slot = i;
+              k = next_start++;
               break;
             }
         }
         if (slot) {
-          start_job(next_start++, *slot);
+          start_job(k, *slot);
           progressed = true;
         }
       }
