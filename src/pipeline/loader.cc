@@ -139,12 +139,11 @@ struct Job {
   bool any_bad = false;
   uint64_t taken_front = 0;   // consumer only: good samples moved into an earlier batch
   bool ready = false;         // guarded by Ring::mu
-  // Token batches: per sample, which of the batch's records it comes from (an index into
-  // the claim's list of records) and its row there.
-  std::vector<uint32_t> row_chunk;
+  // Token batches: per sample, its row in the record it comes from; the samples grouped
+  // by record (q, the record's index in the claim's list): those of record q are
+  // by_chunk[chunk_begin[q] .. chunk_begin[q + 1]), so handing over one record's rows
+  // touches only them.
   std::vector<uint32_t> row_in_chunk;
-  // The samples grouped by record: those of record q are by_chunk[chunk_begin[q] ..
-  // chunk_begin[q + 1]), so handing over one record's rows touches only them.
   std::vector<uint32_t> by_chunk, chunk_begin;
   void mark_bad(size_t j) {
     std::lock_guard<std::mutex> lock(mu);
@@ -157,15 +156,17 @@ struct Job {
   }
 };
 
-// A token batch being claimed by a worker: the records its rows come from, the next
-// window's records (to read ahead), and those already loaded (rows to copy in now).
+// A token batch being claimed by a worker: the records its rows come from, the last
+// window it reaches (the next one is read ahead), and the records already loaded (rows
+// to copy in now). Kept by the worker from claim to claim, so the vectors are reused.
 struct TokenClaim {
   struct Need {
     uint64_t record, retire_at;
   };
   std::shared_ptr<Job> job;
-  std::vector<Need> needs, ahead;
-  uint64_t first_pos = 0, last_window = 0;
+  std::vector<Need> needs;
+  std::vector<uint32_t> row_chunk;  // per sample: its record's index in `needs`
+  uint64_t last_window = 0;
   std::vector<std::pair<uint32_t, std::shared_ptr<Chunk>>> loaded;
 };
 
@@ -378,6 +379,9 @@ struct Loader::Impl {
   /// exit, released meanwhile) and copies its rows into the batches waiting for them.
   void unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vector<uint8_t>& scratch,
                           std::unique_lock<std::mutex>& lock);
+  /// ring->mu held: the first position any batch not yet registered can hold
+  /// (UINT64_MAX when every batch is registered).
+  uint64_t registration_horizon_locked() const;
   /// ring->mu held: whether a batch not yet registered may still draw rows from `ch`.
   bool later_batches_need_locked(const Chunk& ch) const;
   /// ring->mu held: claims the next batches while slots are free, registers the records
@@ -416,6 +420,11 @@ struct Loader::Impl {
   /// next() and try_next(): with `block` false, returns nullopt and sets *would_wait
   /// instead of waiting for batch next_deliver.
   std::optional<Batch> next_batch(bool block, bool* would_wait);
+  /// Whether a decoded batch of n samples must be compacted (compact_batch) before it
+  /// goes out: samples were dropped from it or moved out of it, or it is short under kSkip.
+  bool needs_compaction(const Job& job, uint64_t n) const {
+    return job.any_bad || job.taken_front > 0 || (opt.on_error == OnError::kSkip && n < opt.batch_size);
+  }
   Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
   void move_sample(const Job& from, uint64_t j, const Job& to, uint64_t i);
   std::string record_name(size_t shard, uint64_t rec) const {
@@ -1032,15 +1041,17 @@ const uint8_t* Loader::Impl::unpack_chunk(Chunk& ch, std::vector<uint8_t>& scrat
   return rows;
 }
 
-bool Loader::Impl::later_batches_need_locked(const Chunk& ch) const {
+uint64_t Loader::Impl::registration_horizon_locked() const {
   // The rank's positions only grow with the batch number: a batch claimed but not
   // registered yet starts no earlier than the oldest open claim, one not claimed yet no
   // earlier than the next batch to claim.
-  uint64_t horizon;
-  if (!claims_open.empty()) horizon = sched->position(*claims_open.begin(), 0);
-  else if (next_start < sched->num_batches()) horizon = sched->position(next_start, 0);
-  else return false;
-  return ch.retire_at > horizon;
+  if (!claims_open.empty()) return sched->position(*claims_open.begin(), 0);
+  if (next_start < sched->num_batches()) return sched->position(next_start, 0);
+  return UINT64_MAX;
+}
+
+bool Loader::Impl::later_batches_need_locked(const Chunk& ch) const {
+  return ch.retire_at > registration_horizon_locked();
 }
 
 void Loader::Impl::unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vector<uint8_t>& scratch,
@@ -1186,15 +1197,13 @@ void Loader::Impl::plan_token_batch(TokenClaim& cl) {
   const bool windowed = order->windowed();
   job.samples.resize(len);
   job.bad.assign(len, 0);
-  job.row_chunk.resize(len);
   job.row_in_chunk.resize(len);
+  cl.row_chunk.resize(len);
   cl.needs.clear();
-  cl.ahead.clear();
   // A rank's positions grow with j: the batch spans [position(k, 0), position(k, len-1)].
-  cl.first_pos = len ? sched->position(k, 0) : 0;
   cl.last_window = windowed && len ? order->window_of(sched->position(k, len - 1)) : 0;
   std::unordered_map<uint64_t, size_t> need_index;
-  if (len) order->at_strided(cl.first_pos, sched->world_size(), len, job.samples.data());
+  if (len) order->at_strided(sched->position(k, 0), sched->world_size(), len, job.samples.data());
   for (uint64_t j = 0; j < len; ++j) {
     const uint64_t pos = sched->position(k, j);
     auto [rec, r] = layout->locate(job.samples[j]);
@@ -1220,19 +1229,14 @@ void Loader::Impl::plan_token_batch(TokenClaim& cl) {
                                           : layout->group_begin(rec) + layout->group_size(rec);  // sequential: positions are rows
       needs.push_back({rec, retire_at});
     }
-    job.row_chunk[j] = static_cast<uint32_t>(q);
+    cl.row_chunk[j] = static_cast<uint32_t>(q);
   }
   job.chunk_begin.assign(cl.needs.size() + 1, 0);
-  for (uint64_t j = 0; j < len; ++j) job.chunk_begin[job.row_chunk[j] + 1]++;
+  for (uint64_t j = 0; j < len; ++j) job.chunk_begin[cl.row_chunk[j] + 1]++;
   for (size_t i = 0; i < cl.needs.size(); ++i) job.chunk_begin[i + 1] += job.chunk_begin[i];
   job.by_chunk.resize(len);
   std::vector<uint32_t> fill(job.chunk_begin.begin(), job.chunk_begin.end() - 1);
-  for (uint64_t j = 0; j < len; ++j) job.by_chunk[fill[job.row_chunk[j]]++] = static_cast<uint32_t>(j);
-  if (windowed && len > 0 && cl.last_window + 1 < order->window_count()) {
-    const uint64_t w = cl.last_window + 1;
-    const uint64_t retire_at = order->window_positions(w).second;
-    for (uint64_t chunk_id : order->window_chunks(w)) cl.ahead.push_back({order->chunk_group(chunk_id), retire_at});
-  }
+  for (uint64_t j = 0; j < len; ++j) job.by_chunk[fill[cl.row_chunk[j]]++] = static_cast<uint32_t>(j);
   uint8_t* idx = tensor_ptr(job.slot, index_t);
   for (uint64_t j = 0; j < len; ++j) {
     const int64_t gi = static_cast<int64_t>(job.samples[j]);
@@ -1265,12 +1269,15 @@ bool Loader::Impl::register_token_batch_locked(TokenClaim& cl) {
     ++q;
   }
   job->remaining += waiting;
-  // Claims register out of order: a window is read ahead once, by whichever gets there first.
-  if (!cl.ahead.empty() && cl.last_window + 1 >= prefetch_from) {
-    prefetch_from = cl.last_window + 2;
-    for (const TokenClaim::Need& n : cl.ahead) {
+  // Claims register out of order: a window is read ahead once, by whichever gets there
+  // first (its records are listed only then, not by every claim).
+  const uint64_t ahead = cl.last_window + 1;
+  if (order->windowed() && !job->samples.empty() && ahead < order->window_count() && ahead >= prefetch_from) {
+    prefetch_from = ahead + 1;
+    const uint64_t retire_at = order->window_positions(ahead).second;
+    for (uint64_t chunk_id : order->window_chunks(ahead)) {
       bool created = false;
-      chunk_for(n.record, n.retire_at, read_ahead, &created);
+      chunk_for(order->chunk_group(chunk_id), retire_at, read_ahead, &created);
       reads_queued |= created;
     }
   }
@@ -1279,13 +1286,9 @@ bool Loader::Impl::register_token_batch_locked(TokenClaim& cl) {
 }
 
 void Loader::Impl::evict_chunks_locked() {
-  // The rank's positions only grow: records whose last position is behind the first
-  // position of every batch still to register are done with (registered batches got or
-  // will get their rows handed over).
-  uint64_t horizon;
-  if (!claims_open.empty()) horizon = sched->position(*claims_open.begin(), 0);
-  else if (next_start < sched->num_batches()) horizon = sched->position(next_start, 0);
-  else horizon = UINT64_MAX;
+  // Records whose last position is behind the first position of every batch still to
+  // register are done with (registered batches got or will get their rows handed over).
+  const uint64_t horizon = registration_horizon_locked();
   if (horizon < min_retire_at) return;
   min_retire_at = UINT64_MAX;
   for (auto it = chunks.begin(); it != chunks.end();) {
@@ -1344,7 +1347,7 @@ bool Loader::Impl::claim_token_batches(std::unique_lock<std::mutex>& lock, std::
 uint64_t Loader::Impl::deliver_rows(Job& job, uint32_t q, const Chunk& ch, const uint8_t* rows) {
   if (!rows && !ch.error)
     throw std::logic_error("token record " + std::to_string(ch.record) +
-                                          " was released while a batch still draws from it");
+                           " was released while a batch still draws from it");
   const Field& f = dataset->schema().fields[token_field];
   const size_t tsize = dtype_size(f.dtype);
   uint8_t* tok = tensor_ptr(job.slot, tokens_t);
@@ -1518,8 +1521,7 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
         auto it = m.jobs.find(k);
         // Not ready, or it must borrow samples from batches that may not be: the caller
         // waits elsewhere (a failed run also goes that way, to be rethrown there).
-        if (it == m.jobs.end() || !it->second->ready || m.fatal || it->second->any_bad || it->second->taken_front > 0 ||
-            (m.opt.on_error == OnError::kSkip && it->second->samples.size() < m.opt.batch_size)) {
+        if (it == m.jobs.end() || !it->second->ready || m.fatal || m.needs_compaction(*it->second, it->second->samples.size())) {
           *would_wait = true;
           return std::nullopt;
         }
@@ -1541,9 +1543,7 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
         }
       }
       n = job->samples.size();
-      const bool must_compact = job->any_bad || job->taken_front > 0 ||
-                                (m.opt.on_error == OnError::kSkip && n < m.opt.batch_size);
-      if (must_compact) {
+      if (m.needs_compaction(*job, n)) {
         try {
           n = m.compact_batch(job, lock);
         } catch (...) {
