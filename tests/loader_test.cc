@@ -654,6 +654,9 @@ TEST(LoaderTokens, ReadFaultsSkipWholeRecordsOrStopWithTheName) {
       std::set<int64_t> unique(got.begin(), got.end());
       EXPECT_EQ(unique.size(), got.size()) << "delivered twice";
       EXPECT_EQ(got.size() + l.stats().skipped, rows) << "lost without being counted";
+      // Bytes count what was delivered: every row handed out (L + 1 stored uint16 each),
+      // none of the skipped ones.
+      EXPECT_EQ(l.stats().record_bytes, got.size() * (L + 1) * 2);
       if (fc.drops) {
         EXPECT_GT(l.stats().skipped, 0u);
         EXPECT_EQ(l.stats().skipped % R, 0u) << "a bad record drops all of its rows";

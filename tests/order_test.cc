@@ -437,6 +437,31 @@ TEST(UnitLayout, LocateSkipsEmptyGroups) {
   EXPECT_EQ(code_of([] { UnitLayout({kMaxOrderUnits, 1}); }), ErrorCode::kInvalidArgument);
 }
 
+// Packed tokens take the division path (equal records, a shorter last one); layouts
+// that are almost like that must still be searched. Both must agree with a plain walk.
+TEST(UnitLayout, LocateAgreesWithAWalkOverTheGroups) {
+  const std::vector<std::vector<uint64_t>> layouts = {
+      {127, 127, 127, 127},  // uniform
+      {127, 127, 127, 5},    // shorter last record
+      {127, 127, 127, 1},
+      {7},
+      {127, 127, 128},       // a larger last record: not uniform
+      {127, 0, 127, 127},    // an empty record in between
+      {127, 127, 127, 0},    // an empty last record
+      {0, 127, 127},
+      {127, 126, 127},
+  };
+  for (const auto& sizes : layouts) {
+    const UnitLayout layout(sizes);
+    uint64_t unit = 0;
+    for (size_t g = 0; g < sizes.size(); ++g)
+      for (uint64_t r = 0; r < sizes[g]; ++r, ++unit)
+        ASSERT_EQ(layout.locate(unit), std::make_pair(g, r)) << "unit " << unit << " of layout " << sizes.size();
+    EXPECT_EQ(layout.units(), unit);
+    EXPECT_EQ(code_of([&] { layout.locate(unit); }), ErrorCode::kInvalidArgument);
+  }
+}
+
 TEST(EpochOrder, BadArgumentsAreInvalidArgument) {
   OrderOptions chunked;
   chunked.kind = OrderKind::kChunkLocal;

@@ -154,11 +154,14 @@ class UnitLayout {
   uint64_t group_begin(size_t g) const { return begin_.at(g); }
   uint64_t group_size(size_t g) const { return begin_.at(g + 1) - begin_.at(g); }
   /// Global unit index -> (group, unit within the group). kInvalidArgument when
-  /// unit >= units(). O(log #groups); never returns an empty group.
+  /// unit >= units(). O(1) when every group but the last has the same size and the
+  /// last is no larger and not empty (packed tokens), else O(log #groups); never returns
+  /// an empty group.
   std::pair<size_t, uint64_t> locate(uint64_t unit) const;
 
  private:
   std::vector<uint64_t> begin_;  // groups() + 1 prefix sums
+  uint64_t uniform_size_ = 0;    // the common group size when locate() can divide, else 0
 };
 
 /// The order of one epoch: position p in [0, size()) -> sample (unit) index.

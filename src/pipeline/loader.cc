@@ -127,24 +127,31 @@ class RingLease final : public SlotLease {
 
 struct Chunk;
 
+// A token batch's row to copy: row `src_row` of one of its records into sample `j`.
+struct RowCopy {
+  uint32_t src_row, j;
+};
+
 struct Job {
   uint64_t k = 0;
   size_t slot = 0;
+  uint8_t* mem = nullptr;  // the slot's memory, taken with the slot (the ring's list may grow meanwhile)
   std::vector<uint64_t> samples;
-  std::atomic<uint64_t> remaining{0};
   std::mutex mu;
   std::exception_ptr error;
-  std::atomic<uint64_t> record_bytes{0};
+  std::atomic<uint64_t> record_bytes{0};  // images: added per sample; tokens: set when planned
   std::vector<uint8_t> bad;   // OnError::kSkip: samples dropped (set before `remaining` hits 0)
   bool any_bad = false;
   uint64_t taken_front = 0;   // consumer only: good samples moved into an earlier batch
   bool ready = false;         // guarded by Ring::mu
-  // Token batches: per sample, its row in the record it comes from; the samples grouped
-  // by record (q, the record's index in the claim's list): those of record q are
-  // by_chunk[chunk_begin[q] .. chunk_begin[q + 1]), so handing over one record's rows
-  // touches only them.
-  std::vector<uint32_t> row_in_chunk;
-  std::vector<uint32_t> by_chunk, chunk_begin;
+  // Token batches: the row copies grouped by record (q, the record's index in the claim's
+  // list): those from record q are copies[chunk_begin[q] .. chunk_begin[q + 1]), so the
+  // worker handing over one record's rows reads one short run, not the whole batch.
+  std::vector<RowCopy> copies;
+  std::vector<uint32_t> chunk_begin;
+  // Hand-overs left. On a line of its own: the workers that hand rows over count it down
+  // in turn, and the fields above, which they only read, then stay cached on both sides.
+  alignas(64) std::atomic<uint64_t> remaining{0};
   void mark_bad(size_t j) {
     std::lock_guard<std::mutex> lock(mu);
     bad[j] = 1;
@@ -165,7 +172,9 @@ struct TokenClaim {
   };
   std::shared_ptr<Job> job;
   std::vector<Need> needs;
-  std::vector<uint32_t> row_chunk;  // per sample: its record's index in `needs`
+  std::vector<uint32_t> row_chunk;   // per sample: its record's index in `needs`
+  std::vector<uint32_t> src_row;     // per sample: its row in that record
+  std::vector<uint32_t> fill;        // per record: next free place in the job's copies
   uint64_t last_window = 0;
   std::vector<std::pair<uint32_t, std::shared_ptr<Chunk>>> loaded;
 };
@@ -226,8 +235,10 @@ struct Chunk {
   size_t raw_size = 0;
   const uint8_t* rows = nullptr;  // first row of the token field inside `raw`
   std::exception_ptr error;
-  // Batches waiting for its rows, each with the record's index in that batch's claim.
-  std::vector<std::pair<std::weak_ptr<struct Job>, uint32_t>> waiters;
+  // Batches waiting for its rows, each with the record's index in that batch's claim. A
+  // plain pointer: a batch outlives its waits (the consumer takes it only once they are
+  // all handed over, and a stopped run joins its workers before dropping its batches).
+  std::vector<std::pair<struct Job*, uint32_t>> waiters;
   // The work queue it sits in, if any: a chunk read ahead that a batch comes to need
   // moves to the front queue without leaving a stale copy behind.
   std::list<std::shared_ptr<Chunk>>* queue = nullptr;
@@ -404,7 +415,7 @@ struct Loader::Impl {
   /// Copies the batch's rows drawn from its `q`-th record (first row at `rows`, or the
   /// chunk's error for each of them) into the batch's slot; returns the rows copied.
   uint64_t deliver_rows(Job& job, uint32_t q, const Chunk& ch, const uint8_t* rows);
-  void finish_one(const std::shared_ptr<Job>& job);
+  void finish_one(Job& job);
   /// ring->mu held: whether the consumer, asleep on a batch, should be woken now.
   bool consumer_should_wake_locked() const;
   /// A sample could not be read, checked or decoded: stop (kError) or drop it (kSkip).
@@ -430,7 +441,7 @@ struct Loader::Impl {
   std::string record_name(size_t shard, uint64_t rec) const {
     return dataset->shard_path(shard) + ": record " + std::to_string(rec);
   }
-  uint8_t* tensor_ptr(size_t slot, int t) const { return ring->slots[slot]->mem + tensors[static_cast<size_t>(t)].offset; }
+  uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
 };
 
 void Loader::Impl::setup() {
@@ -654,13 +665,13 @@ bool Loader::Impl::consumer_should_wake_locked() const {
   return true;  // nothing more comes until the consumer takes some
 }
 
-void Loader::Impl::finish_one(const std::shared_ptr<Job>& job) {
-  if (job->remaining.fetch_sub(1) != 1) return;
+void Loader::Impl::finish_one(Job& job) {
+  if (job.remaining.fetch_sub(1) != 1) return;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(ring->mu);
-    job->ready = true;
-    ring->slots[job->slot]->state = Ring::State::kReady;
+    job.ready = true;
+    ring->slots[job.slot]->state = Ring::State::kReady;
     wake = consumer_should_wake_locked();
   }
   if (wake) ring->cv.notify_all();
@@ -689,7 +700,7 @@ void Loader::Impl::move_sample(const Job& from, uint64_t j, const Job& to, uint6
   if (&from == &to && i == j) return;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const size_t n = tensors[t].sample_bytes;
-    std::memmove(tensor_ptr(to.slot, static_cast<int>(t)) + i * n, tensor_ptr(from.slot, static_cast<int>(t)) + j * n, n);
+    std::memmove(tensor_ptr(to, static_cast<int>(t)) + i * n, tensor_ptr(from, static_cast<int>(t)) + j * n, n);
   }
 }
 
@@ -831,10 +842,11 @@ void Loader::Impl::io_main() {
     qcv.notify_all();
   };
 
-  auto start_job = [&](uint64_t k, size_t slot) {
+  auto start_job = [&](uint64_t k, size_t slot, uint8_t* slot_mem) {
     auto job = std::make_shared<Job>();
     job->k = k;
     job->slot = slot;
+    job->mem = slot_mem;
     const uint64_t len = sched->batch_length(k);
     job->samples.resize(len);
     job->bad.assign(len, 0);
@@ -860,7 +872,7 @@ void Loader::Impl::io_main() {
       } catch (const Error& e) {
         // A missing or replaced shard: this record fails like a bad read would.
         sample_failed(*job, static_cast<uint32_t>(j), std::make_exception_ptr(naming(e, record_name(s, r))));
-        finish_one(job);
+        finish_one(*job);
       }
     }
     PlanOptions po;
@@ -890,6 +902,7 @@ void Loader::Impl::io_main() {
       // Start the next batch when a slot is free.
       if (next_start < nb) {  // this thread is the only writer: reading it unlocked is safe
         std::optional<size_t> slot;
+        uint8_t* slot_mem = nullptr;
         uint64_t k = 0;
         {
           // Advanced under the lock: the decoders read it (consumer_should_wake_locked).
@@ -898,12 +911,13 @@ void Loader::Impl::io_main() {
             if (ring->slots[i]->state == Ring::State::kFree) {
               ring->slots[i]->state = Ring::State::kFilling;
               slot = i;
+              slot_mem = ring->slots[i]->mem;
               k = next_start++;
               break;
             }
         }
         if (slot) {
-          start_job(k, *slot);
+          start_job(k, *slot, slot_mem);
           progressed = true;
         }
       }
@@ -1074,11 +1088,10 @@ void Loader::Impl::unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vec
   ch->state = Chunk::State::kDone;
   lock.unlock();
   uint64_t delivered = 0;
-  for (auto& [weak_job, q] : waiters)
-    if (auto job = weak_job.lock()) {
-      delivered += deliver_rows(*job, q, *ch, rows);
-      finish_one(job);
-    }
+  for (auto& [job, q] : waiters) {
+    delivered += deliver_rows(*job, q, *ch, rows);
+    finish_one(*job);
+  }
   c.dec_samples += delivered;
   c.dec_busy_ns += nanos(Clock::now() - b0);
   lock.lock();
@@ -1197,8 +1210,11 @@ void Loader::Impl::plan_token_batch(TokenClaim& cl) {
   const bool windowed = order->windowed();
   job.samples.resize(len);
   job.bad.assign(len, 0);
-  job.row_in_chunk.resize(len);
+  // Every row is delivered unless its record fails (deliver_rows takes those back out):
+  // counted once here, not by every hand-over.
+  job.record_bytes.store(len * token_row_bytes, std::memory_order_relaxed);
   cl.row_chunk.resize(len);
+  cl.src_row.resize(len);
   cl.needs.clear();
   // A rank's positions grow with j: the batch spans [position(k, 0), position(k, len-1)].
   cl.last_window = windowed && len ? order->window_of(sched->position(k, len - 1)) : 0;
@@ -1207,7 +1223,7 @@ void Loader::Impl::plan_token_batch(TokenClaim& cl) {
   for (uint64_t j = 0; j < len; ++j) {
     const uint64_t pos = sched->position(k, j);
     auto [rec, r] = layout->locate(job.samples[j]);
-    job.row_in_chunk[j] = static_cast<uint32_t>(r);
+    cl.src_row[j] = static_cast<uint32_t>(r);
     // A batch draws from about min(B, window) records: a short list, searched from the
     // most recent entry; a map only for wide windows.
     auto& needs = cl.needs;
@@ -1234,10 +1250,11 @@ void Loader::Impl::plan_token_batch(TokenClaim& cl) {
   job.chunk_begin.assign(cl.needs.size() + 1, 0);
   for (uint64_t j = 0; j < len; ++j) job.chunk_begin[cl.row_chunk[j] + 1]++;
   for (size_t i = 0; i < cl.needs.size(); ++i) job.chunk_begin[i + 1] += job.chunk_begin[i];
-  job.by_chunk.resize(len);
-  std::vector<uint32_t> fill(job.chunk_begin.begin(), job.chunk_begin.end() - 1);
-  for (uint64_t j = 0; j < len; ++j) job.by_chunk[fill[cl.row_chunk[j]]++] = static_cast<uint32_t>(j);
-  uint8_t* idx = tensor_ptr(job.slot, index_t);
+  job.copies.resize(len);
+  cl.fill.assign(job.chunk_begin.begin(), job.chunk_begin.end() - 1);
+  for (uint64_t j = 0; j < len; ++j)
+    job.copies[cl.fill[cl.row_chunk[j]]++] = RowCopy{cl.src_row[j], static_cast<uint32_t>(j)};
+  uint8_t* idx = tensor_ptr(job, index_t);
   for (uint64_t j = 0; j < len; ++j) {
     const int64_t gi = static_cast<int64_t>(job.samples[j]);
     std::memcpy(idx + j * 8, &gi, 8);
@@ -1261,7 +1278,7 @@ bool Loader::Impl::register_token_batch_locked(TokenClaim& cl) {
     }
     if (!created && ch->state == Chunk::State::kRead) enqueue(unpack_needed, ch);
     if (ch->state != Chunk::State::kDone) {
-      ch->waiters.emplace_back(job, q);
+      ch->waiters.emplace_back(job.get(), q);
       waiting++;
     } else {
       cl.loaded.emplace_back(q, std::move(ch));
@@ -1314,6 +1331,7 @@ bool Loader::Impl::claim_token_batches(std::unique_lock<std::mutex>& lock, std::
     auto job = std::make_shared<Job>();
     job->k = next_start++;
     job->slot = i;
+    job->mem = ring->slots[i]->mem;
     job->remaining = 1;  // the claim's own hold, until the rows already loaded are in
     jobs[job->k] = job;
     claims_open.insert(job->k);
@@ -1337,7 +1355,7 @@ bool Loader::Impl::claim_token_batches(std::unique_lock<std::mutex>& lock, std::
     for (const auto& [q, ch] : cl.loaded) delivered += deliver_rows(*cl.job, q, *ch, ch->rows);
     if (delivered) c.dec_samples += delivered;
     cl.loaded.clear();
-    finish_one(cl.job);
+    finish_one(*cl.job);
     cl.job.reset();
   }
   lock.lock();
@@ -1350,26 +1368,26 @@ uint64_t Loader::Impl::deliver_rows(Job& job, uint32_t q, const Chunk& ch, const
                            " was released while a batch still draws from it");
   const Field& f = dataset->schema().fields[token_field];
   const size_t tsize = dtype_size(f.dtype);
-  uint8_t* tok = tensor_ptr(job.slot, tokens_t);
-  uint8_t* tgt = targets_t >= 0 ? tensor_ptr(job.slot, targets_t) : nullptr;
+  uint8_t* tok = tensor_ptr(job, tokens_t);
+  uint8_t* tgt = targets_t >= 0 ? tensor_ptr(job, targets_t) : nullptr;
   const TensorLayout& tl = tensors[tokens_t];
   uint64_t n = 0;
   for (uint32_t i = job.chunk_begin[q]; i < job.chunk_begin[q + 1]; ++i) {
-    const uint32_t j = job.by_chunk[i];
+    const auto [src_row, j] = job.copies[i];
     if (ch.error) {
       if (opt.on_error == OnError::kError) {
         job.fail(ch.error);
         return 0;
       }
       sample_failed(job, j, ch.error);  // every row of a bad record is skipped
+      job.record_bytes.fetch_sub(token_row_bytes, std::memory_order_relaxed);
       continue;
     }
-    const uint8_t* src = rows + job.row_in_chunk[j] * token_row_bytes;
+    const uint8_t* src = rows + src_row * token_row_bytes;
     copy_tokens(src, f.dtype, seq_len, tl.dtype, tok + j * tl.sample_bytes);
     if (tgt) copy_tokens(src + tsize, f.dtype, seq_len, tl.dtype, tgt + j * tl.sample_bytes);
     n++;
   }
-  if (n > 0) job.record_bytes.fetch_add(n * token_row_bytes, std::memory_order_relaxed);
   return n;
 }
 
@@ -1428,7 +1446,7 @@ void Loader::Impl::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t
   const uint64_t sample = job.samples[t.j];
   const uint64_t seed = sample_seed(order_opt.seed, epoch, sample);
   try {
-    uint8_t* img = decode_images ? tensor_ptr(job.slot, image_t) + t.j * image_bytes : nullptr;
+    uint8_t* img = decode_images ? tensor_ptr(job, image_t) + t.j * image_bytes : nullptr;
     if (!decode_images) {
       // read and checked only
     } else if (opt.pixel_format == PixelFormat::kU8HWC) {
@@ -1444,9 +1462,9 @@ void Loader::Impl::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t
   }
   int64_t label = -1;
   if (label_field >= 0) label = static_cast<int64_t>(internal::get_u64(fields[label_field].data()));
-  std::memcpy(tensor_ptr(job.slot, label_t) + t.j * 8, &label, 8);
+  std::memcpy(tensor_ptr(job, label_t) + t.j * 8, &label, 8);
   const int64_t gi = static_cast<int64_t>(sample);
-  std::memcpy(tensor_ptr(job.slot, index_t) + t.j * 8, &gi, 8);
+  std::memcpy(tensor_ptr(job, index_t) + t.j * 8, &gi, 8);
   job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 
@@ -1475,7 +1493,7 @@ void Loader::Impl::decode_main(unsigned id) {
     }
     t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
     c.dec_busy_ns += nanos(Clock::now() - b0);
-    if (t.job) finish_one(t.job);
+    if (t.job) finish_one(*t.job);
   }
 }
 
@@ -1579,7 +1597,7 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<Job>& job, uint64_t n, std:
   for (size_t t = 0; t < m.tensors.size(); ++t) {
     TensorView v;
     v.name = m.tensors[t].name;
-    v.data = m.tensor_ptr(job->slot, static_cast<int>(t));
+    v.data = m.tensor_ptr(*job, static_cast<int>(t));
     v.dtype = m.tensors[t].dtype;
     v.shape.push_back(static_cast<int64_t>(n));
     for (int64_t d : m.tensors[t].sample_shape) v.shape.push_back(d);

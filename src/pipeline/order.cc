@@ -200,6 +200,14 @@ UnitLayout::UnitLayout(const std::vector<uint64_t>& group_sizes) {
   begin_.reserve(group_sizes.size() + 1);
   begin_.push_back(0);
   for (uint64_t s : group_sizes) begin_.push_back(begin_.back() + s);
+  // Packed tokens: every record holds R rows but the last, which may hold fewer. Then a
+  // unit's group is a division, not a search over every record's prefix sum.
+  if (!group_sizes.empty() && group_sizes[0] > 0) {
+    const uint64_t r = group_sizes[0];
+    bool uniform = group_sizes.back() > 0 && group_sizes.back() <= r;
+    for (size_t g = 0; uniform && g + 1 < group_sizes.size(); ++g) uniform = group_sizes[g] == r;
+    if (uniform) uniform_size_ = r;
+  }
 }
 
 std::pair<size_t, uint64_t> UnitLayout::locate(uint64_t unit) const {
@@ -208,6 +216,7 @@ std::pair<size_t, uint64_t> UnitLayout::locate(uint64_t unit) const {
                                                  " is out of range (" +
                                                  std::to_string(units()) + " units)");
   }
+  if (uniform_size_) return {static_cast<size_t>(unit / uniform_size_), unit % uniform_size_};
   // Last prefix <= unit: its group is non-empty because the next prefix is > unit.
   auto it = std::upper_bound(begin_.begin(), begin_.end(), unit) - 1;
   size_t g = static_cast<size_t>(it - begin_.begin());
