@@ -599,8 +599,11 @@ TEST(LoaderTokens, EveryRecordIsReadAndDecompressedOncePerEpochPerRank) {
             // One rank reads every record once. Interleaved ranks touch nearly every
             // record of a window each (a rank may draw none of a small record's rows),
             // so at most once per epoch per rank; never twice.
+            // The engine's figures are there as soon as the epoch is (its thread lives on).
+            EXPECT_FALSE(l.stats().io_engine.engine.empty()) << "epoch " << e;
             if (world == 1) {
               EXPECT_EQ(l.stats().io.items, records) << "epoch " << e;
+              EXPECT_EQ(l.stats().io_engine.requests, (e + 1) * records) << "epoch " << e;
             } else {
               EXPECT_LE(l.stats().io.items, records) << "epoch " << e;
               EXPECT_GE(l.stats().io.items, records * 9 / 10) << "epoch " << e;

@@ -383,6 +383,7 @@ struct Loader::Impl {
   void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels);
   bool open_engine();       // false: failed, `fatal` says why
   void close_engine_run();  // keeps the engine's stats; drains and drops it when stopped mid-run
+  void publish_io_stats();  // the IO thread's engine stats, for stats() while it runs
   void token_worker_main(unsigned id);
   void token_io_main();
   void clear_token_state();
@@ -789,12 +790,14 @@ bool Loader::Impl::open_engine() {
   }
 }
 
+void Loader::Impl::publish_io_stats() {
+  std::lock_guard<std::mutex> lock(io_stats_mu);
+  io_stats = engine->stats();
+}
+
 void Loader::Impl::close_engine_run() {
   if (!engine) return;
-  {
-    std::lock_guard<std::mutex> lock(io_stats_mu);
-    io_stats = engine->stats();
-  }
+  publish_io_stats();
   if (engine->inflight() == 0) return;
   // Stopped mid-epoch: cancel and drain so no buffer is freed under the kernel, then
   // drop the engine (a cancelled ring is not reused; the next run makes a new one).
@@ -1185,6 +1188,10 @@ void Loader::Impl::token_io_main() {
       const uint64_t spent = nanos(Clock::now() - t0);
       c.io_busy_ns += spent - std::min(waited, spent);
       lock.lock();
+      // The token IO thread lives until the run stops, past the epoch's last read: its
+      // engine's figures are published with every read handed on, so stats() taken at
+      // the end of an epoch has all of them.
+      if (!finished.empty()) publish_io_stats();
       bool any_read = false;
       for (auto& ch : finished) {
         // A failed read goes the same way: the worker hands the error to the batches.
