@@ -189,7 +189,7 @@ int run_feed(const Args& args) {
               rate, unit.c_str(), bytes / 1e6 / std::max(wall, 1e-9), 100 * wait_frac, first_batch, rss / 1048576.0);
   std::printf("stages: io %.0f%% busy; decode %u threads %.0f%% busy; io engine %s%s\n",
               100 * io_total.busy_frac(wall), dec_total.threads, 100 * dec_total.busy_frac(wall),
-              last.io_engine.engine.empty() ? (tokens ? "pread (token chunks)" : "(no stats)") : last.io_engine.engine.c_str(),
+              last.io_engine.engine.empty() ? "(no stats)" : last.io_engine.engine.c_str(),
               last.io_engine.direct ? " O_DIRECT" : "");
   std::printf("limit: %.0f %s/s in memory (%u threads, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
               dec_total.threads, static_cast<unsigned long long>(limit.records_in_memory), ratio);
