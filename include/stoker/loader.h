@@ -3,18 +3,22 @@
 // Stages, each on its own named threads:
 //   stoker-io     images: walks this rank's schedule (order.h), plans aligned, coalesced
 //                 reads of the records a batch needs and runs them on the IO engine
-//                 (io.h). Tokens: reads the compressed records (chunks of rows) that
-//                 claimed batches wait for, then the next shuffle window's, ahead of need;
+//                 (io.h). Tokens: reads the compressed records (chunks of rows) of the
+//                 shuffle windows the workers have taken and of the next one, ahead;
 //   stoker-dec/N  images: check each record's CRC, unpack it, decode and transform the
 //                 JPEG (image.h) straight into the batch's slot. Tokens: the workers
-//                 schedule themselves (no hand-off per batch, which at tens of
-//                 microseconds a batch would cost more than the work): each claims the
-//                 next batch when a slot is free, decompresses every record once per
-//                 epoch and copies its rows into the batches that draw them;
+//                 schedule themselves a shuffle window at a time (no hand-off per batch
+//                 or per record, which at tens of microseconds a batch would cost more
+//                 than the work): a worker takes the next window, claims the slots of
+//                 the batches that draw from it, decompresses each of its records once
+//                 per epoch and copies the record's rows into those batches while they
+//                 are in its cache. When the ring cannot hold the window's batches (a
+//                 small ring, a slow consumer) it keeps the window's records
+//                 decompressed and fills its batches one at a time as slots free up;
 //   consumer      next() hands out the next batch of the epoch, in order.
 // A fixed ring of `slots` batch slots bounds memory: batch k starts only when a slot is
-// free, so the footprint is set by the ring (and, for tokens, by about two windows of
-// decompressed records), not by the dataset.
+// free, so the footprint is set by the ring (and, for tokens, by a decompressed record
+// per worker, or a window of them when the ring is short), not by the dataset.
 // Output is deterministic: for a seed and epoch, batch k holds the same samples in the
 // same order with the same augmentation draws, whatever the thread count and timing.
 //
@@ -74,7 +78,9 @@ struct LoaderOptions {
   std::optional<std::string> gpu_pci_bus_id;  ///< for NUMA-local pinning
   /// Batch slots in the ring. 0: as many as fit in 32 MiB, at least 4 and at most 64
   /// (images at 224 px: 4; token rows: up to 64, so the decoders keep working while a
-  /// busy machine is slow to schedule the consumer). options() reports the count used.
+  /// busy machine is slow to schedule the consumer), and for tokens up to the batches of
+  /// one shuffle window per decode thread plus one (within the same 32 MiB), so each
+  /// worker can fill its window's batches directly. options() reports the count used.
   unsigned slots = 0;
   /// When the consumer holds every slot and asks for the next batch, add a slot (with one
   /// warning) instead of deadlocking. Memory then grows with what the consumer keeps.

@@ -12,13 +12,15 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <set>
 #include <unordered_map>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "stoker/cpu.h"
 #include "stoker/crc32c.h"
@@ -125,13 +127,6 @@ class RingLease final : public SlotLease {
   size_t id_;
 };
 
-struct Chunk;
-
-// A token batch's row to copy: row `src_row` of one of its records into sample `j`.
-struct RowCopy {
-  uint32_t src_row, j;
-};
-
 struct Job {
   uint64_t k = 0;
   size_t slot = 0;
@@ -139,18 +134,14 @@ struct Job {
   std::vector<uint64_t> samples;
   std::mutex mu;
   std::exception_ptr error;
-  std::atomic<uint64_t> record_bytes{0};  // images: added per sample; tokens: set when planned
+  std::atomic<uint64_t> record_bytes{0};  // images: added per sample; tokens: set when claimed
   std::vector<uint8_t> bad;   // OnError::kSkip: samples dropped (set before `remaining` hits 0)
   bool any_bad = false;
   uint64_t taken_front = 0;   // consumer only: good samples moved into an earlier batch
   bool ready = false;         // guarded by Ring::mu
-  // Token batches: the row copies grouped by record (q, the record's index in the claim's
-  // list): those from record q are copies[chunk_begin[q] .. chunk_begin[q + 1]), so the
-  // worker handing over one record's rows reads one short run, not the whole batch.
-  std::vector<RowCopy> copies;
-  std::vector<uint32_t> chunk_begin;
-  // Hand-overs left. On a line of its own: the workers that hand rows over count it down
-  // in turn, and the fields above, which they only read, then stay cached on both sides.
+  // Hand-overs left (images: samples; tokens: windows the batch draws from). On a line
+  // of its own: the threads that count it down in turn leave the fields above, which
+  // they only read, cached on every side.
   alignas(64) std::atomic<uint64_t> remaining{0};
   void mark_bad(size_t j) {
     std::lock_guard<std::mutex> lock(mu);
@@ -163,22 +154,6 @@ struct Job {
   }
 };
 
-// A token batch being claimed by a worker: the records its rows come from, the last
-// window it reaches (the next one is read ahead), and the records already loaded (rows
-// to copy in now). Kept by the worker from claim to claim, so the vectors are reused.
-struct TokenClaim {
-  struct Need {
-    uint64_t record, retire_at;
-  };
-  std::shared_ptr<Job> job;
-  std::vector<Need> needs;
-  std::vector<uint32_t> row_chunk;   // per sample: its record's index in `needs`
-  std::vector<uint32_t> src_row;     // per sample: its row in that record
-  std::vector<uint32_t> fill;        // per record: next free place in the job's copies
-  uint64_t last_window = 0;
-  std::vector<std::pair<uint32_t, std::shared_ptr<Chunk>>> loaded;
-};
-
 struct DecodeTask {
   std::shared_ptr<Job> job;
   uint32_t j = 0;              // sample within the batch
@@ -189,65 +164,6 @@ struct DecodeTask {
   std::string io_error;        // non-empty: the read failed
   ErrorCode io_code = ErrorCode::kIoError;
 };
-
-// Buffers for decompressed token records, recycled: a fresh 256 KiB allocation per
-// record is an mmap, page faults and a zero-fill that cost more than the zstd itself.
-struct ChunkBufferPool {
-  std::mutex mu;
-  std::vector<std::unique_ptr<uint8_t[]>> free;
-  size_t capacity = 0;  // every buffer holds this many bytes (the largest record)
-  std::unique_ptr<uint8_t[]> take() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!free.empty()) {
-        auto b = std::move(free.back());
-        free.pop_back();
-        return b;
-      }
-    }
-    return std::unique_ptr<uint8_t[]>(new uint8_t[capacity]);  // not zero-filled
-  }
-  void give(std::unique_ptr<uint8_t[]> b) {
-    std::lock_guard<std::mutex> lock(mu);
-    free.push_back(std::move(b));
-  }
-};
-
-// A token record (one compressed chunk of rows), read and decompressed once per epoch.
-// The worker that decompresses it copies each row straight into the slots of the batches
-// already claimed that draw it (`waiters`), while the rows are hot in its cache; a copy
-// of the rows stays in `raw` only when batches not claimed yet may still draw from it.
-// `state`, `waiters` and the hand-over of `stored` are guarded by Ring::mu; the thread
-// that moved the chunk into kReading or kUnpacking owns its buffers until it moves it on.
-struct Chunk {
-  // kQueued: to read. kReading: read in flight. kRead: stored bytes here (or `error`), to
-  // decompress. kUnpacking: a worker decompresses it and hands its rows out. kDone: the
-  // rows went to the waiters; `raw` holds them if later batches may need them, or
-  // `error` says why there are none.
-  enum class State { kQueued, kReading, kRead, kUnpacking, kDone };
-  State state = State::kQueued;
-  uint64_t record = 0;
-  uint64_t retire_at = 0;  // the rank's batches starting at or past this position never need it
-  std::shared_ptr<IoBuffer> stored;  // the read, until decompressed
-  uint64_t skip = 0;                 // where the record starts in `stored`
-  std::shared_ptr<ChunkBufferPool> pool;
-  std::unique_ptr<uint8_t[]> raw;
-  size_t raw_size = 0;
-  const uint8_t* rows = nullptr;  // first row of the token field inside `raw`
-  std::exception_ptr error;
-  // Batches waiting for its rows, each with the record's index in that batch's claim. A
-  // plain pointer: a batch outlives its waits (the consumer takes it only once they are
-  // all handed over, and a stopped run joins its workers before dropping its batches).
-  std::vector<std::pair<struct Job*, uint32_t>> waiters;
-  // The work queue it sits in, if any: a chunk read ahead that a batch comes to need
-  // moves to the front queue without leaving a stale copy behind.
-  std::list<std::shared_ptr<Chunk>>* queue = nullptr;
-  std::list<std::shared_ptr<Chunk>>::iterator queue_pos;
-  ~Chunk() {
-    if (raw) pool->give(std::move(raw));
-  }
-};
-using ChunkQueue = std::list<std::shared_ptr<Chunk>>;
 
 // `e` naming the record it is about: `record` in front, unless the message names it.
 Error naming(const Error& e, const std::string& record) {
@@ -267,27 +183,27 @@ std::optional<Error> read_failure(const ReadCompletion& d, uint64_t need) {
   return std::nullopt;
 }
 
-// Appends `ch` to `q`, taking it out of the queue it was in.
-void enqueue(ChunkQueue& q, const std::shared_ptr<Chunk>& ch) {
-  if (ch->queue == &q) return;
-  if (ch->queue) {
-    q.splice(q.end(), *ch->queue, ch->queue_pos);
-  } else {
-    ch->queue_pos = q.insert(q.end(), ch);
-  }
-  ch->queue = &q;
-}
-std::shared_ptr<Chunk> dequeue(ChunkQueue& q) {
-  if (q.empty()) return nullptr;
-  auto ch = std::move(q.front());
-  q.pop_front();
-  ch->queue = nullptr;
-  return ch;
-}
-void clear_queue(ChunkQueue& q) {
-  for (auto& ch : q) ch->queue = nullptr;
-  q.clear();
-}
+// One shuffle window of token records as this rank draws from it: the rank's samples
+// in the window (its schedule's samples i0 .. i1-1), per sample its global row and where
+// that row is (a record of the window, a row of that record), and the records to read.
+// Planned once, read by the IO thread, then decompressed and handed out by one worker.
+struct TokenWindow {
+  uint64_t w = 0;
+  uint64_t i0 = 0, i1 = 0;
+  std::vector<uint64_t> units;           // per sample: its global row (the `index` field)
+  std::vector<uint32_t> rec_of, row_of;  // per sample: its record (in `recs`) and row in it
+  // The samples grouped by record: record q's are by_rec[rec_begin[q] .. rec_begin[q + 1]).
+  std::vector<uint32_t> by_rec, rec_begin;
+  struct Rec {
+    uint64_t record = 0;
+    std::shared_ptr<IoBuffer> stored;  // the read, until decompressed
+    uint64_t skip = 0;                 // where the record starts in `stored`
+    size_t rows_at = 0;                // where its first row is once decompressed
+    std::exception_ptr error;          // it could not be read, checked or decompressed
+  };
+  std::vector<Rec> recs;
+  std::vector<uint32_t> arrived;  // records read (or failed), in completion order; guarded by Ring::mu
+};
 
 struct Counters {
   std::atomic<uint64_t> io_busy_ns{0}, io_wait_ns{0}, io_records{0};
@@ -331,7 +247,7 @@ struct Loader::Impl {
   std::unique_ptr<RankSchedule> sched;
   bool running = false;
   uint64_t next_deliver = 0;   // consumer side
-  uint64_t next_start = 0;     // io side (guarded by ring->mu)
+  uint64_t next_start = 0;     // the next batch to get a slot (guarded by ring->mu)
   std::map<uint64_t, std::shared_ptr<Job>> jobs;  // guarded by ring->mu
   std::exception_ptr fatal;                       // guarded by ring->mu
   std::exception_ptr delivered_error;             // consumer side: sticky after a throw
@@ -343,21 +259,25 @@ struct Loader::Impl {
   std::mutex qmu;
   std::condition_variable qcv;
   std::deque<DecodeTask> queue;
-  // Token data (all guarded by ring->mu). The decode workers schedule themselves, with
-  // no hand-off per batch: a worker claims the next batch when a slot is free (copying in
-  // the rows of records already decompressed), else decompresses a record that has been
-  // read (those a claimed batch waits for first) and copies its rows into the claimed
-  // batches that draw them; a batch is ready when its last row is in. The IO thread
-  // reads records through the engine (O_DIRECT where it can: no copy on the CPUs), those
-  // a claimed batch waits for first, then the next window's, read ahead of need.
-  std::unordered_map<uint64_t, std::shared_ptr<Chunk>> chunks;  // record -> chunk, live windows only
-  ChunkQueue read_needed, read_ahead;      // kQueued
-  ChunkQueue unpack_needed, unpack_ahead;  // kRead
-  std::condition_variable read_cv;  // the token IO thread's: reads queued, stop
-  uint64_t prefetch_from = 0;       // windows below this have been read ahead (or needed) already
-  uint64_t min_retire_at = UINT64_MAX;  // no chunk retires before this (the next eviction scan)
-  std::set<uint64_t> claims_open;   // batches claimed whose records are not registered yet
-  std::shared_ptr<ChunkBufferPool> chunk_pool = std::make_shared<ChunkBufferPool>();
+  // Token data (guarded by ring->mu). The decode workers schedule themselves, a shuffle
+  // window at a time, with no hand-off per batch or per record: a worker takes the next
+  // window (its records were read ahead), claims the slots of the batches drawing from
+  // it when the ring has them free, and copies each record's rows into them right after
+  // decompressing it; with too few free slots it keeps the window's records decompressed
+  // and fills its batches one by one as slots come. Slots are claimed in batch order. A
+  // batch that straddles windows is finished by the last of their workers. The IO thread
+  // reads the records of the windows planned so far, in window order (O_DIRECT where it
+  // can: no copy on the CPUs); a window is planned, and its reads queued, one ahead of
+  // the windows taken.
+  uint64_t next_window = 0;    // the next window a worker takes
+  uint64_t windows_end = 0;    // one past the last window holding this rank's samples
+  uint64_t planned_to = 0;     // windows below this are planned (or being planned)
+  std::map<uint64_t, std::shared_ptr<TokenWindow>> planned;  // planned, not taken yet
+  std::deque<std::pair<std::shared_ptr<TokenWindow>, uint32_t>> to_read;  // (window, record)
+  uint64_t records_waiting = 0;        // read and not yet decompressed (the queue figure)
+  std::condition_variable read_cv;     // the token IO thread's: reads queued, stop
+  std::condition_variable window_cv;   // the token workers': records read, window planned, stop
+  size_t token_capacity = 0;           // the largest record's raw size
 
   Counters c;
   // Reporting: interval verdicts, smoothed so a steady feed does not flip-flop.
@@ -387,35 +307,34 @@ struct Loader::Impl {
   void token_worker_main(unsigned id);
   void token_io_main();
   void clear_token_state();
-  /// Decompresses a chunk the caller moved to kUnpacking (ring->mu held on entry and
-  /// exit, released meanwhile) and copies its rows into the batches waiting for them.
-  void unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vector<uint8_t>& scratch,
-                          std::unique_lock<std::mutex>& lock);
-  /// ring->mu held: the first position any batch not yet registered can hold
-  /// (UINT64_MAX when every batch is registered).
-  uint64_t registration_horizon_locked() const;
-  /// ring->mu held: whether a batch not yet registered may still draw rows from `ch`.
-  bool later_batches_need_locked(const Chunk& ch) const;
-  /// ring->mu held: claims the next batches while slots are free, registers the records
-  /// they need and copies in the rows already loaded; false when there is nothing to
-  /// claim. Unlocks while working out the batches' rows and copying.
-  bool claim_token_batches(std::unique_lock<std::mutex>& lock, std::vector<TokenClaim>& claims);
-  /// Works out a claimed batch's rows, the records they come from and its `index` field.
-  void plan_token_batch(TokenClaim& claim);
-  /// ring->mu held: registers the batch with the records it needs (reading those not
-  /// read yet); true when reads were queued.
-  bool register_token_batch_locked(TokenClaim& claim);
-  /// ring->mu held: forgets the records no batch still to register can need.
-  void evict_chunks_locked();
-  /// ring->mu held: the chunk of `record`, created (and queued for reading on `queue`)
-  /// if new.
-  std::shared_ptr<Chunk> chunk_for(uint64_t record, uint64_t retire_at, ChunkQueue& queue, bool* created = nullptr);
-  /// Checks and decompresses a record that has been read into `scratch`; returns its
-  /// first row, or nullptr with the error kept in the chunk.
-  const uint8_t* unpack_chunk(Chunk& ch, std::vector<uint8_t>& scratch);
-  /// Copies the batch's rows drawn from its `q`-th record (first row at `rows`, or the
-  /// chunk's error for each of them) into the batch's slot; returns the rows copied.
-  uint64_t deliver_rows(Job& job, uint32_t q, const Chunk& ch, const uint8_t* rows);
+  // Token windows. Windows are the order's shuffle windows; sequential order, which has
+  // none, is cut into runs of `window_chunks` records.
+  uint64_t token_window_count() const;
+  std::pair<uint64_t, uint64_t> token_window_positions(uint64_t w) const;
+  uint64_t token_window_of(uint64_t position) const;
+  /// This rank's schedule samples [i0, i1) whose positions lie in [begin, end).
+  std::pair<uint64_t, uint64_t> rank_samples_in(uint64_t begin, uint64_t end) const;
+  uint64_t rank_samples() const;  ///< this rank's samples in the run
+  /// The most batches one window's rows can touch for this rank.
+  uint64_t token_batches_per_window() const;
+  /// Ring slots for every worker to hold a window's batches, plus a window's more.
+  size_t direct_token_slots() const { return (threads + 1) * token_batches_per_window(); }
+  /// Works out window w: the rank's samples in it, their rows and records.
+  std::shared_ptr<TokenWindow> plan_token_window(uint64_t w) const;
+  /// ring->mu held (released while planning): plans the windows below `upto` not planned
+  /// yet and queues their reads.
+  void plan_windows_locked(std::unique_lock<std::mutex>& lock, uint64_t upto);
+  /// ring->mu held: batch k's job, claiming slots in batch order (waiting for free ones)
+  /// up to k if it is not claimed yet; nullptr when the run stops.
+  std::shared_ptr<Job> token_job_locked(uint64_t k, std::unique_lock<std::mutex>& lock);
+  /// Checks and decompresses record r of `win` into `out`; keeps the error in the record.
+  void unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* out);
+  /// Puts window sample s (its row at `src`, or its record's error) into its place in `job`;
+  /// returns whether a row went in.
+  bool put_token_row(Job& job, const TokenWindow& win, uint64_t s, const uint8_t* src);
+  /// Copies the rows batch k draws from `win` (records decompressed at `buf`, `token_capacity`
+  /// apart) into its slot, or hands their record's error to it.
+  void fill_token_batch(Job& job, const TokenWindow& win, const uint8_t* buf);
   void finish_one(Job& job);
   /// ring->mu held: whether the consumer, asleep on a batch, should be woken now.
   bool consumer_should_wake_locked() const;
@@ -485,7 +404,7 @@ void Loader::Impl::setup() {
       for (uint64_t i = 0; i < r->record_count(); ++i) {
         const RecordLocation& loc = r->location(i);
         groups.push_back(loc.field_sizes[token_field] / token_row_bytes);
-        chunk_pool->capacity = std::max<size_t>(chunk_pool->capacity, loc.raw_size);
+        token_capacity = std::max<size_t>(token_capacity, loc.raw_size);
         largest_stored = std::max<uint64_t>(largest_stored, loc.stored_size);
       }
     }
@@ -583,7 +502,12 @@ void Loader::Impl::setup() {
     // the ring must hold more of them for the decoders to keep working meanwhile.
     // Large ones (images) need few. Either way the ring stays within kAutoRingBytes.
     constexpr size_t kAutoRingBytes = 32u << 20;
-    opt.slots = static_cast<unsigned>(std::clamp<size_t>(kAutoRingBytes / std::max<size_t>(1, off), 4, 64));
+    const size_t fit = kAutoRingBytes / std::max<size_t>(1, off);
+    opt.slots = static_cast<unsigned>(std::clamp<size_t>(fit, 4, 64));
+    // Tokens: room for the batches of a window per worker and one more for the consumer
+    // to drain, so the workers can copy rows straight from a just-decompressed record
+    // into their batches (see token_worker_main), as far as the memory allows.
+    if (tokens) opt.slots = static_cast<unsigned>(std::clamp<size_t>(direct_token_slots(), opt.slots, std::max<size_t>(fit, 4)));
   }
   for (unsigned i = 0; i < opt.slots; ++i) ring->add_slot_locked();
 }
@@ -600,6 +524,12 @@ void Loader::Impl::start_run() {
   delivered_error = nullptr;
   queue.clear();
   clear_token_state();
+  if (tokens) {
+    const uint64_t n = rank_samples();
+    const uint64_t first = n ? token_window_of(sched->position(0, 0)) : 0;
+    next_window = planned_to = first;
+    windows_end = n ? token_window_of(sched->start() + rank.rank + (n - 1) * rank.world_size) + 1 : first;
+  }
   c.reset();
   io_bytes = 0;
   first_batch_s = 0;
@@ -617,12 +547,10 @@ void Loader::Impl::start_run() {
 }
 
 void Loader::Impl::clear_token_state() {
-  // Waiters are weak and jobs are dropped with the run, so nothing here keeps a cycle.
-  chunks.clear();
-  for (ChunkQueue* q : {&read_needed, &read_ahead, &unpack_needed, &unpack_ahead}) clear_queue(*q);
-  prefetch_from = 0;
-  min_retire_at = UINT64_MAX;
-  claims_open.clear();
+  planned.clear();
+  to_read.clear();
+  next_window = windows_end = planned_to = 0;
+  records_waiting = 0;
 }
 
 void Loader::Impl::stop_run() {
@@ -636,6 +564,7 @@ void Loader::Impl::stop_run() {
   ring->cv.notify_all();
   ring->producer_cv.notify_all();
   read_cv.notify_all();
+  window_cv.notify_all();
   if (io_thread.joinable()) io_thread.join();
   for (auto& t : decoders) t.join();
   decoders.clear();
@@ -766,11 +695,12 @@ bool Loader::Impl::open_engine() {
     if (!engine) {
       IoOptions io = opt.io;
       // The slab only needs to hold the reads in flight: the batches of the ring (images)
-      // or the records of about three windows (tokens: the next window is read ahead).
+      // or the records of the token windows in flight.
       uint64_t need;
       if (tokens) {
-        const uint64_t window = order_opt.kind == OrderKind::kTokenWindow ? std::max<uint64_t>(1, order_opt.window_chunks) : 4;
-        need = (3 * window + opt.slots) * (largest_stored + 2 * kDirectAlignment);
+        // A window per worker being decompressed, the next one read ahead, one to spare.
+        const uint64_t window = std::max<uint64_t>(1, order_opt.window_chunks);
+        need = (threads + 2) * window * (largest_stored + 2 * kDirectAlignment);
       } else {
         const uint64_t records = std::max<uint64_t>(1, dataset->record_count());
         const uint64_t mean = dataset->manifest().total_bytes() / records;
@@ -1004,9 +934,40 @@ void widen_row(const uint8_t* src, DType dt, size_t n, Out* out) {
     case DType::kNone: break;
   }
 }
+// Rows go into batch slots that nothing reads before the batch is out, while the record
+// they come from stays in cache for its other rows and the next record's decompression:
+// streaming stores write the slot without first reading its lines into the cache (~25 %
+// less copy time per record here) and without evicting the record. Callers fence
+// (stores_done) before a batch is marked ready.
+void copy_row_bytes(const uint8_t* src, size_t bytes, uint8_t* dst) {
+#if defined(__SSE2__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + i, src + i, bytes - i);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+void stores_done() {
+#if defined(__SSE2__)
+  _mm_sfence();  // streaming stores are weakly ordered: visible before the batch is
+#endif
+}
+
 void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t* dst) {
   if (elem_of_dtype(dt) == out_t) {
-    std::memcpy(dst, src, n * dtype_size(dt));
+    copy_row_bytes(src, n * dtype_size(dt), dst);
     return;
   }
   switch (out_t) {
@@ -1019,92 +980,214 @@ void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t
 }
 }  // namespace
 
-std::shared_ptr<Chunk> Loader::Impl::chunk_for(uint64_t record, uint64_t retire_at, ChunkQueue& queue,
-                                               bool* was_created) {
-  auto [it, created] = chunks.try_emplace(record);
-  if (was_created) *was_created = created;
-  if (created) {
-    auto ch = std::make_shared<Chunk>();
-    ch->record = record;
-    ch->retire_at = retire_at;
-    ch->pool = chunk_pool;
-    min_retire_at = std::min(min_retire_at, retire_at);
-    it->second = ch;
-    enqueue(queue, ch);
+uint64_t Loader::Impl::token_window_count() const {
+  if (order->windowed()) return order->window_count();
+  const uint64_t w = std::max<uint64_t>(1, order_opt.window_chunks);
+  return (layout->groups() + w - 1) / w;
+}
+
+std::pair<uint64_t, uint64_t> Loader::Impl::token_window_positions(uint64_t w) const {
+  if (order->windowed()) return order->window_positions(w);
+  const uint64_t per = std::max<uint64_t>(1, order_opt.window_chunks);
+  const uint64_t first = std::min<uint64_t>(w * per, layout->groups());
+  const uint64_t last = std::min<uint64_t>(first + per, layout->groups());
+  return {layout->group_begin(first), layout->group_begin(last)};  // sequential: positions are rows
+}
+
+uint64_t Loader::Impl::token_window_of(uint64_t position) const {
+  if (order->windowed()) return order->window_of(position);
+  return layout->locate(position).first / std::max<uint64_t>(1, order_opt.window_chunks);
+}
+
+uint64_t Loader::Impl::token_batches_per_window() const {
+  uint64_t rows = 0;  // the largest record's rows
+  for (size_t g = 0; g < layout->groups(); ++g) rows = std::max(rows, layout->group_size(g));
+  const uint64_t window_rows = std::max<uint64_t>(1, order_opt.window_chunks) * rows;
+  const uint64_t rank_rows = (window_rows + rank.world_size - 1) / rank.world_size;
+  return (rank_rows + opt.batch_size - 1) / opt.batch_size + 1;  // + 1: a window's edges fall inside batches
+}
+
+uint64_t Loader::Impl::rank_samples() const {
+  const uint64_t nb = sched->num_batches();
+  return nb ? (nb - 1) * opt.batch_size + sched->batch_length(nb - 1) : 0;
+}
+
+std::pair<uint64_t, uint64_t> Loader::Impl::rank_samples_in(uint64_t begin, uint64_t end) const {
+  // Sample i of the rank's schedule sits at position base + i * world.
+  const uint64_t base = sched->start() + rank.rank, world = rank.world_size, n = rank_samples();
+  auto first_from = [&](uint64_t p) { return std::min<uint64_t>(n, p <= base ? 0 : (p - base + world - 1) / world); };
+  const uint64_t i0 = first_from(begin);
+  return {i0, std::max(i0, first_from(end))};
+}
+
+std::shared_ptr<TokenWindow> Loader::Impl::plan_token_window(uint64_t w) const {
+  auto win = std::make_shared<TokenWindow>();
+  win->w = w;
+  const auto [begin, end] = token_window_positions(w);
+  std::tie(win->i0, win->i1) = rank_samples_in(begin, end);
+  const uint64_t n = win->i1 - win->i0;
+  win->units.resize(n);
+  win->rec_of.resize(n);
+  win->row_of.resize(n);
+  if (n) order->at_strided(sched->start() + rank.rank + win->i0 * rank.world_size, rank.world_size, n, win->units.data());
+  // A window holds window_chunks records: a short list, searched from the most recent
+  // entry; a map only for wide windows.
+  std::unordered_map<uint64_t, uint32_t> index;
+  auto& recs = win->recs;
+  for (uint64_t s = 0; s < n; ++s) {
+    const auto [record, row] = layout->locate(win->units[s]);
+    size_t q = recs.size();
+    if (recs.size() <= 32) {
+      for (size_t i = recs.size(); i-- > 0;)
+        if (recs[i].record == record) {
+          q = i;
+          break;
+        }
+    } else {
+      if (index.empty())
+        for (size_t i = 0; i < recs.size(); ++i) index.emplace(recs[i].record, static_cast<uint32_t>(i));
+      if (auto f = index.find(record); f != index.end()) q = f->second;
+    }
+    if (q == recs.size()) {
+      if (!index.empty()) index.emplace(record, static_cast<uint32_t>(q));
+      recs.emplace_back().record = record;
+    }
+    win->rec_of[s] = static_cast<uint32_t>(q);
+    win->row_of[s] = static_cast<uint32_t>(row);
   }
-  return it->second;
+  win->rec_begin.assign(recs.size() + 1, 0);
+  for (uint64_t s = 0; s < n; ++s) win->rec_begin[win->rec_of[s] + 1]++;
+  for (size_t q = 0; q < recs.size(); ++q) win->rec_begin[q + 1] += win->rec_begin[q];
+  win->by_rec.resize(n);
+  std::vector<uint32_t> fill(win->rec_begin.begin(), win->rec_begin.end() - 1);
+  for (uint64_t s = 0; s < n; ++s) win->by_rec[fill[win->rec_of[s]]++] = static_cast<uint32_t>(s);
+  return win;
 }
 
-const uint8_t* Loader::Impl::unpack_chunk(Chunk& ch, std::vector<uint8_t>& scratch) {
-  auto [s, r] = dataset->locate(ch.record);
-  const uint8_t* rows = nullptr;
-  try {
-    const RecordLocation& loc = dataset->shard(s)->location(r);
-    if (loc.raw_size > chunk_pool->capacity)
-      throw Error(ErrorCode::kDataLoss, "raw size " + std::to_string(loc.raw_size) + " exceeds what the shard index promised");
-    // Into the worker's own buffer, reused record after record: zstd writing into lines
-    // already in this core's cache runs ~1.3x faster than into a recycled cold buffer.
-    scratch.resize(chunk_pool->capacity);
-    auto fields = unpack_record_into(dataset->schema(), loc, {ch.stored->data() + ch.skip, loc.stored_size},
-                                     scratch, record_name(s, r));
-    rows = fields[static_cast<size_t>(token_field)].data();
-    ch.raw_size = loc.raw_size;
-  } catch (const Error& e) {
-    ch.error = std::make_exception_ptr(naming(e, record_name(s, r)));
-  } catch (...) {
-    ch.error = std::current_exception();
+void Loader::Impl::plan_windows_locked(std::unique_lock<std::mutex>& lock, uint64_t upto) {
+  upto = std::min(upto, windows_end);
+  while (planned_to < upto && !stop) {
+    const uint64_t w = planned_to++;
+    lock.unlock();
+    auto win = plan_token_window(w);
+    lock.lock();
+    for (uint32_t r = 0; r < win->recs.size(); ++r) to_read.emplace_back(win, r);
+    planned.emplace(w, std::move(win));
+    read_cv.notify_one();
+    window_cv.notify_all();
   }
-  ch.stored.reset();  // the read buffer goes back to the engine's slab
-  return rows;
 }
 
-uint64_t Loader::Impl::registration_horizon_locked() const {
-  // The rank's positions only grow with the batch number: a batch claimed but not
-  // registered yet starts no earlier than the oldest open claim, one not claimed yet no
-  // earlier than the next batch to claim.
-  if (!claims_open.empty()) return sched->position(*claims_open.begin(), 0);
-  if (next_start < sched->num_batches()) return sched->position(next_start, 0);
-  return UINT64_MAX;
-}
-
-bool Loader::Impl::later_batches_need_locked(const Chunk& ch) const {
-  return ch.retire_at > registration_horizon_locked();
-}
-
-void Loader::Impl::unpack_and_deliver(const std::shared_ptr<Chunk>& ch, std::vector<uint8_t>& scratch,
-                                      std::unique_lock<std::mutex>& lock) {
-  // Decided now, not after decompressing: no batch registering later can start to need
-  // the record, so deciding early only errs towards keeping a copy nobody reads.
-  const bool keep = !ch->error && later_batches_need_locked(*ch);
-  lock.unlock();
-  const auto b0 = Clock::now();
-  const uint8_t* rows = ch->error ? nullptr : unpack_chunk(*ch, scratch);
-  if (rows && keep) {
-    // Later batches copy their rows from here.
-    ch->raw = chunk_pool->take();
-    std::memcpy(ch->raw.get(), scratch.data(), ch->raw_size);
-    ch->rows = ch->raw.get() + (rows - scratch.data());
+std::shared_ptr<Job> Loader::Impl::token_job_locked(uint64_t k, std::unique_lock<std::mutex>& lock) {
+  const uint64_t B = opt.batch_size;
+  for (;;) {
+    if (stop) return nullptr;
+    if (auto it = jobs.find(k); it != jobs.end()) return it->second;
+    if (k < next_start)
+      throw std::logic_error("token batch " + std::to_string(k) + " went out while a window still had rows for it");
+    // Slots are claimed in batch order, whoever needs them: the consumer takes batches in
+    // that order, so the lowest batch not out yet always has its slot.
+    size_t slot = ring->slots.size();
+    for (size_t i = 0; i < ring->slots.size(); ++i)
+      if (ring->slots[i]->state == Ring::State::kFree) {
+        slot = i;
+        break;
+      }
+    if (slot == ring->slots.size()) {
+      const auto w0 = Clock::now();
+      ring->producer_cv.wait(lock);
+      c.dec_wait_ns += nanos(Clock::now() - w0);
+      continue;
+    }
+    ring->slots[slot]->state = Ring::State::kFilling;
+    auto job = std::make_shared<Job>();
+    job->k = next_start++;
+    job->slot = slot;
+    job->mem = ring->slots[slot]->mem;
+    const uint64_t len = sched->batch_length(job->k);
+    job->samples.resize(len);
+    job->bad.assign(len, 0);
+    // Every row is delivered unless its record fails (taken back out then).
+    job->record_bytes.store(len * token_row_bytes, std::memory_order_relaxed);
+    // One hand-over per window the batch draws rows from.
+    const uint64_t lo = job->k * B, hi = lo + len;
+    const uint64_t base = sched->start() + rank.rank;
+    uint64_t parts = 0;
+    for (uint64_t w = token_window_of(base + lo * rank.world_size); w <= token_window_of(base + (hi - 1) * rank.world_size); ++w) {
+      const auto [begin, end] = token_window_positions(w);
+      const auto [i0, i1] = rank_samples_in(begin, end);
+      parts += std::max(i0, lo) < std::min(i1, hi);
+    }
+    job->remaining = parts;
+    c.queue_sum += len * records_waiting;
+    jobs[job->k] = job;
+    // A worker waiting for a slot for a later batch may have been the one woken for this
+    // slot: the others re-check whether their batch exists now.
+    ring->producer_cv.notify_all();
   }
-  lock.lock();
-  auto waiters = std::move(ch->waiters);
-  ch->waiters.clear();
-  ch->state = Chunk::State::kDone;
-  lock.unlock();
+}
+
+void Loader::Impl::unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* out) {
+  TokenWindow::Rec& rec = win.recs[r];
+  if (!rec.error) {
+    auto [s, rr] = dataset->locate(rec.record);
+    try {
+      const RecordLocation& loc = dataset->shard(s)->location(rr);
+      if (loc.raw_size > token_capacity)
+        throw Error(ErrorCode::kDataLoss, "raw size " + std::to_string(loc.raw_size) + " exceeds what the shard index promised");
+      auto fields = unpack_record_into(dataset->schema(), loc, {rec.stored->data() + rec.skip, loc.stored_size},
+                                       {out, token_capacity}, record_name(s, rr));
+      rec.rows_at = static_cast<size_t>(fields[static_cast<size_t>(token_field)].data() - out);
+    } catch (const Error& e) {
+      rec.error = std::make_exception_ptr(naming(e, record_name(s, rr)));
+    } catch (...) {
+      rec.error = std::current_exception();
+    }
+  }
+  rec.stored.reset();  // the read buffer goes back to the engine's slab
+}
+
+bool Loader::Impl::put_token_row(Job& job, const TokenWindow& win, uint64_t s, const uint8_t* src) {
+  const uint64_t j = win.i0 + s - job.k * opt.batch_size;
+  job.samples[j] = win.units[s];
+  const int64_t gi = static_cast<int64_t>(win.units[s]);
+  std::memcpy(tensor_ptr(job, index_t) + j * 8, &gi, 8);
+  const TokenWindow::Rec& rec = win.recs[win.rec_of[s]];
+  if (rec.error) {
+    if (opt.on_error == OnError::kError) {
+      job.fail(rec.error);
+      return false;
+    }
+    sample_failed(job, static_cast<uint32_t>(j), rec.error);  // every row of a bad record is skipped
+    job.record_bytes.fetch_sub(token_row_bytes, std::memory_order_relaxed);
+    return false;
+  }
+  const DType stored = dataset->schema().fields[static_cast<size_t>(token_field)].dtype;
+  const TensorLayout& tl = tensors[static_cast<size_t>(tokens_t)];
+  copy_tokens(src, stored, seq_len, tl.dtype, tensor_ptr(job, tokens_t) + j * tl.sample_bytes);
+  if (targets_t >= 0)
+    copy_tokens(src + dtype_size(stored), stored, seq_len, tl.dtype, tensor_ptr(job, targets_t) + j * tl.sample_bytes);
+  return true;
+}
+
+void Loader::Impl::fill_token_batch(Job& job, const TokenWindow& win, const uint8_t* buf) {
+  const uint64_t lo = job.k * opt.batch_size, hi = lo + job.samples.size();
+  const uint64_t from = std::max(lo, win.i0), to = std::min(hi, win.i1);
   uint64_t delivered = 0;
-  for (auto& [job, q] : waiters) {
-    delivered += deliver_rows(*job, q, *ch, rows);
-    finish_one(*job);
+  for (uint64_t i = from; i < to; ++i) {
+    const uint64_t s = i - win.i0;
+    const uint32_t q = win.rec_of[s];
+    delivered += put_token_row(job, win, s, buf + q * token_capacity + win.recs[q].rows_at + win.row_of[s] * token_row_bytes);
   }
   c.dec_samples += delivered;
-  c.dec_busy_ns += nanos(Clock::now() - b0);
-  lock.lock();
 }
 
 void Loader::Impl::token_io_main() {
   pin_and_name_this_thread(cpu.cpus, "stoker-io");
   if (!open_engine()) return;
   struct Pending {
-    std::shared_ptr<Chunk> chunk;
+    std::shared_ptr<TokenWindow> win;
+    uint32_t r = 0;
     std::shared_ptr<IoBuffer> buf;
     uint64_t skip = 0;
     uint64_t need = 0;  // skip + stored size: what a complete read returns at least
@@ -1112,19 +1195,17 @@ void Loader::Impl::token_io_main() {
   std::unordered_map<uint64_t, Pending> pending;
   uint64_t next_tag = 1;
   std::vector<ReadCompletion> done;
+  std::vector<std::pair<std::shared_ptr<TokenWindow>, uint32_t>> batch, finished;
   const size_t depth = std::max<size_t>(1, opt.io.queue_depth);
   std::unique_lock<std::mutex> lock(ring->mu);
   try {
     while (!stop) {
-      std::vector<std::shared_ptr<Chunk>> to_read;
-      while (pending.size() + to_read.size() < depth) {
-        auto ch = dequeue(read_needed);
-        if (!ch) ch = dequeue(read_ahead);
-        if (!ch) break;
-        ch->state = Chunk::State::kReading;
-        to_read.push_back(std::move(ch));
+      batch.clear();
+      while (pending.size() + batch.size() < depth && !to_read.empty()) {
+        batch.push_back(std::move(to_read.front()));
+        to_read.pop_front();
       }
-      if (to_read.empty() && pending.empty()) {
+      if (batch.empty() && pending.empty()) {
         const auto w0 = Clock::now();
         read_cv.wait(lock);
         c.io_wait_ns += nanos(Clock::now() - w0);
@@ -1133,29 +1214,30 @@ void Loader::Impl::token_io_main() {
       lock.unlock();
       const auto t0 = Clock::now();
       uint64_t waited = 0;
-      std::vector<std::shared_ptr<Chunk>> finished;  // read (kRead) or failed (error set)
+      finished.clear();  // read, or failed (the record's error set)
       std::vector<ReadRequest> reqs;
-      for (auto& ch : to_read) {
-        auto [s, r] = dataset->locate(ch->record);
+      for (auto& [win, r] : batch) {
+        TokenWindow::Rec& rec = win->recs[r];
+        auto [s, rr] = dataset->locate(rec.record);
         try {
           auto reader = dataset->shard(s);  // opens lazily; checks the shard against the manifest
           if (file_ids[s] < 0) file_ids[s] = engine->add_file(dataset->shard_path(s));
           const uint32_t fid = static_cast<uint32_t>(file_ids[s]);
-          const RecordLocation& loc = reader->location(r);
+          const RecordLocation& loc = reader->location(rr);
           const RecordRange range{fid, loc.offset, loc.stored_size, engine->file_size(fid)};
           PlanOptions po;
           po.alignment = engine->direct() ? kDirectAlignment : 1;
           const ReadPlan plan = plan_reads({&range, 1}, po);
           const auto& rd = plan.reads.at(0);
-          Pending pd{ch, std::make_shared<IoBuffer>(engine->alloc(rd.length)), plan.records.at(0).skip, 0};
+          Pending pd{win, r, std::make_shared<IoBuffer>(engine->alloc(rd.length)), plan.records.at(0).skip, 0};
           pd.need = pd.skip + loc.stored_size;
           const uint64_t tag = next_tag++;
           reqs.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), pd.buf->data(), tag});
           pending.emplace(tag, std::move(pd));
         } catch (const Error& e) {
           // A missing or replaced shard: the record fails like a bad read would.
-          ch->error = std::make_exception_ptr(naming(e, record_name(s, r)));
-          finished.push_back(ch);
+          rec.error = std::make_exception_ptr(naming(e, record_name(s, rr)));
+          finished.emplace_back(win, r);
         }
       }
       if (!reqs.empty()) engine->submit(reqs);
@@ -1171,35 +1253,32 @@ void Loader::Impl::token_io_main() {
           if (it == pending.end()) continue;
           Pending pd = std::move(it->second);
           pending.erase(it);
-          Chunk& ch = *pd.chunk;
+          TokenWindow::Rec& rec = pd.win->recs[pd.r];
           if (auto bad = read_failure(d, pd.need)) {
-            auto [s, r] = dataset->locate(ch.record);
-            ch.error = std::make_exception_ptr(Error(bad->code(), record_name(s, r) + ": " + bad->what()));
+            auto [s, rr] = dataset->locate(rec.record);
+            rec.error = std::make_exception_ptr(Error(bad->code(), record_name(s, rr) + ": " + bad->what()));
           } else {
             io_bytes += static_cast<uint64_t>(d.result);
             c.io_records++;
-            ch.stored = std::move(pd.buf);
-            ch.skip = pd.skip;
+            rec.stored = std::move(pd.buf);
+            rec.skip = pd.skip;
           }
-          finished.push_back(std::move(pd.chunk));
+          finished.emplace_back(std::move(pd.win), pd.r);
         }
       }
       c.io_wait_ns += waited;
       const uint64_t spent = nanos(Clock::now() - t0);
       c.io_busy_ns += spent - std::min(waited, spent);
       lock.lock();
+      if (finished.empty()) continue;
       // The token IO thread lives until the run stops, past the epoch's last read: its
       // engine's figures are published with every read handed on, so stats() taken at
       // the end of an epoch has all of them.
-      if (!finished.empty()) publish_io_stats();
-      bool any_read = false;
-      for (auto& ch : finished) {
-        // A failed read goes the same way: the worker hands the error to the batches.
-        ch->state = Chunk::State::kRead;
-        enqueue(ch->waiters.empty() ? unpack_ahead : unpack_needed, ch);
-        any_read = true;
-      }
-      if (any_read) ring->producer_cv.notify_all();
+      publish_io_stats();
+      for (auto& [win, r] : finished) win->arrived.push_back(r);  // a failed read goes the same way
+      records_waiting += finished.size();
+      finished.clear();
+      window_cv.notify_all();
     }
   } catch (...) {
     if (!lock.owns_lock()) lock.lock();
@@ -1210,212 +1289,99 @@ void Loader::Impl::token_io_main() {
   close_engine_run();  // before `pending` goes: no buffer is freed under the kernel
 }
 
-void Loader::Impl::plan_token_batch(TokenClaim& cl) {
-  Job& job = *cl.job;
-  const uint64_t k = job.k;
-  const uint64_t len = sched->batch_length(k);
-  const bool windowed = order->windowed();
-  job.samples.resize(len);
-  job.bad.assign(len, 0);
-  // Every row is delivered unless its record fails (deliver_rows takes those back out):
-  // counted once here, not by every hand-over.
-  job.record_bytes.store(len * token_row_bytes, std::memory_order_relaxed);
-  cl.row_chunk.resize(len);
-  cl.src_row.resize(len);
-  cl.needs.clear();
-  // A rank's positions grow with j: the batch spans [position(k, 0), position(k, len-1)].
-  cl.last_window = windowed && len ? order->window_of(sched->position(k, len - 1)) : 0;
-  std::unordered_map<uint64_t, size_t> need_index;
-  if (len) order->at_strided(sched->position(k, 0), sched->world_size(), len, job.samples.data());
-  for (uint64_t j = 0; j < len; ++j) {
-    const uint64_t pos = sched->position(k, j);
-    auto [rec, r] = layout->locate(job.samples[j]);
-    cl.src_row[j] = static_cast<uint32_t>(r);
-    // A batch draws from about min(B, window) records: a short list, searched from the
-    // most recent entry; a map only for wide windows.
-    auto& needs = cl.needs;
-    size_t q = needs.size();
-    if (needs.size() <= 32) {
-      for (size_t i = needs.size(); i-- > 0;)
-        if (needs[i].record == rec) {
-          q = i;
-          break;
-        }
-    } else {
-      if (need_index.empty())
-        for (size_t i = 0; i < needs.size(); ++i) need_index.emplace(needs[i].record, i);
-      if (auto f = need_index.find(rec); f != need_index.end()) q = f->second;
-    }
-    if (q == needs.size()) {
-      if (!need_index.empty()) need_index.emplace(rec, q);
-      const uint64_t retire_at = windowed ? order->window_positions(order->window_of(pos)).second
-                                          : layout->group_begin(rec) + layout->group_size(rec);  // sequential: positions are rows
-      needs.push_back({rec, retire_at});
-    }
-    cl.row_chunk[j] = static_cast<uint32_t>(q);
-  }
-  job.chunk_begin.assign(cl.needs.size() + 1, 0);
-  for (uint64_t j = 0; j < len; ++j) job.chunk_begin[cl.row_chunk[j] + 1]++;
-  for (size_t i = 0; i < cl.needs.size(); ++i) job.chunk_begin[i + 1] += job.chunk_begin[i];
-  job.copies.resize(len);
-  cl.fill.assign(job.chunk_begin.begin(), job.chunk_begin.end() - 1);
-  for (uint64_t j = 0; j < len; ++j)
-    job.copies[cl.fill[cl.row_chunk[j]]++] = RowCopy{cl.src_row[j], static_cast<uint32_t>(j)};
-  uint8_t* idx = tensor_ptr(job, index_t);
-  for (uint64_t j = 0; j < len; ++j) {
-    const int64_t gi = static_cast<int64_t>(job.samples[j]);
-    std::memcpy(idx + j * 8, &gi, 8);
-  }
-}
-
-bool Loader::Impl::register_token_batch_locked(TokenClaim& cl) {
-  const std::shared_ptr<Job>& job = cl.job;
-  bool reads_queued = false;
-  uint32_t q = 0;
-  uint64_t waiting = 0;
-  cl.loaded.clear();
-  for (const TokenClaim::Need& n : cl.needs) {
-    bool created = false;
-    auto ch = chunk_for(n.record, n.retire_at, read_needed, &created);
-    reads_queued |= created;
-    // Read ahead and now needed: move it up.
-    if (!created && ch->state == Chunk::State::kQueued) {
-      enqueue(read_needed, ch);
-      reads_queued = true;
-    }
-    if (!created && ch->state == Chunk::State::kRead) enqueue(unpack_needed, ch);
-    if (ch->state != Chunk::State::kDone) {
-      ch->waiters.emplace_back(job.get(), q);
-      waiting++;
-    } else {
-      cl.loaded.emplace_back(q, std::move(ch));
-    }
-    ++q;
-  }
-  job->remaining += waiting;
-  // Claims register out of order: a window is read ahead once, by whichever gets there
-  // first (its records are listed only then, not by every claim).
-  const uint64_t ahead = cl.last_window + 1;
-  if (order->windowed() && !job->samples.empty() && ahead < order->window_count() && ahead >= prefetch_from) {
-    prefetch_from = ahead + 1;
-    const uint64_t retire_at = order->window_positions(ahead).second;
-    for (uint64_t chunk_id : order->window_chunks(ahead)) {
-      bool created = false;
-      chunk_for(order->chunk_group(chunk_id), retire_at, read_ahead, &created);
-      reads_queued |= created;
-    }
-  }
-  claims_open.erase(job->k);
-  return reads_queued;
-}
-
-void Loader::Impl::evict_chunks_locked() {
-  // Records whose last position is behind the first position of every batch still to
-  // register are done with (registered batches got or will get their rows handed over).
-  const uint64_t horizon = registration_horizon_locked();
-  if (horizon < min_retire_at) return;
-  min_retire_at = UINT64_MAX;
-  for (auto it = chunks.begin(); it != chunks.end();) {
-    if (it->second->retire_at <= horizon && it->second->state == Chunk::State::kDone) {
-      it = chunks.erase(it);
-    } else {
-      min_retire_at = std::min(min_retire_at, it->second->retire_at);
-      ++it;
-    }
-  }
-}
-
-bool Loader::Impl::claim_token_batches(std::unique_lock<std::mutex>& lock, std::vector<TokenClaim>& claims) {
-  // Several batches per claim when slots are free: one pass through the ring's lock for
-  // them all, not two per batch (on a small machine a waiter on that lock is a context
-  // switch and an idle core).
-  constexpr size_t kMaxClaim = 4;
-  size_t n = 0;
-  for (size_t i = 0; i < ring->slots.size() && n < kMaxClaim && next_start < sched->num_batches(); ++i) {
-    if (ring->slots[i]->state != Ring::State::kFree) continue;
-    ring->slots[i]->state = Ring::State::kFilling;
-    if (claims.size() <= n) claims.emplace_back();
-    auto job = std::make_shared<Job>();
-    job->k = next_start++;
-    job->slot = i;
-    job->mem = ring->slots[i]->mem;
-    job->remaining = 1;  // the claim's own hold, until the rows already loaded are in
-    jobs[job->k] = job;
-    claims_open.insert(job->k);
-    claims[n++].job = std::move(job);
-  }
-  if (n == 0) return false;
-  // Records read and waiting to be decompressed, as each claimed row sees them (the
-  // image path's figure is per sample too).
-  for (size_t i = 0; i < n; ++i) c.queue_sum += sched->batch_length(claims[i].job->k) * unpack_needed.size();
-  lock.unlock();
-  for (size_t i = 0; i < n; ++i) plan_token_batch(claims[i]);
-  lock.lock();
-  bool reads_queued = false;
-  for (size_t i = 0; i < n; ++i) reads_queued |= register_token_batch_locked(claims[i]);
-  if (reads_queued) read_cv.notify_one();
-  evict_chunks_locked();
-  lock.unlock();
-  for (size_t i = 0; i < n; ++i) {
-    TokenClaim& cl = claims[i];
-    uint64_t delivered = 0;
-    for (const auto& [q, ch] : cl.loaded) delivered += deliver_rows(*cl.job, q, *ch, ch->rows);
-    if (delivered) c.dec_samples += delivered;
-    cl.loaded.clear();
-    finish_one(*cl.job);
-    cl.job.reset();
-  }
-  lock.lock();
-  return true;
-}
-
-uint64_t Loader::Impl::deliver_rows(Job& job, uint32_t q, const Chunk& ch, const uint8_t* rows) {
-  if (!rows && !ch.error)
-    throw std::logic_error("token record " + std::to_string(ch.record) +
-                           " was released while a batch still draws from it");
-  const Field& f = dataset->schema().fields[token_field];
-  const size_t tsize = dtype_size(f.dtype);
-  uint8_t* tok = tensor_ptr(job, tokens_t);
-  uint8_t* tgt = targets_t >= 0 ? tensor_ptr(job, targets_t) : nullptr;
-  const TensorLayout& tl = tensors[tokens_t];
-  uint64_t n = 0;
-  for (uint32_t i = job.chunk_begin[q]; i < job.chunk_begin[q + 1]; ++i) {
-    const auto [src_row, j] = job.copies[i];
-    if (ch.error) {
-      if (opt.on_error == OnError::kError) {
-        job.fail(ch.error);
-        return 0;
-      }
-      sample_failed(job, j, ch.error);  // every row of a bad record is skipped
-      job.record_bytes.fetch_sub(token_row_bytes, std::memory_order_relaxed);
-      continue;
-    }
-    const uint8_t* src = rows + src_row * token_row_bytes;
-    copy_tokens(src, f.dtype, seq_len, tl.dtype, tok + j * tl.sample_bytes);
-    if (tgt) copy_tokens(src + tsize, f.dtype, seq_len, tl.dtype, tgt + j * tl.sample_bytes);
-    n++;
-  }
-  return n;
-}
-
 void Loader::Impl::token_worker_main(unsigned id) {
   pin_and_name_this_thread(cpu.cpus, "stoker-dec/" + std::to_string(id));
-  std::vector<uint8_t> scratch;  // this worker's decompression buffer, kept hot
-  std::vector<TokenClaim> claims;
+  // Where this worker decompresses: one record at a time (direct), or a whole window's
+  // records kept for batches that get their slots later. Reused window after window.
+  std::unique_ptr<uint8_t[]> buf;
+  size_t buf_records = 0;
+  std::vector<std::shared_ptr<Job>> batches;  // direct: this window's, from its first
+  const uint64_t B = opt.batch_size;
   std::unique_lock<std::mutex> lock(ring->mu);
   try {
-    while (!stop) {
-      if (claim_token_batches(lock, claims)) continue;
-      auto ch = dequeue(unpack_needed);
-      if (!ch) ch = dequeue(unpack_ahead);
-      if (ch) {
-        ch->state = Chunk::State::kUnpacking;
-        unpack_and_deliver(ch, scratch, lock);
+    while (!stop && next_window < windows_end) {
+      const uint64_t w = next_window++;
+      plan_windows_locked(lock, w + 2);  // this window (unless another worker is at it) and the next, read ahead
+      const auto w0 = Clock::now();
+      while (!stop && !planned.count(w)) window_cv.wait(lock);
+      c.dec_wait_ns += nanos(Clock::now() - w0);
+      if (stop) break;
+      auto it = planned.find(w);
+      const std::shared_ptr<TokenWindow> win = std::move(it->second);
+      planned.erase(it);
+      if (win->i0 == win->i1) continue;  // none of this rank's samples
+      const uint64_t k_first = win->i0 / B, k_last = (win->i1 - 1) / B;
+      // Direct, when enough slots are free now for every batch of the window not claimed
+      // yet: claim them all first, then copy each record's rows into them straight from
+      // the buffer it was just decompressed into, still in this core's cache. Otherwise
+      // (a small ring, a slow consumer) the window's records are kept decompressed and its
+      // batches filled one at a time as slots free up: a worker never waits for a slot
+      // while holding batches it has not filled.
+      size_t free_slots = 0;
+      for (const auto& slot : ring->slots) free_slots += slot->state == Ring::State::kFree;
+      const bool direct = k_last + 1 <= next_start || k_last + 1 - std::max(k_first, next_start) <= free_slots;
+      batches.clear();
+      for (uint64_t k = k_first; direct && !stop && k <= k_last; ++k) {
+        std::shared_ptr<Job> job = token_job_locked(k, lock);
+        if (!job) break;
+        batches.push_back(std::move(job));
+      }
+      const size_t keep = direct ? 1 : win->recs.size();
+      if (keep > buf_records) {
+        lock.unlock();
+        buf.reset(new uint8_t[keep * token_capacity]);  // not zero-filled
+        buf_records = keep;
+        lock.lock();
+      }
+      // Its records, as their reads come in.
+      size_t next = 0;
+      while (!stop && next < win->recs.size()) {
+        if (next == win->arrived.size()) {
+          const auto r0 = Clock::now();
+          window_cv.wait(lock);
+          c.dec_wait_ns += nanos(Clock::now() - r0);
+          continue;
+        }
+        const uint32_t r = win->arrived[next++];
+        records_waiting--;
+        lock.unlock();
+        const auto b0 = Clock::now();
+        uint8_t* out = buf.get() + (direct ? 0 : r * token_capacity);
+        unpack_window_record(*win, r, out);
+        if (direct) {
+          uint64_t delivered = 0;
+          const uint8_t* rows = out + win->recs[r].rows_at;
+          for (uint32_t t = win->rec_begin[r]; t < win->rec_begin[r + 1]; ++t) {
+            const uint32_t s = win->by_rec[t];
+            Job& job = *batches[(win->i0 + s) / B - k_first];
+            delivered += put_token_row(job, *win, s, rows + win->row_of[s] * token_row_bytes);
+          }
+          c.dec_samples += delivered;
+        }
+        c.dec_busy_ns += nanos(Clock::now() - b0);
+        lock.lock();
+      }
+      if (direct) {
+        if (stop) break;
+        lock.unlock();
+        stores_done();
+        for (auto& job : batches) finish_one(*job);
+        batches.clear();
+        lock.lock();
         continue;
       }
-      const auto w0 = Clock::now();
-      ring->producer_cv.wait(lock);
-      c.dec_wait_ns += nanos(Clock::now() - w0);
+      // Then the rows of every batch that draws from it, batch by batch.
+      for (uint64_t k = k_first; !stop && k <= k_last; ++k) {
+        std::shared_ptr<Job> job = token_job_locked(k, lock);
+        if (!job) break;
+        lock.unlock();
+        const auto b0 = Clock::now();
+        fill_token_batch(*job, *win, buf.get());
+        c.dec_busy_ns += nanos(Clock::now() - b0);
+        stores_done();
+        finish_one(*job);
+        lock.lock();
+      }
     }
   } catch (...) {
     if (!lock.owns_lock()) lock.lock();
