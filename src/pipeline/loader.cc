@@ -188,7 +188,6 @@ std::optional<Error> read_failure(const ReadCompletion& d, uint64_t need) {
 // that row is (a record of the window, a row of that record), and the records to read.
 // Planned once, read by the IO thread, then decompressed and handed out by one worker.
 struct TokenWindow {
-  uint64_t w = 0;
   uint64_t i0 = 0, i1 = 0;
   std::vector<uint64_t> units;           // per sample: its global row (the `index` field)
   std::vector<uint32_t> rec_of, row_of;  // per sample: its record (in `recs`) and row in it
@@ -309,12 +308,13 @@ struct Loader::Impl {
   void clear_token_state();
   // Token windows. Windows are the order's shuffle windows; sequential order, which has
   // none, is cut into runs of `window_chunks` records.
-  uint64_t token_window_count() const;
   std::pair<uint64_t, uint64_t> token_window_positions(uint64_t w) const;
   uint64_t token_window_of(uint64_t position) const;
   /// This rank's schedule samples [i0, i1) whose positions lie in [begin, end).
   std::pair<uint64_t, uint64_t> rank_samples_in(uint64_t begin, uint64_t end) const;
   uint64_t rank_samples() const;  ///< this rank's samples in the run
+  /// The position of the rank's schedule sample i (sample j of batch k is i = k*B + j).
+  uint64_t rank_position(uint64_t i) const { return sched->start() + rank.rank + i * rank.world_size; }
   /// The most batches one window's rows can touch for this rank.
   uint64_t token_batches_per_window() const;
   /// Ring slots for every worker to hold a window's batches, plus a window's more.
@@ -526,9 +526,9 @@ void Loader::Impl::start_run() {
   clear_token_state();
   if (tokens) {
     const uint64_t n = rank_samples();
-    const uint64_t first = n ? token_window_of(sched->position(0, 0)) : 0;
+    const uint64_t first = n ? token_window_of(rank_position(0)) : 0;
     next_window = planned_to = first;
-    windows_end = n ? token_window_of(sched->start() + rank.rank + (n - 1) * rank.world_size) + 1 : first;
+    windows_end = n ? token_window_of(rank_position(n - 1)) + 1 : first;
   }
   c.reset();
   io_bytes = 0;
@@ -980,12 +980,6 @@ void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t
 }
 }  // namespace
 
-uint64_t Loader::Impl::token_window_count() const {
-  if (order->windowed()) return order->window_count();
-  const uint64_t w = std::max<uint64_t>(1, order_opt.window_chunks);
-  return (layout->groups() + w - 1) / w;
-}
-
 std::pair<uint64_t, uint64_t> Loader::Impl::token_window_positions(uint64_t w) const {
   if (order->windowed()) return order->window_positions(w);
   const uint64_t per = std::max<uint64_t>(1, order_opt.window_chunks);
@@ -1013,8 +1007,8 @@ uint64_t Loader::Impl::rank_samples() const {
 }
 
 std::pair<uint64_t, uint64_t> Loader::Impl::rank_samples_in(uint64_t begin, uint64_t end) const {
-  // Sample i of the rank's schedule sits at position base + i * world.
-  const uint64_t base = sched->start() + rank.rank, world = rank.world_size, n = rank_samples();
+  // The inverse of rank_position: positions base + i * world.
+  const uint64_t base = rank_position(0), world = rank.world_size, n = rank_samples();
   auto first_from = [&](uint64_t p) { return std::min<uint64_t>(n, p <= base ? 0 : (p - base + world - 1) / world); };
   const uint64_t i0 = first_from(begin);
   return {i0, std::max(i0, first_from(end))};
@@ -1022,14 +1016,13 @@ std::pair<uint64_t, uint64_t> Loader::Impl::rank_samples_in(uint64_t begin, uint
 
 std::shared_ptr<TokenWindow> Loader::Impl::plan_token_window(uint64_t w) const {
   auto win = std::make_shared<TokenWindow>();
-  win->w = w;
   const auto [begin, end] = token_window_positions(w);
   std::tie(win->i0, win->i1) = rank_samples_in(begin, end);
   const uint64_t n = win->i1 - win->i0;
   win->units.resize(n);
   win->rec_of.resize(n);
   win->row_of.resize(n);
-  if (n) order->at_strided(sched->start() + rank.rank + win->i0 * rank.world_size, rank.world_size, n, win->units.data());
+  if (n) order->at_strided(rank_position(win->i0), rank.world_size, n, win->units.data());
   // A window holds window_chunks records: a short list, searched from the most recent
   // entry; a map only for wide windows.
   std::unordered_map<uint64_t, uint32_t> index;
@@ -1111,9 +1104,8 @@ std::shared_ptr<Job> Loader::Impl::token_job_locked(uint64_t k, std::unique_lock
     job->record_bytes.store(len * token_row_bytes, std::memory_order_relaxed);
     // One hand-over per window the batch draws rows from.
     const uint64_t lo = job->k * B, hi = lo + len;
-    const uint64_t base = sched->start() + rank.rank;
     uint64_t parts = 0;
-    for (uint64_t w = token_window_of(base + lo * rank.world_size); w <= token_window_of(base + (hi - 1) * rank.world_size); ++w) {
+    for (uint64_t w = token_window_of(rank_position(lo)); w <= token_window_of(rank_position(hi - 1)); ++w) {
       const auto [begin, end] = token_window_positions(w);
       const auto [i0, i1] = rank_samples_in(begin, end);
       parts += std::max(i0, lo) < std::min(i1, hi);
