@@ -202,6 +202,13 @@ struct TokenWindow {
   };
   std::vector<Rec> recs;
   std::vector<uint32_t> arrived;  // records read (or failed), in completion order; guarded by Ring::mu
+  // Kept windows (shared by the workers; guarded by Ring::mu but for `buf`, whose record
+  // r belongs to the worker that took it): every record decompressed into `buf`, then the
+  // batches k_first..k_last filled from it.
+  std::unique_ptr<uint8_t[]> buf;
+  uint64_t k_first = 0, k_last = 0;
+  size_t next_unpack = 0, unpacked = 0;  // into `arrived`; records done
+  uint64_t next_fill = 0, filled = 0;    // the next batch to hand out; batches done
 };
 
 struct Counters {
@@ -277,6 +284,12 @@ struct Loader::Impl {
   std::condition_variable read_cv;     // the token IO thread's: reads queued, stop
   std::condition_variable window_cv;   // the token workers': records read, window planned, stop
   size_t token_capacity = 0;           // the largest record's raw size
+  // Windows kept decompressed, oldest first, that every worker helps with (at most two:
+  // the footprint stays about two windows of records, the parallelism that of a window's
+  // records), and their buffers, reused.
+  std::deque<std::shared_ptr<TokenWindow>> kept;
+  std::vector<std::unique_ptr<uint8_t[]>> kept_buffers;
+  size_t kept_buffer_records = 0;
 
   Counters c;
   // Reporting: interval verdicts, smoothed so a steady feed does not flip-flop.
@@ -335,6 +348,14 @@ struct Loader::Impl {
   /// Copies the rows batch k draws from `win` (records decompressed at `buf`, `token_capacity`
   /// apart) into its slot, or hands their record's error to it.
   void fill_token_batch(Job& job, const TokenWindow& win, const uint8_t* buf);
+  /// ring->mu held (released while working): one piece of work on the kept windows —
+  /// decompress a record that has been read, or fill the next batch of the oldest window
+  /// still handing batches out once its records are all in; false when there is none.
+  bool work_on_kept_locked(std::unique_lock<std::mutex>& lock, std::vector<uint8_t>& scratch);
+  /// ring->mu held (released while working): a window taken by this worker alone,
+  /// direct: its batches are claimed, each record's rows copied in as it is decompressed.
+  void fill_window_direct_locked(std::unique_lock<std::mutex>& lock, TokenWindow& win,
+                                 std::vector<std::shared_ptr<Job>>& batches, std::vector<uint8_t>& scratch);
   void finish_one(Job& job);
   /// ring->mu held: whether the consumer, asleep on a batch, should be woken now.
   bool consumer_should_wake_locked() const;
@@ -547,6 +568,9 @@ void Loader::Impl::start_run() {
 }
 
 void Loader::Impl::clear_token_state() {
+  for (auto& win : kept)
+    if (win->buf) kept_buffers.push_back(std::move(win->buf));
+  kept.clear();
   planned.clear();
   to_read.clear();
   next_window = windows_end = planned_to = 0;
@@ -1281,99 +1305,168 @@ void Loader::Impl::token_io_main() {
   close_engine_run();  // before `pending` goes: no buffer is freed under the kernel
 }
 
+bool Loader::Impl::work_on_kept_locked(std::unique_lock<std::mutex>& lock, std::vector<uint8_t>& scratch) {
+  // Batches are filled window by window: a later window hands out batches only once the
+  // earlier ones have handed out all of theirs, so a worker waiting for a slot never
+  // leaves claimed batches of an earlier window without a worker to fill them.
+  bool earlier_filling = false;
+  for (size_t x = 0; x < kept.size(); ++x) {
+    const std::shared_ptr<TokenWindow> win = kept[x];
+    if (win->next_unpack < win->arrived.size()) {
+      const uint32_t r = win->arrived[win->next_unpack++];
+      records_waiting--;
+      lock.unlock();
+      const auto b0 = Clock::now();
+      // Decompressed in this worker's buffer, which stays in its cache, and streamed into
+      // the window's (written as the zstd output, its lines would each be read first).
+      scratch.resize(token_capacity);
+      unpack_window_record(*win, r, scratch.data());
+      if (!win->recs[r].error) {
+        auto [s, rr] = dataset->locate(win->recs[r].record);
+        copy_row_bytes(scratch.data(), dataset->shard(s)->location(rr).raw_size, win->buf.get() + r * token_capacity);
+      }
+      c.dec_busy_ns += nanos(Clock::now() - b0);
+      lock.lock();
+      if (++win->unpacked == win->recs.size()) window_cv.notify_all();  // its batches can be filled
+      return true;
+    }
+    const bool all_in = win->unpacked == win->recs.size();
+    if (!earlier_filling && all_in && win->next_fill <= win->k_last) {
+      const uint64_t k = win->next_fill++;
+      std::shared_ptr<Job> job = token_job_locked(k, lock);
+      if (!job) return false;
+      lock.unlock();
+      const auto b0 = Clock::now();
+      fill_token_batch(*job, *win, win->buf.get());
+      c.dec_busy_ns += nanos(Clock::now() - b0);
+      stores_done();
+      finish_one(*job);
+      lock.lock();
+      if (++win->filled == win->k_last - win->k_first + 1) {
+        kept_buffers.push_back(std::move(win->buf));
+        kept.erase(std::find(kept.begin(), kept.end(), win));
+        window_cv.notify_all();  // room for the next window
+      }
+      return true;
+    }
+    earlier_filling = earlier_filling || win->next_fill <= win->k_last;
+  }
+  return false;
+}
+
+void Loader::Impl::fill_window_direct_locked(std::unique_lock<std::mutex>& lock, TokenWindow& win,
+                                             std::vector<std::shared_ptr<Job>>& batches, std::vector<uint8_t>& scratch) {
+  const uint64_t B = opt.batch_size;
+  batches.clear();
+  for (uint64_t k = win.k_first; !stop && k <= win.k_last; ++k) {
+    std::shared_ptr<Job> job = token_job_locked(k, lock);  // slots were counted free: no wait
+    if (!job) return;
+    batches.push_back(std::move(job));
+  }
+  scratch.resize(token_capacity);
+  // Its records, as their reads come in, each into the one buffer, still in this core's
+  // cache when its rows are copied out.
+  size_t next = 0;
+  while (!stop && next < win.recs.size()) {
+    if (next == win.arrived.size()) {
+      const auto r0 = Clock::now();
+      window_cv.wait(lock);
+      c.dec_wait_ns += nanos(Clock::now() - r0);
+      continue;
+    }
+    const uint32_t r = win.arrived[next++];
+    records_waiting--;
+    lock.unlock();
+    const auto b0 = Clock::now();
+    unpack_window_record(win, r, scratch.data());
+    const uint8_t* rows = scratch.data() + win.recs[r].rows_at;
+    uint64_t delivered = 0;
+    for (uint32_t t = win.rec_begin[r]; t < win.rec_begin[r + 1]; ++t) {
+      const uint32_t s = win.by_rec[t];
+      delivered += put_token_row(*batches[(win.i0 + s) / B - win.k_first], win, s, rows + win.row_of[s] * token_row_bytes);
+    }
+    c.dec_samples += delivered;
+    c.dec_busy_ns += nanos(Clock::now() - b0);
+    lock.lock();
+  }
+  if (stop) return;
+  lock.unlock();
+  stores_done();
+  for (auto& job : batches) finish_one(*job);
+  batches.clear();
+  lock.lock();
+}
+
 void Loader::Impl::token_worker_main(unsigned id) {
   pin_and_name_this_thread(cpu.cpus, "stoker-dec/" + std::to_string(id));
-  // Where this worker decompresses: one record at a time (direct), or a whole window's
-  // records kept for batches that get their slots later. Reused window after window.
-  std::unique_ptr<uint8_t[]> buf;
-  size_t buf_records = 0;
-  std::vector<std::shared_ptr<Job>> batches;  // direct: this window's, from its first
+  std::vector<uint8_t> scratch;  // direct windows: where each record is decompressed, reused
+  std::vector<std::shared_ptr<Job>> batches;
   const uint64_t B = opt.batch_size;
   std::unique_lock<std::mutex> lock(ring->mu);
   try {
-    while (!stop && next_window < windows_end) {
-      const uint64_t w = next_window++;
-      plan_windows_locked(lock, w + 2);  // this window (unless another worker is at it) and the next, read ahead
-      const auto w0 = Clock::now();
-      while (!stop && !planned.count(w)) window_cv.wait(lock);
-      c.dec_wait_ns += nanos(Clock::now() - w0);
+    while (!stop) {
+      if (work_on_kept_locked(lock, scratch)) continue;
       if (stop) break;
-      auto it = planned.find(w);
-      const std::shared_ptr<TokenWindow> win = std::move(it->second);
-      planned.erase(it);
-      if (win->i0 == win->i1) continue;  // none of this rank's samples
-      const uint64_t k_first = win->i0 / B, k_last = (win->i1 - 1) / B;
-      // Direct, when enough slots are free now for every batch of the window not claimed
-      // yet: claim them all first, then copy each record's rows into them straight from
-      // the buffer it was just decompressed into, still in this core's cache. Otherwise
-      // (a small ring, a slow consumer) the window's records are kept decompressed and its
-      // batches filled one at a time as slots free up: a worker never waits for a slot
-      // while holding batches it has not filled.
-      size_t free_slots = 0;
-      for (const auto& slot : ring->slots) free_slots += slot->state == Ring::State::kFree;
-      const bool direct = k_last + 1 <= next_start || k_last + 1 - std::max(k_first, next_start) <= free_slots;
-      batches.clear();
-      for (uint64_t k = k_first; direct && !stop && k <= k_last; ++k) {
-        std::shared_ptr<Job> job = token_job_locked(k, lock);
-        if (!job) break;
-        batches.push_back(std::move(job));
-      }
-      const size_t keep = direct ? 1 : win->recs.size();
-      if (keep > buf_records) {
-        lock.unlock();
-        buf.reset(new uint8_t[keep * token_capacity]);  // not zero-filled
-        buf_records = keep;
-        lock.lock();
-      }
-      // Its records, as their reads come in.
-      size_t next = 0;
-      while (!stop && next < win->recs.size()) {
-        if (next == win->arrived.size()) {
-          const auto r0 = Clock::now();
-          window_cv.wait(lock);
-          c.dec_wait_ns += nanos(Clock::now() - r0);
-          continue;
-        }
-        const uint32_t r = win->arrived[next++];
-        records_waiting--;
-        lock.unlock();
-        const auto b0 = Clock::now();
-        uint8_t* out = buf.get() + (direct ? 0 : r * token_capacity);
-        unpack_window_record(*win, r, out);
-        if (direct) {
-          uint64_t delivered = 0;
-          const uint8_t* rows = out + win->recs[r].rows_at;
-          for (uint32_t t = win->rec_begin[r]; t < win->rec_begin[r + 1]; ++t) {
-            const uint32_t s = win->by_rec[t];
-            Job& job = *batches[(win->i0 + s) / B - k_first];
-            delivered += put_token_row(job, *win, s, rows + win->row_of[s] * token_row_bytes);
-          }
-          c.dec_samples += delivered;
-        }
-        c.dec_busy_ns += nanos(Clock::now() - b0);
-        lock.lock();
-      }
-      if (direct) {
-        if (stop) break;
-        lock.unlock();
-        stores_done();
-        for (auto& job : batches) finish_one(*job);
-        batches.clear();
-        lock.lock();
+      if (next_window >= windows_end) {
+        if (kept.empty()) break;  // the epoch's windows are all taken and done
+        const auto w0 = Clock::now();
+        window_cv.wait(lock);
+        c.dec_wait_ns += nanos(Clock::now() - w0);
         continue;
       }
-      // Then the rows of every batch that draws from it, batch by batch.
-      for (uint64_t k = k_first; !stop && k <= k_last; ++k) {
-        std::shared_ptr<Job> job = token_job_locked(k, lock);
-        if (!job) break;
-        lock.unlock();
-        const auto b0 = Clock::now();
-        fill_token_batch(*job, *win, buf.get());
-        c.dec_busy_ns += nanos(Clock::now() - b0);
-        stores_done();
-        finish_one(*job);
-        lock.lock();
+      // A new window. Direct, when enough slots are free now for every batch up to its
+      // last not claimed yet: this worker alone claims them, decompresses each record and
+      // copies its rows into them at once. Otherwise it is kept (once fewer than two
+      // are): every worker decompresses its records into a shared buffer, then fills its
+      // batches as slots come back. No worker waits for a slot while holding batches that
+      // only it would fill.
+      const uint64_t w = next_window;
+      plan_windows_locked(lock, w + 2);  // this window and the next, read ahead
+      const auto w0 = Clock::now();
+      while (!stop && next_window == w && !planned.count(w)) window_cv.wait(lock);
+      c.dec_wait_ns += nanos(Clock::now() - w0);
+      if (stop) break;
+      if (next_window != w) continue;  // another worker took it meanwhile
+      std::shared_ptr<TokenWindow> win = planned.at(w);
+      if (win->i0 == win->i1) {  // none of this rank's samples
+        planned.erase(w);
+        next_window = w + 1;
+        continue;
       }
+      win->k_first = win->i0 / B;
+      win->k_last = (win->i1 - 1) / B;
+      size_t free_slots = 0;
+      for (const auto& slot : ring->slots) free_slots += slot->state == Ring::State::kFree;
+      const uint64_t unclaimed = win->k_last + 1 > next_start ? win->k_last + 1 - next_start : 0;
+      const bool direct = unclaimed <= free_slots;
+      if (!direct && kept.size() >= 2) {  // help the kept windows finish first
+        const auto k0 = Clock::now();
+        window_cv.wait(lock);
+        c.dec_wait_ns += nanos(Clock::now() - k0);
+        continue;
+      }
+      next_window = w + 1;
+      planned.erase(w);
+      if (direct) {
+        fill_window_direct_locked(lock, *win, batches, scratch);
+        continue;
+      }
+      win->next_fill = win->k_first;
+      if (!kept_buffers.empty() && kept_buffer_records >= win->recs.size()) {
+        win->buf = std::move(kept_buffers.back());
+        kept_buffers.pop_back();
+      } else {
+        const size_t records = std::max(kept_buffer_records, win->recs.size());
+        lock.unlock();
+        auto fresh = std::unique_ptr<uint8_t[]>(new uint8_t[records * token_capacity]);  // not zero-filled
+        lock.lock();
+        if (records > kept_buffer_records) {
+          kept_buffers.clear();  // too small for windows this wide
+          kept_buffer_records = records;
+        }
+        win->buf = std::move(fresh);
+      }
+      kept.push_back(std::move(win));
     }
   } catch (...) {
     if (!lock.owns_lock()) lock.lock();
