@@ -32,7 +32,7 @@ std::string num(double v) { return internal::json_num(v); }
 int run_feed(const Args& args) {
   ArgParser p(args, {"json", "no-direct"});
   p.check_known({"threads", "transform", "consumer-ms", "batch", "size", "epochs", "json", "order", "seed", "engine",
-                 "qd", "slots", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
+                 "qd", "slots", "window-chunks", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
                  "report", "max-seconds"});
   if (p.positional().size() != 1) {
     std::cerr << "usage: stoker bench feed DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] ...\n";
@@ -50,6 +50,7 @@ int run_feed(const Args& args) {
   o.threads = static_cast<unsigned>(p.get_int("threads", 0));
   o.order.kind = parse_order_kind(p.get_or("order", "shuffled"));
   o.order.seed = static_cast<uint64_t>(p.get_int("seed", 0));
+  o.order.window_chunks = static_cast<uint64_t>(p.get_int("window-chunks", static_cast<int64_t>(o.order.window_chunks)));
   o.slots = static_cast<unsigned>(p.get_int("slots", 0));  // 0: the loader's default
   o.io.engine = io_engine_kind_from_name(p.get_or("engine", "auto"));
   o.io.queue_depth = static_cast<unsigned>(p.get_int("qd", 64));
@@ -229,7 +230,7 @@ int run_feed(const Args& args) {
 
 STOKER_COMMAND("bench feed",
                "DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] [--batch B] [--size S] "
-               "[--epochs E] [--order shuffled|sequential|chunk_local] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
+               "[--epochs E] [--order shuffled|sequential|chunk_local] [--window-chunks W] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
                "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.",
                run_feed);
 

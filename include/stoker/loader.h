@@ -12,13 +12,14 @@
 //                 than the work): a worker takes the next window, claims the slots of
 //                 the batches that draw from it, decompresses each of its records once
 //                 per epoch and copies the record's rows into those batches while they
-//                 are in its cache. When the ring cannot hold the window's batches (a
-//                 small ring, a slow consumer) it keeps the window's records
-//                 decompressed and fills its batches one at a time as slots free up;
+//                 are in its cache. When the free slots cannot hold the window's batches
+//                 (a small ring, a slow consumer, a wide window) the window is kept
+//                 instead: every worker helps decompress its records into a shared
+//                 buffer and fill its batches as slots free up (two such at a time);
 //   consumer      next() hands out the next batch of the epoch, in order.
 // A fixed ring of `slots` batch slots bounds memory: batch k starts only when a slot is
 // free, so the footprint is set by the ring (and, for tokens, by a decompressed record
-// per worker, or a window of them when the ring is short), not by the dataset.
+// per worker plus at most two kept windows of them), not by the dataset.
 // Output is deterministic: for a seed and epoch, batch k holds the same samples in the
 // same order with the same augmentation draws, whatever the thread count and timing.
 //

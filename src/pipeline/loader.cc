@@ -269,12 +269,12 @@ struct Loader::Impl {
   // window at a time, with no hand-off per batch or per record: a worker takes the next
   // window (its records were read ahead), claims the slots of the batches drawing from
   // it when the ring has them free, and copies each record's rows into them right after
-  // decompressing it; with too few free slots it keeps the window's records decompressed
-  // and fills its batches one by one as slots come. Slots are claimed in batch order. A
-  // batch that straddles windows is finished by the last of their workers. The IO thread
-  // reads the records of the windows planned so far, in window order (O_DIRECT where it
-  // can: no copy on the CPUs); a window is planned, and its reads queued, one ahead of
-  // the windows taken.
+  // decompressing it; with too few free slots the window is kept, and every worker helps
+  // decompress its records and fill its batches as slots come. Slots are claimed in batch
+  // order. A batch that straddles windows is finished by the last of their workers. The
+  // IO thread reads the records of the windows planned so far, in window order (O_DIRECT
+  // where it can: no copy on the CPUs); a window is planned, and its reads queued, one
+  // ahead of the windows taken.
   uint64_t next_window = 0;    // the next window a worker takes
   uint64_t windows_end = 0;    // one past the last window holding this rank's samples
   uint64_t planned_to = 0;     // windows below this are planned (or being planned)
