@@ -198,6 +198,7 @@ struct TokenWindow {
     std::shared_ptr<IoBuffer> stored;  // the read, until decompressed
     uint64_t skip = 0;                 // where the record starts in `stored`
     size_t rows_at = 0;                // where its first row is once decompressed
+    size_t raw_size = 0;               // its decompressed size
     std::exception_ptr error;          // it could not be read, checked or decompressed
   };
   std::vector<Rec> recs;
@@ -1154,6 +1155,7 @@ void Loader::Impl::unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* o
       auto fields = unpack_record_into(dataset->schema(), loc, {rec.stored->data() + rec.skip, loc.stored_size},
                                        {out, token_capacity}, record_name(s, rr));
       rec.rows_at = static_cast<size_t>(fields[static_cast<size_t>(token_field)].data() - out);
+      rec.raw_size = loc.raw_size;
     } catch (const Error& e) {
       rec.error = std::make_exception_ptr(naming(e, record_name(s, rr)));
     } catch (...) {
@@ -1321,10 +1323,7 @@ bool Loader::Impl::work_on_kept_locked(std::unique_lock<std::mutex>& lock, std::
       // the window's (written as the zstd output, its lines would each be read first).
       scratch.resize(token_capacity);
       unpack_window_record(*win, r, scratch.data());
-      if (!win->recs[r].error) {
-        auto [s, rr] = dataset->locate(win->recs[r].record);
-        copy_row_bytes(scratch.data(), dataset->shard(s)->location(rr).raw_size, win->buf.get() + r * token_capacity);
-      }
+      if (!win->recs[r].error) copy_row_bytes(scratch.data(), win->recs[r].raw_size, win->buf.get() + r * token_capacity);
       c.dec_busy_ns += nanos(Clock::now() - b0);
       lock.lock();
       if (++win->unpacked == win->recs.size()) window_cv.notify_all();  // its batches can be filled
