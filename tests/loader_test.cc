@@ -4,8 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -676,6 +681,66 @@ TEST(LoaderTokens, HeldBatchesForceKeptWindowsAndTheRowsStillAllArriveOnce) {
       order_held.insert(order_held.end(), idx, idx + b.size());
     }
     EXPECT_EQ(order_held, order_free);
+  }
+}
+
+// Runs `body` on its own thread; a loader that deadlocks fails here, by name, instead of
+// hanging the suite until ctest's timeout.
+void finishes_or_abort(const char* what, const std::function<void()>& body) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> f = done->get_future();
+  std::thread t([&body, done] {
+    try {
+      body();
+      done->set_value();
+    } catch (...) {
+      done->set_exception(std::current_exception());
+    }
+  });
+  if (f.wait_for(std::chrono::minutes(3)) != std::future_status::ready) {
+    std::fprintf(stderr, "%s: no progress in 3 minutes: the loader deadlocked\n", what);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  t.join();
+  f.get();  // a loader error fails the test as usual
+}
+
+TEST(LoaderTokens, ManyWorkersOnASmallRingKeepWindowsInOrderAndFinish) {
+  // Six workers, windows of two records, a ring of a few slots: most windows are kept,
+  // and workers race to keep the next ones. Kept windows must be filled oldest first (the
+  // order slots are claimed in), or two workers wait for slots held by batches only the
+  // other window would finish.
+  TempDir dir;
+  const uint32_t L = 16;
+  make_token_dataset(dir.str(), 30000, L, 8, true);
+  const uint64_t rows = (30000 - 1) / L;
+  auto reference = token_options(dir.str());
+  reference.threads = 1;
+  reference.order.window_chunks = 2;
+  std::vector<std::vector<int64_t>> want;
+  {
+    Loader l(reference);
+    for (uint64_t e = 0; e < 3; ++e) {
+      l.set_epoch(e);
+      want.push_back(token_epoch_rows(l, L));
+      ASSERT_EQ(want.back().size(), rows);
+    }
+  }
+  for (unsigned slots : {2u, 3u, 5u}) {
+    finishes_or_abort("ManyWorkersOnASmallRing", [&] {
+      auto o = reference;
+      o.threads = 6;
+      o.slots = slots;
+      // A new loader each round: the race is over the run's first kept windows.
+      for (int round = 0; round < 6; ++round) {
+        Loader l(o);
+        for (uint64_t e = 0; e < 3; ++e) {
+          l.set_epoch(e);
+          EXPECT_EQ(token_epoch_rows(l, L), want[e]) << slots << " slots, epoch " << e;
+        }
+      }
+    });
   }
 }
 

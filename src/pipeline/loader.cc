@@ -1455,16 +1455,19 @@ void Loader::Impl::token_worker_main(unsigned id) {
         win->buf = std::move(kept_buffers.back());
         kept_buffers.pop_back();
       } else {
+        // Under the lock: with it let go, another worker could keep a later window ahead
+        // of this one, and the fill order (oldest window first) would no longer be the
+        // batch order the slots are claimed in. A fresh buffer is rare (the run's first
+        // kept windows, or wider ones), and not zero-filled: no pages touched here.
         const size_t records = std::max(kept_buffer_records, win->recs.size());
-        lock.unlock();
-        auto fresh = std::unique_ptr<uint8_t[]>(new uint8_t[records * token_capacity]);  // not zero-filled
-        lock.lock();
         if (records > kept_buffer_records) {
           kept_buffers.clear();  // too small for windows this wide
           kept_buffer_records = records;
         }
-        win->buf = std::move(fresh);
+        win->buf = std::unique_ptr<uint8_t[]>(new uint8_t[records * token_capacity]);
       }
+      if (!kept.empty() && kept.back()->i1 > win->i0)
+        throw std::logic_error("token windows kept out of order: the batches they fill would wait on each other");
       kept.push_back(std::move(win));
     }
   } catch (...) {
