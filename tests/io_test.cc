@@ -20,8 +20,6 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
@@ -388,31 +386,6 @@ TEST_P(EachEngine, BuffersOutsideTheSlabWork) {
   EXPECT_FALSE(e->alloc(10).in_slab());
 }
 
-std::string read_text(const char* path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// /proc/self/smaps' THPeligible for the mapping holding `p`; -1 when not found.
-int thp_eligible(const void* p) {
-  const std::string smaps = read_text("/proc/self/smaps");
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  bool inside = false;
-  size_t pos = 0;
-  while (pos < smaps.size()) {
-    const size_t eol = std::min(smaps.find('\n', pos), smaps.size());
-    const std::string line = smaps.substr(pos, eol - pos);
-    pos = eol + 1;
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-      inside = lo <= at && at < hi;
-    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
-      return std::atoi(line.c_str() + 12);
-    }
-  }
-  return -1;
-}
-
 // The slab starts on a 2 MiB boundary (transparent huge pages can back it whole: the
 // kernel pins a few pages per read instead of one per 4 KiB) and all of it is usable.
 TEST_P(EachEngine, SlabStartsOnAHugePageBoundaryAndIsWhollyUsable) {
@@ -427,9 +400,8 @@ TEST_P(EachEngine, SlabStartsOnAHugePageBoundaryAndIsWhollyUsable) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(all.data()) % (2u << 20), 0u);
   // And it is marked for them: where the kernel has THP at all, the mapping is eligible
   // (with `enabled` set to madvise, only because of the advice).
-  const std::string thp = read_text("/sys/kernel/mm/transparent_hugepage/enabled");
-  if (!thp.empty() && thp.find("[never]") == std::string::npos) {
-    EXPECT_EQ(thp_eligible(all.data()), 1) << "THP: " << thp;
+  if (testing::thp_available()) {
+    EXPECT_EQ(testing::thp_eligible(all.data()), 1);
   }
   const uint32_t f = e->add_file(dir.str("f"));
   auto done = run_all(*e, {ReadRequest{f, 0, 6u << 20, all.data(), 1}});

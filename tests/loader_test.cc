@@ -552,6 +552,26 @@ TEST(LoaderFaults, SkipDeliversEveryGoodRecordOnceAndErrorStopsWithTheName) {
 
 // ---- token data: the decode workers schedule themselves, records are read ahead ----
 
+// Slot memory: 2 MiB and up on huge-page boundaries, advised for THP where the kernel
+// has it (image batches, and a token ring's one block); smaller slots page-aligned.
+TEST(HostSlotAllocator, LargeSlotsGoOnHugePagesSmallOnesArePageAligned) {
+  auto a = host_slot_allocator();
+  for (size_t bytes : {size_t{4096}, size_t{300} << 10, size_t{2} << 20, (size_t{9} << 20) + 12345}) {
+    auto* p = static_cast<uint8_t*>(a->allocate(bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u) << bytes;
+    std::memset(p, 0xA5, bytes);  // all of it is there to write
+    EXPECT_EQ(p[bytes - 1], 0xA5);
+    if (bytes >= (size_t{2} << 20)) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20), 0u) << bytes;
+      if (testing::thp_available()) {
+        EXPECT_EQ(testing::thp_eligible(p), 1) << bytes;
+      }
+    }
+    a->deallocate(p, bytes);
+  }
+}
+
 LoaderOptions token_options(const std::string& dir) {
   LoaderOptions o;
   o.path = dir;
@@ -569,6 +589,8 @@ std::vector<int64_t> token_epoch_rows(Loader& l, uint32_t L) {
   while (auto b = l.next()) {
     auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
     auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+    // Slots share one allocation and stay page-aligned (the first tensor starts the slot).
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t) % 4096, 0u);
     for (uint64_t j = 0; j < b->size(); ++j) {
       // Every row's bytes, not only its index: the first and last token of the row.
       EXPECT_EQ(t[j * L], static_cast<uint16_t>((idx[j] * L) % 65521));

@@ -83,7 +83,8 @@ class SlotAllocator {
   virtual const char* name() const noexcept = 0;  ///< "host", "pinned", ...
 };
 
-/// Page-aligned host memory (posix_memalign), the CPU-only default.
+/// Page-aligned host memory, the CPU-only default: slots of 2 MiB and more are mapped on
+/// transparent huge pages where the kernel has them.
 std::shared_ptr<SlotAllocator> host_slot_allocator();
 
 }  // namespace stoker

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "stoker/error.h"
+#include "util/huge_pages.h"
 
 namespace stoker::internal {
 
@@ -19,27 +20,13 @@ namespace stoker::internal {
 
 MmapRegion::MmapRegion(size_t bytes) {
   if (bytes == 0) return;
-  // Mapped on a huge-page boundary and marked for transparent huge pages: each read the
-  // kernel pins (without registered buffers, every one) then walks a few huge pages
-  // instead of one page per 4 KiB, and the decoders reading it miss the TLB less.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t span = bytes >= kHuge ? bytes + kHuge : bytes;
-  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  // On huge pages where the kernel has them: without registered buffers the kernel pins
+  // every read's pages, a few huge ones instead of one per 4 KiB.
+  void* p = map_pages(bytes);
+  if (p == nullptr) {
     throw errno_error("mmap of a " + std::to_string(bytes) + "-byte IO slab", errno);
   }
-  auto* base = static_cast<uint8_t*>(p);
-  if (span != bytes) {
-    auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~(kHuge - 1));
-    if (aligned != base) ::munmap(base, static_cast<size_t>(aligned - base));
-    const size_t tail = static_cast<size_t>(base + span - (aligned + bytes));
-    if (tail) ::munmap(aligned + bytes, tail);
-    base = aligned;
-#ifdef MADV_HUGEPAGE
-    ::madvise(base, bytes, MADV_HUGEPAGE);  // advice only: without THP, plain pages
-#endif
-  }
-  data_ = base;
+  data_ = static_cast<uint8_t*>(p);
   size_ = bytes;
 }
 
@@ -50,7 +37,7 @@ MmapRegion::MmapRegion(MmapRegion&& o) noexcept : data_(o.data_), size_(o.size_)
 
 MmapRegion& MmapRegion::operator=(MmapRegion&& o) noexcept {
   if (this != &o) {
-    if (data_) ::munmap(data_, size_);
+    unmap_pages(data_, size_);
     data_ = o.data_;
     size_ = o.size_;
     o.data_ = nullptr;
@@ -60,7 +47,7 @@ MmapRegion& MmapRegion::operator=(MmapRegion&& o) noexcept {
 }
 
 MmapRegion::~MmapRegion() {
-  if (data_) ::munmap(data_, size_);
+  unmap_pages(data_, size_);
 }
 
 SlabAllocator::SlabAllocator(size_t bytes) : region_(round_up(bytes, kDirectAlignment)) {

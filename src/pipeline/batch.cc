@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "stoker/error.h"
+#include "util/huge_pages.h"
 
 namespace stoker {
 
@@ -61,13 +62,27 @@ void Batch::release() {
 namespace {
 class HostSlotAllocator final : public SlotAllocator {
  public:
+  // Slots of 2 MiB and more (image batches) are mapped on huge pages where the kernel
+  // has them: decoders write whole batches through them, and fewer TLB misses and page
+  // faults show in the feed rate. Smaller ones come from the heap.
   void* allocate(size_t bytes) override {
     void* p = nullptr;
-    if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0)
+    if (bytes >= internal::kHugePage) {
+      p = internal::map_pages(bytes);
+    } else if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) {
+      p = nullptr;
+    }
+    if (p == nullptr)
       throw_error(ErrorCode::kResourceExhausted, "cannot allocate a batch slot of " + std::to_string(bytes) + " bytes");
     return p;
   }
-  void deallocate(void* p, size_t) noexcept override { std::free(p); }
+  void deallocate(void* p, size_t bytes) noexcept override {
+    if (bytes >= internal::kHugePage) {
+      internal::unmap_pages(p, bytes);
+    } else {
+      std::free(p);
+    }
+  }
   const char* name() const noexcept override { return "host"; }
 };
 }  // namespace

@@ -97,16 +97,23 @@ struct Ring : std::enable_shared_from_this<Ring> {
   std::shared_ptr<SlotAllocator> alloc;
   size_t slot_bytes = 0;
   std::vector<std::unique_ptr<Slot>> slots;
+  std::vector<std::pair<void*, size_t>> blocks;  // what `alloc` gave, freed with the ring
 
   ~Ring() {
-    for (auto& s : slots)
-      if (s->mem) alloc->deallocate(s->mem, slot_bytes);
+    for (auto& [p, bytes] : blocks) alloc->deallocate(p, bytes);
   }
-  size_t add_slot_locked() {
-    auto s = std::make_unique<Slot>();
-    s->mem = static_cast<uint8_t*>(alloc->allocate(slot_bytes));
-    slots.push_back(std::move(s));
-    return slots.size() - 1;
+  // The ring's first slots come in one block: small slots (token batches) then share huge
+  // pages and one pinned allocation instead of one each. Slots stay page-aligned.
+  void add_slots_locked(size_t n) {
+    if (n == 0) return;
+    const size_t stride = (slot_bytes + 4095) / 4096 * 4096;
+    auto* block = static_cast<uint8_t*>(alloc->allocate(n * stride));
+    blocks.emplace_back(block, n * stride);
+    for (size_t i = 0; i < n; ++i) {
+      auto s = std::make_unique<Slot>();
+      s->mem = block + i * stride;
+      slots.push_back(std::move(s));
+    }
   }
   void give_back(size_t id) {
     {
@@ -531,7 +538,7 @@ void Loader::Impl::setup() {
     // into their batches (see token_worker_main), as far as the memory allows.
     if (tokens) opt.slots = static_cast<unsigned>(std::clamp<size_t>(direct_token_slots(), opt.slots, std::max<size_t>(fit, 4)));
   }
-  for (unsigned i = 0; i < opt.slots; ++i) ring->add_slot_locked();
+  ring->add_slots_locked(opt.slots);
 }
 
 void Loader::Impl::start_run() {
@@ -677,7 +684,7 @@ std::shared_ptr<Job> Loader::Impl::wait_job(uint64_t k, std::unique_lock<std::mu
                        "stoker: warning: the caller holds all %zu batch slots; adding slots so the loader can go "
                        "on (memory now grows with the batches kept; release batches to keep it bounded)\n",
                        ring->slots.size());
-        ring->add_slot_locked();
+        ring->add_slots_locked(1);
         ring->producer_cv.notify_all();
       }
     }

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace stoker::testing {
@@ -93,6 +95,32 @@ std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + path);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string read_file_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+bool thp_available() {
+  const std::string thp = read_file_text("/sys/kernel/mm/transparent_hugepage/enabled");
+  return !thp.empty() && thp.find("[never]") == std::string::npos;
+}
+
+int thp_eligible(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::istringstream smaps(read_file_text("/proc/self/smaps"));
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    // A mapping's header: "lo-hi perms offset dev inode [path]"; its fields follow.
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
 }
 
 }  // namespace stoker::testing

@@ -40,5 +40,12 @@ std::vector<uint8_t> make_jpeg(int width, int height, uint32_t seed, int quality
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed);
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 std::vector<uint8_t> read_file(const std::string& path);
+/// The whole file as text, "" when it cannot be read (/proc and /sys files too).
+std::string read_file_text(const std::string& path);
+
+/// Whether transparent huge pages are on (`enabled` is always or madvise).
+bool thp_available();
+/// THPeligible of the mapping holding `p`, from /proc/self/smaps; -1 when not found.
+int thp_eligible(const void* p);
 
 }  // namespace stoker::testing
