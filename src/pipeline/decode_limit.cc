@@ -3,11 +3,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/error.h"
 #include "stoker/order.h"
+#include "util/huge_pages.h"
 
 namespace stoker::internal {
 
@@ -22,19 +28,35 @@ DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& 
   const uint64_t take = std::min<uint64_t>(n, std::max<uint64_t>(1, max_records));
   struct Item {
     uint64_t index;
-    std::vector<uint8_t> stored;  // what the loader reads
+    std::span<const uint8_t> stored;  // what the loader reads
     RecordLocation loc;
     std::string where;
   };
   std::vector<Item> items;
   items.reserve(take);
   DecodeLimit out;
+  std::vector<uint64_t> picked(take);
   for (uint64_t i = 0; i < take; ++i) {
-    const uint64_t g = take == n ? i : i * n / take;
+    picked[i] = take == n ? i : i * n / take;
+    auto [s, r] = ds->locate(picked[i]);
+    out.bytes_in_memory += ds->shard(s)->location(r).stored_size;
+  }
+  // The records sit in memory as the loader's reads do: on huge pages where the kernel
+  // has them (its IO slab), so the limit is not lowered by page walks the pipeline avoids.
+  const size_t arena_bytes = std::max<uint64_t>(1, out.bytes_in_memory);
+  std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> arena(
+      static_cast<uint8_t*>(map_pages(arena_bytes)), [arena_bytes](uint8_t* p) { unmap_pages(p, arena_bytes); });
+  if (!arena) throw Error(ErrorCode::kResourceExhausted, "cannot map " + std::to_string(arena_bytes) + " bytes for the decode limit's records");
+  size_t at = 0;
+  for (uint64_t g : picked) {
     auto [s, r] = ds->locate(g);
     auto reader = ds->shard(s);
-    items.push_back({g, reader->read_stored(r), reader->location(r), ds->shard_path(s)});
-    out.bytes_in_memory += items.back().stored.size();
+    const std::vector<uint8_t> stored = reader->read_stored(r);
+    if (stored.size() > arena_bytes - at)
+      throw Error(ErrorCode::kDataLoss, ds->shard_path(s) + ": record " + std::to_string(r) + " read back longer than its index says");
+    std::memcpy(arena.get() + at, stored.data(), stored.size());
+    items.push_back({g, {arena.get() + at, stored.size()}, reader->location(r), ds->shard_path(s)});
+    at += stored.size();
   }
   out.records_in_memory = items.size();
   threads = std::max(1u, threads);
