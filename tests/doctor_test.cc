@@ -55,6 +55,31 @@ TEST(DoctorGovernor, PowersaveWarnsPerformanceIsOk) {
   }
 }
 
+// ---- transparent huge pages --------------------------------------------------------------
+
+TEST(DoctorHugePages, NeverWarnsMadviseAndAlwaysAreOk) {
+  struct Row {
+    const char* enabled;
+    CheckStatus want;
+    const char* reading;
+  };
+  const Row rows[] = {
+      {"always [madvise] never\n", CheckStatus::kOk, "enabled = madvise"},
+      {"[always] madvise never\n", CheckStatus::kOk, "enabled = always"},
+      {"always madvise [never]\n", CheckStatus::kWarn, "enabled = never"},
+      {nullptr, CheckStatus::kSkip, "no transparent_hugepage"},
+  };
+  for (const Row& r : rows) {
+    TempDir root;
+    if (r.enabled) put(root, "/sys/kernel/mm/transparent_hugepage/enabled", r.enabled);
+    const Check c = check_transparent_hugepages(root.str());
+    EXPECT_EQ(c.name, "transparent_hugepages");
+    EXPECT_EQ(c.status, r.want) << c.reading;
+    EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
+    EXPECT_EQ(c.advice.empty(), r.want != CheckStatus::kWarn) << c.advice;
+  }
+}
+
 // ---- cgroup quota ------------------------------------------------------------------------
 
 TEST(DoctorQuota, QuotaBelowTheLoaderThreadsWarns) {
@@ -327,6 +352,7 @@ void bad_node(const TempDir& root) {
   put(root, "/proc/meminfo", meminfo(16 << 20, 50 << 10, 0));
   gpu(root, "0000:17:00.0", "8.0 GT/s PCIe", "16.0 GT/s PCIe", 8, 16, 0);
   put(root, "/sys/devices/system/node/node0/cpulist", "0-3\n");
+  put(root, "/sys/kernel/mm/transparent_hugepage/enabled", "always madvise [never]\n");
 }
 
 TEST(DoctorReportTest, FixtureNodeReportsEveryCheck) {
@@ -342,6 +368,7 @@ TEST(DoctorReportTest, FixtureNodeReportsEveryCheck) {
       {"cpu_governor", CheckStatus::kWarn},  {"cgroup_cpu_quota", CheckStatus::kWarn},
       {"affinity_numa", CheckStatus::kOk},   {"pcie_link", CheckStatus::kWarn},
       {"memlock", CheckStatus::kWarn},       {"memory", CheckStatus::kFail},
+      {"transparent_hugepages", CheckStatus::kWarn},
       {"gpu_clocks", CheckStatus::kSkip},    {"read_probe", CheckStatus::kSkip},
   };
   EXPECT_EQ(got, want);
@@ -354,7 +381,7 @@ TEST(DoctorReportTest, FixtureNodeReportsEveryCheck) {
   }
   const std::string j = r.to_json();
   EXPECT_EQ(j.rfind("{\"checks\":[{\"name\":\"io_uring\",\"status\":\"skip\",\"reading\":", 0), 0u) << j;
-  EXPECT_TRUE(has(j, "\"ok\":1,\"warn\":4,\"fail\":1,\"skip\":4,\"failed\":true}")) << j;
+  EXPECT_TRUE(has(j, "\"ok\":1,\"warn\":5,\"fail\":1,\"skip\":4,\"failed\":true}")) << j;
   EXPECT_TRUE(has(r.to_text(), "[warn] cpu_governor: powersave on 2 of 2 CPUs")) << r.to_text();
 }
 

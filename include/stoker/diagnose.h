@@ -230,6 +230,8 @@ Check check_pcie_link(const std::string& root, const std::optional<std::string>&
 Check check_memlock(const std::string& root, uint64_t pinned_bytes);
 /// MemAvailable and hugepages of root/proc/meminfo against `pinned_bytes`.
 Check check_memory(const std::string& root, uint64_t pinned_bytes);
+/// root/sys/kernel/mm/transparent_hugepage/enabled: the slab and slots ask for huge pages.
+Check check_transparent_hugepages(const std::string& root);
 /// GPU clocks and throttle reasons through NVML (dlopen'd); skip when absent.
 Check check_gpu_clocks(int nvml_index);
 /// Reads up to `max_bytes` of `dataset`'s files; `threads`: decode threads to feed.
