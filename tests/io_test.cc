@@ -386,8 +386,8 @@ TEST_P(EachEngine, BuffersOutsideTheSlabWork) {
   EXPECT_FALSE(e->alloc(10).in_slab());
 }
 
-// The slab starts on a 2 MiB boundary (transparent huge pages can back it whole: the
-// kernel pins a few pages per read instead of one per 4 KiB) and all of it is usable.
+// The slab starts on a 2 MiB boundary (transparent huge pages can back it whole: a read
+// is then a segment or two instead of one per 4 KiB page) and all of it is usable.
 TEST_P(EachEngine, SlabStartsOnAHugePageBoundaryAndIsWhollyUsable) {
   const IoEngineKind kind = GetParam();
   SKIP_IF_NO_URING(kind);

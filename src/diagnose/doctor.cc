@@ -466,7 +466,7 @@ Check check_transparent_hugepages(const std::string& root) {
     c.meaning = "the IO slab and the batch slots, which ask for them, get 2 MiB pages";
   } else {
     c.status = CheckStatus::kWarn;
-    c.meaning = "the IO slab and batch slots are on 4 KiB pages: each O_DIRECT read pins one page per 4 KiB "
+    c.meaning = "the IO slab and batch slots are on 4 KiB pages: each O_DIRECT read is one segment per 4 KiB page "
                 "(the token feed rate was ~15 % lower so on a 2-core VM)";
     c.advice = "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (boot: transparent_hugepage=madvise)";
   }

@@ -1,6 +1,6 @@
 // Anonymous mappings meant to be backed by transparent huge pages: the IO slab and the
-// batch slots. Large buffers that the kernel pins for every O_DIRECT read and that the
-// decoders stream through cost fewer page walks, TLB misses and pinned pages on 2 MiB pages.
+// batch slots. O_DIRECT reads into them become a segment or two instead of one per 4 KiB
+// page, and the decoders streaming through them miss the TLB less.
 #pragma once
 
 #include <cstddef>
