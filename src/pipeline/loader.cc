@@ -29,6 +29,7 @@
 #include "stoker/error.h"
 #include "util/bytes.h"
 #include "util/json_text.h"
+#include "util/huge_pages.h"
 
 namespace stoker {
 
@@ -213,7 +214,7 @@ struct TokenWindow {
   // Kept windows (shared by the workers; guarded by Ring::mu but for `buf`, whose record
   // r belongs to the worker that took it): every record decompressed into `buf`, then the
   // batches k_first..k_last filled from it.
-  std::unique_ptr<uint8_t[]> buf;
+  internal::PageBuffer buf;
   uint64_t k_first = 0, k_last = 0;
   size_t next_unpack = 0, unpacked = 0;  // into `arrived`; records done
   uint64_t next_fill = 0, filled = 0;    // the next batch to hand out; batches done
@@ -296,7 +297,7 @@ struct Loader::Impl {
   // the footprint stays about two windows of records, the parallelism that of a window's
   // records), and their buffers, reused.
   std::deque<std::shared_ptr<TokenWindow>> kept;
-  std::vector<std::unique_ptr<uint8_t[]>> kept_buffers;
+  std::vector<internal::PageBuffer> kept_buffers;  // on huge pages: rows are copied through them
   size_t kept_buffer_records = 0;
 
   Counters c;
@@ -1465,13 +1466,13 @@ void Loader::Impl::token_worker_main(unsigned id) {
         // Under the lock: with it let go, another worker could keep a later window ahead
         // of this one, and the fill order (oldest window first) would no longer be the
         // batch order the slots are claimed in. A fresh buffer is rare (the run's first
-        // kept windows, or wider ones), and not zero-filled: no pages touched here.
+        // kept windows, or wider ones), and mapped, not touched: its pages come as written.
         const size_t records = std::max(kept_buffer_records, win->recs.size());
         if (records > kept_buffer_records) {
           kept_buffers.clear();  // too small for windows this wide
           kept_buffer_records = records;
         }
-        win->buf = std::unique_ptr<uint8_t[]>(new uint8_t[records * token_capacity]);
+        win->buf = internal::PageBuffer(records * token_capacity);
       }
       if (!kept.empty() && kept.back()->i1 > win->i0)
         throw std::logic_error("token windows kept out of order: the batches they fill would wait on each other");

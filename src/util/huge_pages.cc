@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <new>
 
 namespace stoker::internal {
 
@@ -29,6 +30,10 @@ void* map_pages(size_t bytes) noexcept {
 
 void unmap_pages(void* p, size_t bytes) noexcept {
   if (p) ::munmap(p, bytes);
+}
+
+PageBuffer::PageBuffer(size_t bytes) : data_(static_cast<uint8_t*>(map_pages(bytes))), size_(bytes) {
+  if (bytes && !data_) throw std::bad_alloc();
 }
 
 }  // namespace stoker::internal
