@@ -27,14 +27,77 @@ struct Tables {
 };
 constexpr Tables kTables;
 
+// The product of a and b modulo the polynomial, both in the reflected representation
+// (bit 31 is x^0). For building the shift tables only.
+constexpr uint32_t multmodp(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = (b & 1) ? (b >> 1) ^ kPoly : b >> 1;
+  }
+  return p;
+}
+
+// Moves a CRC state past `bytes` zero bytes: multiplication by x^(8 * bytes), as four
+// lookups. The three-way loop below needs it to join its streams.
+struct Shift {
+  std::array<std::array<uint32_t, 256>, 4> t{};
+  explicit Shift(size_t bytes) {
+    uint32_t x8n = 1u << 31;  // x^0
+    uint32_t sq = 1u << 23;   // x^8
+    for (size_t n = bytes; n; n >>= 1) {  // x^(8 * bytes) by squaring
+      if (n & 1) x8n = multmodp(sq, x8n);
+      sq = multmodp(sq, sq);
+    }
+    for (uint32_t j = 0; j < 4; ++j)
+      for (uint32_t b = 0; b < 256; ++b) t[j][b] = multmodp(x8n, b << (8 * j));
+  }
+  uint32_t operator()(uint32_t c) const noexcept {
+    return t[0][c & 0xFF] ^ t[1][(c >> 8) & 0xFF] ^ t[2][(c >> 16) & 0xFF] ^ t[3][c >> 24];
+  }
+};
+
 #if defined(__x86_64__)
+// The crc32 instruction takes three cycles and can start one per cycle: three streams
+// over three neighbouring blocks, joined by shifting, run about three times as fast as
+// one (records are checked before they are decompressed: this is on every record's path).
+template <size_t kBlock>
+__attribute__((target("sse4.2"))) inline uint64_t crc_hw_3way(uint64_t c, const uint8_t*& p, size_t& n,
+                                                             const Shift& shift) noexcept {
+  while (n >= 3 * kBlock) {
+    uint64_t c1 = 0, c2 = 0;
+    for (size_t i = 0; i < kBlock; i += 8) {
+      uint64_t v0, v1, v2;
+      std::memcpy(&v0, p + i, 8);
+      std::memcpy(&v1, p + kBlock + i, 8);
+      std::memcpy(&v2, p + 2 * kBlock + i, 8);
+      c = _mm_crc32_u64(c, v0);
+      c1 = _mm_crc32_u64(c1, v1);
+      c2 = _mm_crc32_u64(c2, v2);
+    }
+    c = shift(shift(static_cast<uint32_t>(c)) ^ static_cast<uint32_t>(c1)) ^ static_cast<uint32_t>(c2);
+    p += 3 * kBlock;
+    n -= 3 * kBlock;
+  }
+  return c;
+}
+
+constexpr size_t kLongBlock = 8192, kShortBlock = 256;
+
 __attribute__((target("sse4.2"))) uint32_t crc_hw(uint32_t crc, const uint8_t* p,
                                                   size_t n) noexcept {
+  static const Shift long_shift(kLongBlock), short_shift(kShortBlock);
   uint64_t c = ~crc;
   while (n && (reinterpret_cast<uintptr_t>(p) & 7)) {
     c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
     --n;
   }
+  c = crc_hw_3way<kLongBlock>(c, p, n, long_shift);
+  c = crc_hw_3way<kShortBlock>(c, p, n, short_shift);
   while (n >= 8) {
     uint64_t v;
     std::memcpy(&v, p, 8);
