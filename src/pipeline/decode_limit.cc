@@ -4,8 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <functional>
-#include <memory>
+#include <new>
 #include <span>
 #include <thread>
 #include <vector>
@@ -44,9 +43,12 @@ DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& 
   // The records sit in memory as the loader's reads do: on huge pages where the kernel
   // has them (its IO slab), so the limit is not lowered by page walks the pipeline avoids.
   const size_t arena_bytes = std::max<uint64_t>(1, out.bytes_in_memory);
-  std::unique_ptr<uint8_t, std::function<void(uint8_t*)>> arena(
-      static_cast<uint8_t*>(map_pages(arena_bytes)), [arena_bytes](uint8_t* p) { unmap_pages(p, arena_bytes); });
-  if (!arena) throw Error(ErrorCode::kResourceExhausted, "cannot map " + std::to_string(arena_bytes) + " bytes for the decode limit's records");
+  PageBuffer arena;
+  try {
+    arena = PageBuffer(arena_bytes);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kResourceExhausted, "cannot map " + std::to_string(arena_bytes) + " bytes for the decode limit's records");
+  }
   size_t at = 0;
   for (uint64_t g : picked) {
     auto [s, r] = ds->locate(g);
