@@ -206,7 +206,6 @@ struct TokenWindow {
     std::shared_ptr<IoBuffer> stored;  // the read, until decompressed
     uint64_t skip = 0;                 // where the record starts in `stored`
     size_t rows_at = 0;                // where its first row is once decompressed
-    size_t raw_size = 0;               // its decompressed size
     std::exception_ptr error;          // it could not be read, checked or decompressed
   };
   std::vector<Rec> recs;
@@ -1163,7 +1162,6 @@ void Loader::Impl::unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* o
       auto fields = unpack_record_into(dataset->schema(), loc, {rec.stored->data() + rec.skip, loc.stored_size},
                                        {out, token_capacity}, record_name(s, rr));
       rec.rows_at = static_cast<size_t>(fields[static_cast<size_t>(token_field)].data() - out);
-      rec.raw_size = loc.raw_size;
     } catch (const Error& e) {
       rec.error = std::make_exception_ptr(naming(e, record_name(s, rr)));
     } catch (...) {
