@@ -10,48 +10,28 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <system_error>
 
 #include "stoker/error.h"
-#include "util/huge_pages.h"
 
 namespace stoker::internal {
 
 // UniqueFd::reset is defined in util/bytes.cc.
 
-MmapRegion::MmapRegion(size_t bytes) {
-  if (bytes == 0) return;
-  // On huge pages where the kernel has them: a read into 4 KiB pages is one segment per
-  // page (29 for a 116 KiB token record) for the kernel and the disk to walk, registered
-  // buffer or not; on 2 MiB pages one or two.
-  void* p = map_pages(bytes);
-  if (p == nullptr) {
-    throw errno_error("mmap of a " + std::to_string(bytes) + "-byte IO slab", errno);
+namespace {
+// On huge pages where the kernel has them: a read into 4 KiB pages is one segment per
+// page (29 for a 116 KiB token record) for the kernel and the disk to walk, registered
+// buffer or not; on 2 MiB pages one or two.
+PageBuffer map_slab(size_t bytes) {
+  try {
+    return PageBuffer(bytes);
+  } catch (const std::system_error& e) {
+    throw errno_error("mmap of a " + std::to_string(bytes) + "-byte IO slab", e.code().value());
   }
-  data_ = static_cast<uint8_t*>(p);
-  size_ = bytes;
 }
+}  // namespace
 
-MmapRegion::MmapRegion(MmapRegion&& o) noexcept : data_(o.data_), size_(o.size_) {
-  o.data_ = nullptr;
-  o.size_ = 0;
-}
-
-MmapRegion& MmapRegion::operator=(MmapRegion&& o) noexcept {
-  if (this != &o) {
-    unmap_pages(data_, size_);
-    data_ = o.data_;
-    size_ = o.size_;
-    o.data_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
-
-MmapRegion::~MmapRegion() {
-  unmap_pages(data_, size_);
-}
-
-SlabAllocator::SlabAllocator(size_t bytes) : region_(round_up(bytes, kDirectAlignment)) {
+SlabAllocator::SlabAllocator(size_t bytes) : region_(map_slab(round_up(bytes, kDirectAlignment))) {
   if (region_.size()) free_.emplace(0, region_.size());
 }
 

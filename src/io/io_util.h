@@ -3,7 +3,7 @@
 // files (O_DIRECT probe included), per-request error text, once-per-process fallback
 // reports and the busy-time clock.
 //
-// Threading: UniqueFd/MmapRegion are plain values. SlabAllocator is thread-safe (buffers
+// Threading: UniqueFd is a plain value. SlabAllocator is thread-safe (buffers
 // are released on any thread). FileTable is used by the engine's one thread; entries
 // never move once added (deque), so a worker may keep an fd number of an entry.
 #pragma once
@@ -18,37 +18,19 @@
 #include <string>
 
 #include "stoker/io.h"
+#include "util/huge_pages.h"
 #include "util/unique_fd.h"
 
 namespace stoker::internal {
 
 // UniqueFd comes from util/unique_fd.h (shared with the format code).
 
-/// Owns an anonymous private mapping; empty is the null state.
-class MmapRegion {
- public:
-  MmapRegion() noexcept = default;
-  /// Maps `bytes` (page multiple). Throws kResourceExhausted.
-  explicit MmapRegion(size_t bytes);
-  MmapRegion(MmapRegion&& o) noexcept;
-  MmapRegion& operator=(MmapRegion&& o) noexcept;
-  MmapRegion(const MmapRegion&) = delete;
-  MmapRegion& operator=(const MmapRegion&) = delete;
-  ~MmapRegion();
-  uint8_t* data() const noexcept { return data_; }
-  size_t size() const noexcept { return size_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 /// First-fit allocator of kDirectAlignment-granular pieces of one mapping. Held by
 /// shared_ptr: every IoBuffer from it keeps it (and the mapping) alive.
 class SlabAllocator : public std::enable_shared_from_this<SlabAllocator> {
  public:
   explicit SlabAllocator(size_t bytes);
-  uint8_t* base() const noexcept { return region_.data(); }
+  uint8_t* base() const noexcept { return region_.get(); }
   size_t size() const noexcept { return region_.size(); }
   bool contains(const void* p, size_t len) const noexcept {
     auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(base());
@@ -60,7 +42,7 @@ class SlabAllocator : public std::enable_shared_from_this<SlabAllocator> {
   size_t free_bytes() const;
 
  private:
-  MmapRegion region_;
+  PageBuffer region_;  // on huge pages where the kernel has them
   mutable std::mutex mu_;
   std::map<uint64_t, uint64_t> free_;  // offset -> length, non-adjacent
 };

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <new>
+#include <system_error>
 #include <span>
 #include <thread>
 #include <vector>
@@ -46,7 +46,7 @@ DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& 
   PageBuffer arena;
   try {
     arena = PageBuffer(arena_bytes);
-  } catch (const std::bad_alloc&) {
+  } catch (const std::system_error&) {
     throw Error(ErrorCode::kResourceExhausted, "cannot map " + std::to_string(arena_bytes) + " bytes for the decode limit's records");
   }
   size_t at = 0;

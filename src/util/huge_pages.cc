@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 
 #include <cstdint>
-#include <new>
+#include <cerrno>
+#include <string>
+#include <system_error>
 
 namespace stoker::internal {
 
@@ -33,7 +35,10 @@ void unmap_pages(void* p, size_t bytes) noexcept {
 }
 
 PageBuffer::PageBuffer(size_t bytes) : data_(static_cast<uint8_t*>(map_pages(bytes))), size_(bytes) {
-  if (bytes && !data_) throw std::bad_alloc();
+  if (bytes && !data_) {
+    const int err = errno;  // before the message allocates
+    throw std::system_error(err, std::generic_category(), "mmap of " + std::to_string(bytes) + " bytes");
+  }
 }
 
 }  // namespace stoker::internal

@@ -16,7 +16,8 @@ inline constexpr size_t kHugePage = size_t{2} << 20;
 void* map_pages(size_t bytes) noexcept;
 void unmap_pages(void* p, size_t bytes) noexcept;
 
-/// Owns a map_pages mapping. Throws std::bad_alloc when the kernel refuses it.
+/// Owns a map_pages mapping. Throws std::system_error (the mmap errno) when the kernel
+/// refuses it.
 class PageBuffer {
  public:
   PageBuffer() noexcept = default;
