@@ -269,6 +269,33 @@ TEST(EpochOrder, StridedLookupMatchesAtForEveryKind) {
   }
 }
 
+TEST(EpochOrder, StridedLookupNamesEachSamplesPlaceInItsWindowsChunks) {
+  for (const KindCase& c : kind_cases()) {
+    const EpochOrder order(options_of(c, 42), c.groups, 2);
+    if (!order.windowed()) {
+      uint64_t unit = 0;
+      uint32_t place = 0;
+      EXPECT_EQ(code_of([&] { order.at_strided(0, 1, 1, &unit, &place); }), ErrorCode::kInvalidArgument) << c.name;
+      continue;
+    }
+    const auto s = sequence(order);
+    for (uint64_t stride : {1ull, 3ull}) {
+      for (uint64_t first = 0; first < std::min<uint64_t>(order.size(), 5); ++first) {
+        const uint64_t n = (order.size() - first + stride - 1) / stride;  // across every window
+        std::vector<uint64_t> out(n);
+        std::vector<uint32_t> place(n, UINT32_MAX);
+        order.at_strided(first, stride, n, out.data(), place.data());
+        for (uint64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(out[i], s[first + i * stride]) << c.name << " first " << first << " i " << i;
+          const auto chunks = order.window_chunks(order.window_of(first + i * stride));
+          ASSERT_LT(place[i], chunks.size()) << c.name << " first " << first << " i " << i;
+          EXPECT_EQ(chunks[place[i]], order.chunk_of(out[i])) << c.name << " first " << first << " i " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(EpochOrder, SameSeedAndEpochGiveTheSameOrderOthersDiffer) {
   for (const KindCase& c : kind_cases()) {
     const auto a = sequence(EpochOrder(options_of(c, 42), c.groups, 3));

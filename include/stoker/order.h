@@ -197,6 +197,11 @@ class EpochOrder {
   /// window looked up once and its permutation evaluated in bulk. kInvalidArgument when
   /// the last position is >= size().
   void at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out) const;
+  /// at_strided, and per sample where its chunk is in its window's chunk order:
+  /// window_chunks(window_of(first + i * stride))[chunk_in_window[i]] holds out[i]. A
+  /// loader planning a window learns which of the window's chunks each sample needs
+  /// without a search per sample. Windowed kinds only, else kInvalidArgument.
+  void at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out, uint32_t* chunk_in_window) const;
 
   // --- windows and chunks (windowed kinds; the others are one window, no chunks) ---
   bool windowed() const noexcept;
@@ -222,8 +227,11 @@ class EpochOrder {
 
  private:
   uint64_t chunk_per_group(size_t g) const;  // chunks of group g
-  // Windowed kinds: the unit at position q (of the epoch) inside window w.
+  // Windowed kinds: the k-th chunk of the epoch's chunk order holds position q of
+  // window w; the unit at that position.
+  uint64_t ordered_chunk_at(uint64_t w, uint64_t q) const;
   uint64_t unit_at_window_position(uint64_t w, uint64_t q) const;
+  void strided_positions(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out, uint32_t* chunk_in_window) const;
   void require_windowed(const char* what) const;
 
   OrderOptions options_;

@@ -320,15 +320,38 @@ uint64_t EpochOrder::at(uint64_t p) const {
   return unit_at_window_position(w, base + window_perm_[w](p - base));
 }
 
-uint64_t EpochOrder::unit_at_window_position(uint64_t w, uint64_t q) const {
+uint64_t EpochOrder::ordered_chunk_at(uint64_t w, uint64_t q) const {
+  // The last of the window's chunks starting at or before q. Without branches: a
+  // shuffled window's positions land in its chunks at random, so a branching search
+  // mispredicts about every other step, every sample (measured: 1.3 % of a token
+  // loader's time, more than the rest of its window planning).
   const uint64_t first = w * window_;
-  const uint64_t last = std::min(first + window_, chunks_);
-  const auto pos = ordered_pos_.begin();
-  const uint64_t k = static_cast<uint64_t>(std::upper_bound(pos + first, pos + last + 1, q) - pos) - 1;
+  const uint64_t* k = ordered_pos_.data() + first;
+  for (uint64_t len = std::min(first + window_, chunks_) - first; len > 1;) {
+    const uint64_t half = len / 2;
+    k = k[half] <= q ? k + half : k;
+    len -= half;
+  }
+  return static_cast<uint64_t>(k - ordered_pos_.data());
+}
+
+uint64_t EpochOrder::unit_at_window_position(uint64_t w, uint64_t q) const {
+  const uint64_t k = ordered_chunk_at(w, q);
   return ordered_begin_[k] + (q - ordered_pos_[k]);
 }
 
 void EpochOrder::at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out) const {
+  strided_positions(first, stride, n, out, nullptr);
+}
+
+void EpochOrder::at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out,
+                            uint32_t* chunk_in_window) const {
+  require_windowed("at_strided with chunk places");
+  strided_positions(first, stride, n, out, chunk_in_window);
+}
+
+void EpochOrder::strided_positions(uint64_t first, uint64_t stride, uint64_t n, uint64_t* out,
+                                   uint32_t* chunk_in_window) const {
   if (n == 0) return;
   const uint64_t last_pos = first + (n - 1) * stride;
   if (last_pos >= n_ || last_pos < first) {
@@ -358,7 +381,12 @@ void EpochOrder::at_strided(uint64_t first, uint64_t stride, uint64_t n, uint64_
       ++m;
     }
     window_perm_[w].apply(out + i, m);
-    for (uint64_t t = i; t < i + m; ++t) out[t] = unit_at_window_position(w, base + out[t]);
+    for (uint64_t t = i; t < i + m; ++t) {
+      const uint64_t q = base + out[t];
+      const uint64_t k = ordered_chunk_at(w, q);
+      out[t] = ordered_begin_[k] + (q - ordered_pos_[k]);
+      if (chunk_in_window) chunk_in_window[t] = static_cast<uint32_t>(k - w * window_);
+    }
     i += m;
   }
 }
