@@ -664,6 +664,40 @@ TEST(LoaderTokens, OutputIsIdenticalAcrossThreadsAndSlots) {
   EXPECT_EQ(first.size(), (30000 - 1) / L);
 }
 
+// The verdict weighs how busy the decode threads were: a token worker's planning, slot
+// claims and batch hand-overs are work too, so its time is all busy or waiting, whether
+// it is held up by reads (tiny records, a fast consumer) or by slots (a slow consumer).
+TEST(LoaderTokens, WorkerTimeIsAllBusyOrWaiting) {
+  TempDir dir;
+  const uint32_t L = 16;
+  make_token_dataset(dir.str(), 200000, L, 8, true);
+  for (int consumer_ms : {0, 2}) {
+    SCOPED_TRACE("consumer " + std::to_string(consumer_ms) + " ms per batch");
+    auto o = token_options(dir.str());
+    o.threads = 1;
+    o.slots = 4;
+    o.batch_size = 256;
+    Loader l(o);
+    l.set_epoch(0);
+    uint64_t batches = 0;
+    while (auto b = l.next()) {
+      ++batches;
+      if (consumer_ms) std::this_thread::sleep_for(std::chrono::milliseconds(consumer_ms));
+    }
+    const LoaderStats s = l.stats();
+    ASSERT_GT(batches, 40u);
+    const double accounted = (s.decode.busy_s + s.decode.wait_s) / s.wall_s;
+    // The worker starts with the run and stops once it has filled the last batch.
+    const std::string seen = "busy " + std::to_string(s.decode.busy_s) + " s, waiting " +
+                             std::to_string(s.decode.wait_s) + " s of " + std::to_string(s.wall_s) + " s";
+    EXPECT_GT(accounted, 0.8) << seen;
+    EXPECT_LT(accounted, 1.01) << seen;
+    if (consumer_ms) {
+      EXPECT_GT(s.decode.wait_s, s.decode.busy_s) << seen;
+    }
+  }
+}
+
 // Workers fill a window's batches straight from each decompressed record when the ring
 // has their slots free, else keep the window and fill batches as slots come back. A
 // consumer that keeps every batch forces the second way and then the ring's growth; the

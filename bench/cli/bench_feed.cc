@@ -188,12 +188,13 @@ int run_feed(const Args& args) {
 
   std::printf("feed: %.0f %s/s (%.1f MB/s of records), consumer waited %.1f%%, first batch %.3f s, peak RSS %.0f MiB\n",
               rate, unit.c_str(), bytes / 1e6 / std::max(wall, 1e-9), 100 * wait_frac, first_batch, rss / 1048576.0);
-  std::printf("stages: io %.0f%% busy; decode %u threads %.0f%% busy; io engine %s%s\n",
-              100 * io_total.busy_frac(wall), dec_total.threads, 100 * dec_total.busy_frac(wall),
+  const char* threads_word = dec_total.threads == 1 ? "thread" : "threads";
+  std::printf("stages: io %.0f%% busy; decode %u %s %.0f%% busy; io engine %s%s\n",
+              100 * io_total.busy_frac(wall), dec_total.threads, threads_word, 100 * dec_total.busy_frac(wall),
               last.io_engine.engine.empty() ? "(no stats)" : last.io_engine.engine.c_str(),
               last.io_engine.direct ? " O_DIRECT" : "");
-  std::printf("limit: %.0f %s/s in memory (%u threads, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
-              dec_total.threads, static_cast<unsigned long long>(limit.records_in_memory), ratio);
+  std::printf("limit: %.0f %s/s in memory (%u %s, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
+              dec_total.threads, threads_word, static_cast<unsigned long long>(limit.records_in_memory), ratio);
   std::printf("verdict: %s\n", verdict.summary().c_str());
   if (json) {
     auto stage = [&](const StageStats& s) {
