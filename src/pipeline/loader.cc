@@ -232,8 +232,6 @@ struct Counters {
   }
 };
 
-}  // namespace
-
 // A token worker's time, every moment of it busy or waiting: planning windows, claiming
 // slots and finishing batches are work as much as decompressing is (left uncounted, one
 // worker that never waited read 86-96 % busy, and the verdict weighed that).
@@ -262,6 +260,8 @@ class WorkerClock {
   Counters& c_;
   Clock::time_point mark_;
 };
+
+}  // namespace
 
 struct Loader::Impl {
   LoaderOptions opt;
@@ -1102,7 +1102,9 @@ std::shared_ptr<TokenWindow> Loader::Impl::plan_token_window(uint64_t w) const {
   win->rec_of.resize(n);
   win->row_of.resize(n);
   // Per sample, its record's place among the window's records, and those records:
-  // found once per record, not searched for per sample.
+  // found once per record, not searched for per sample. (Token windows are kTokenWindow
+  // or sequential; a kTokenWindow chunk is a whole record, so the places are distinct
+  // records.)
   std::vector<uint32_t> place(n);
   std::vector<uint64_t> place_record;
   if (order->windowed()) {
