@@ -671,7 +671,7 @@ TEST(LoaderTokens, WorkerTimeIsAllBusyOrWaiting) {
   TempDir dir;
   const uint32_t L = 16;
   make_token_dataset(dir.str(), 200000, L, 8, true);
-  for (int consumer_ms : {0, 2}) {
+  for (int consumer_ms : {0, 10}) {
     SCOPED_TRACE("consumer " + std::to_string(consumer_ms) + " ms per batch");
     auto o = token_options(dir.str());
     o.threads = 1;
