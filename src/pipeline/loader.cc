@@ -360,6 +360,8 @@ struct Loader::Impl {
   // none, is cut into runs of `window_chunks` records.
   std::pair<uint64_t, uint64_t> token_window_positions(uint64_t w) const;
   uint64_t token_window_of(uint64_t position) const;
+  /// Sequential order: the records [first, last) of window w.
+  std::pair<uint64_t, uint64_t> sequential_window_records(uint64_t w) const;
   /// This rank's schedule samples [i0, i1) whose positions lie in [begin, end).
   std::pair<uint64_t, uint64_t> rank_samples_in(uint64_t begin, uint64_t end) const;
   uint64_t rank_samples() const;  ///< this rank's samples in the run
@@ -1059,11 +1061,15 @@ void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t
 }
 }  // namespace
 
-std::pair<uint64_t, uint64_t> Loader::Impl::token_window_positions(uint64_t w) const {
-  if (order->windowed()) return order->window_positions(w);
+std::pair<uint64_t, uint64_t> Loader::Impl::sequential_window_records(uint64_t w) const {
   const uint64_t per = std::max<uint64_t>(1, order_opt.window_chunks);
   const uint64_t first = std::min<uint64_t>(w * per, layout->groups());
-  const uint64_t last = std::min<uint64_t>(first + per, layout->groups());
+  return {first, std::min<uint64_t>(first + per, layout->groups())};
+}
+
+std::pair<uint64_t, uint64_t> Loader::Impl::token_window_positions(uint64_t w) const {
+  if (order->windowed()) return order->window_positions(w);
+  const auto [first, last] = sequential_window_records(w);
   return {layout->group_begin(first), layout->group_begin(last)};  // sequential: positions are rows
 }
 
@@ -1112,9 +1118,7 @@ std::shared_ptr<TokenWindow> Loader::Impl::plan_token_window(uint64_t w) const {
     for (uint64_t chunk : order->window_chunks(w)) place_record.push_back(order->chunk_group(chunk));
   } else {  // sequential: the window is a run of records in storage order
     if (n) order->at_strided(rank_position(win->i0), rank.world_size, n, win->units.data());
-    const uint64_t per = std::max<uint64_t>(1, order_opt.window_chunks);
-    const uint64_t first = std::min<uint64_t>(w * per, layout->groups());
-    const uint64_t last = std::min<uint64_t>(first + per, layout->groups());
+    const auto [first, last] = sequential_window_records(w);
     for (uint64_t g = first; g < last; ++g) place_record.push_back(g);
     for (uint64_t s = 0; s < n; ++s) place[s] = static_cast<uint32_t>(layout->locate(win->units[s]).first - first);
   }
