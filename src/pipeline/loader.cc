@@ -18,9 +18,6 @@
 #include <thread>
 #include <set>
 #include <unordered_map>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "stoker/cpu.h"
 #include "stoker/crc32c.h"
@@ -28,8 +25,9 @@
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
-#include "util/json_text.h"
 #include "util/huge_pages.h"
+#include "util/json_text.h"
+#include "util/stream_copy.h"
 
 namespace stoker {
 
@@ -1015,40 +1013,9 @@ void widen_row(const uint8_t* src, DType dt, size_t n, Out* out) {
     case DType::kNone: break;
   }
 }
-// Rows go into batch slots that nothing reads before the batch is out, while the record
-// they come from stays in cache for its other rows and the next record's decompression:
-// streaming stores write the slot without first reading its lines into the cache (~25 %
-// less copy time per record here) and without evicting the record. Callers fence
-// (stores_done) before a batch is marked ready.
-void copy_row_bytes(const uint8_t* src, size_t bytes, uint8_t* dst) {
-#if defined(__SSE2__)
-  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    size_t i = 0;
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-    }
-    std::memcpy(dst + i, src + i, bytes - i);
-    return;
-  }
-#endif
-  std::memcpy(dst, src, bytes);
-}
-void stores_done() {
-#if defined(__SSE2__)
-  _mm_sfence();  // streaming stores are weakly ordered: visible before the batch is
-#endif
-}
-
 void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t* dst) {
   if (elem_of_dtype(dt) == out_t) {
-    copy_row_bytes(src, n * dtype_size(dt), dst);
+    internal::stream_copy(dst, src, n * dtype_size(dt));  // the slot is not read before the batch is out
     return;
   }
   switch (out_t) {
@@ -1394,7 +1361,7 @@ bool Loader::Impl::work_on_kept_locked(std::unique_lock<std::mutex>& lock, Worke
       if (!job) return false;
       lock.unlock();
       fill_token_batch(*job, *win, win->buf.get());
-      stores_done();
+      internal::stream_copy_fence();
       finish_one(*job);
       clock.charge_busy();
       lock.lock();
@@ -1444,7 +1411,7 @@ void Loader::Impl::fill_window_direct_locked(std::unique_lock<std::mutex>& lock,
   }
   if (stop) return;
   lock.unlock();
-  stores_done();
+  internal::stream_copy_fence();
   finish_all(batches);
   batches.clear();
   clock.charge_busy();
