@@ -1,15 +1,20 @@
-// Loader lifecycle costs: time to first batch and shutdown with work in flight.
-// The bounds (first batch < 0.5 s, shutdown < 100 ms) are read off these.
+// Loader costs: time to first batch and shutdown with work in flight (the bounds,
+// first batch < 0.5 s and shutdown < 100 ms, are read off these), and what the token
+// path does per record beyond the decode limit.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <random>
 
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 #include "util/bytes.h"
+#include "util/huge_pages.h"
+#include "util/stream_copy.h"
 
 namespace {
 
@@ -55,5 +60,88 @@ void BM_Loader_ShutdownWithWorkInFlight(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Loader_ShutdownWithWorkInFlight)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+
+// The token path's CPU work per record, in two parts. Unpack: what `bench feed`'s limit
+// does, `unpack_record_into` (CRC, zstd) into one buffer that stays in cache. UnpackScatter:
+// that, and what the loader adds for the shuffle within a window, copying each of the
+// record's rows into a ring of batch slots at shuffled places. The records are the main
+// job's kind: `stoker sample tokens` text packed by `stoker pack tokens --seq-len 1024
+// --zstd 3` (127 rows of ~2 KiB per record), 512 of them in memory (~60 MiB, more than
+// the caches hold, as the limit's 2000 are). Each thread has its own ring, the size the
+// loader gives 2 threads (99 slots of 64 rows).
+// UnpackScatter's rows/s over Unpack's at the same thread count is the most a token
+// pipeline that shuffles rows on the CPU can reach against that limit on this machine,
+// before any reads, hand-overs or context switches.
+namespace tokens {
+
+struct Stored {
+  std::vector<uint8_t> bytes;
+  stoker::RecordLocation loc;
+};
+
+struct Records {
+  std::shared_ptr<stoker::Dataset> ds;
+  std::vector<Stored> recs;
+  size_t row_bytes = 0, copy_bytes = 0;
+};
+
+const Records& records() {
+  static const Records all = [] {
+    const std::string d = std::filesystem::temp_directory_path() / ("stoker-token-bench-" + std::to_string(getpid()));
+    const std::string cmd = "mkdir -p " + d + " && ./stoker sample tokens " + d + "/t.bin --tokens 70000000 --vocab 50257 --seed 1 >/dev/null && "
+                            "./stoker pack tokens " + d + "/t.bin " + d + "/ds --dtype uint16 --seq-len 1024 --zstd 3 >/dev/null";
+    if (std::system(cmd.c_str()) != 0) std::abort();
+    Records r;
+    r.ds = stoker::Dataset::open(d + "/ds");
+    const uint64_t n = std::min<uint64_t>(r.ds->record_count(), 512);
+    for (uint64_t i = 0; i < n; ++i) {
+      auto [s, rec] = r.ds->locate(i);
+      auto reader = r.ds->shard(s);
+      r.recs.push_back({reader->read_stored(rec), reader->location(rec)});
+    }
+    r.copy_bytes = 1024 * 2;
+    r.row_bytes = r.copy_bytes + 2;  // stored rows carry the next token (targets)
+    std::filesystem::remove_all(d);
+    return r;
+  }();
+  return all;
+}
+
+void run(benchmark::State& state, bool scatter) {
+  const Records& r = records();
+  constexpr size_t kRingRows = 99 * 64;
+  std::vector<uint8_t> raw;
+  stoker::internal::PageBuffer ring(scatter ? kRingRows * r.copy_bytes : 0);
+  std::vector<uint32_t> places(kRingRows);  // the ring's rows in a shuffled order
+  std::iota(places.begin(), places.end(), 0u);
+  std::shuffle(places.begin(), places.end(), std::mt19937(static_cast<uint32_t>(state.thread_index()) + 1));
+  size_t next = static_cast<size_t>(state.thread_index()) * r.recs.size() / 2, place = 0;
+  int64_t rows = 0;
+  for (auto _ : state) {
+    const Stored& rec = r.recs[next++ % r.recs.size()];
+    raw.resize(rec.loc.raw_size);
+    auto fields = stoker::unpack_record_into(r.ds->schema(), rec.loc, rec.bytes, raw, "bench record");
+    const uint8_t* rows_at = fields[0].data();
+    const size_t n = fields[0].size() / r.row_bytes;
+    if (scatter) {
+      for (size_t i = 0; i < n; ++i) {
+        stoker::internal::stream_copy(ring.get() + size_t{places[place]} * r.copy_bytes, rows_at + i * r.row_bytes, r.copy_bytes);
+        place = place + 1 == places.size() ? 0 : place + 1;
+      }
+      stoker::internal::stream_copy_fence();
+    }
+    benchmark::DoNotOptimize(raw.data());
+    rows += static_cast<int64_t>(n);
+  }
+  state.SetItemsProcessed(rows);
+  state.SetLabel("items = rows");
+}
+
+}  // namespace tokens
+
+void BM_Tokens_Unpack(benchmark::State& state) { tokens::run(state, false); }
+BENCHMARK(BM_Tokens_Unpack)->Threads(1)->Threads(2)->UseRealTime();
+void BM_Tokens_UnpackScatter(benchmark::State& state) { tokens::run(state, true); }
+BENCHMARK(BM_Tokens_UnpackScatter)->Threads(1)->Threads(2)->UseRealTime();
 
 }  // namespace
