@@ -19,13 +19,13 @@ Uses only the standard library, numpy, torch, PIL and matplotlib (Debian package
 """
 import argparse
 import json
-import math
 import os
 import platform
-import random
 import subprocess
 import sys
 import time
+
+from torch_dataloader import nanogpt_feed, steady_rate, torch_feed  # beside this file
 
 FEEDER_STOKER = "stoker"
 FEEDER_TORCH = "torch DataLoader+PIL"
@@ -42,13 +42,6 @@ def last_json_line(text):
         if line.startswith("{") and line.endswith("}"):
             return json.loads(line)
     raise ValueError("no JSON object in output:\n" + text[-2000:])
-
-
-def steady_rate(samples, wall, first_batch_s, batch):
-    """Samples/s after the first batch (pipeline start-up left out), or None."""
-    if first_batch_s is None or samples <= batch or wall <= first_batch_s:
-        return None
-    return (samples - batch) / (wall - first_batch_s)
 
 
 def run_json(cmd, timeout):
@@ -82,108 +75,6 @@ def stoker_inspect(stoker, dataset):
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
         log(f"inspect {dataset}: {e}")
         return {}
-
-
-# ---- torch DataLoader + PIL -----------------------------------------------------------------
-
-def rrc_params(w, h, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """torchvision RandomResizedCrop.get_params: (left, top, cw, ch)."""
-    area = w * h
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * random.uniform(*scale)
-        ar = math.exp(random.uniform(*log_ratio))
-        cw = int(round(math.sqrt(target * ar)))
-        ch = int(round(math.sqrt(target / ar)))
-        if 0 < cw <= w and 0 < ch <= h:
-            return random.randint(0, w - cw), random.randint(0, h - ch), cw, ch
-    in_ratio = w / h
-    if in_ratio < ratio[0]:
-        cw, ch = w, int(round(w / ratio[0]))
-    elif in_ratio > ratio[1]:
-        ch, cw = h, int(round(h * ratio[1]))
-    else:
-        cw, ch = w, h
-    return (w - cw) // 2, (h - ch) // 2, cw, ch
-
-
-class PilImageFolder:
-    """torchvision.datasets.ImageFolder + RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor,
-    written against PIL directly (same parameter draws as torchvision's transforms)."""
-
-    def __init__(self, root, size=224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-        classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-        exts = (".jpg", ".jpeg", ".JPG", ".JPEG", ".png")
-        self.samples = []
-        for ci, c in enumerate(classes):
-            for f in sorted(os.listdir(os.path.join(root, c))):
-                if f.endswith(exts):
-                    self.samples.append((os.path.join(root, c, f), ci))
-        if not self.samples:
-            raise ValueError(f"no images under {root}/<class>/")
-        self.size, self.scale, self.ratio = size, scale, ratio
-
-    def __len__(self):
-        return len(self.samples)
-
-    def crop_params(self, w, h):
-        return rrc_params(w, h, self.scale, self.ratio)
-
-    def __getitem__(self, i):
-        import numpy as np
-        import torch
-        from PIL import Image
-        path, label = self.samples[i]
-        with open(path, "rb") as f:
-            img = Image.open(f).convert("RGB")
-        x, y, cw, ch = self.crop_params(*img.size)
-        img = img.resize((self.size, self.size), Image.BILINEAR, box=(x, y, x + cw, y + ch))
-        if random.random() < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        t = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1)  # PILToTensor: CHW uint8
-        return t, label
-
-
-def torch_feed(images, threads, seconds, batch):
-    import torch
-    ds = PilImageFolder(images)
-    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=threads, drop_last=False)
-    n = 0
-    t0 = time.perf_counter()
-    first = None
-    it = iter(dl)
-    for x, _ in it:
-        n += x.shape[0]
-        if first is None:
-            first = time.perf_counter() - t0
-        if time.perf_counter() - t0 >= seconds:
-            break
-    wall = time.perf_counter() - t0
-    del it
-    return {"samples": n, "wall_s": wall, "samples_per_s": n / wall if wall > 0 else 0, "first_batch_s": first,
-            "steady_samples_per_s": steady_rate(n, wall, first, batch)}
-
-
-# ---- nanoGPT --------------------------------------------------------------------------------
-
-def nanogpt_feed(tokens_bin, dtype, block_size, batch, seconds):
-    import numpy as np
-    import torch
-    np_dtype = {"uint16": np.uint16, "uint32": np.uint32}[dtype]
-    n = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        # nanoGPT's get_batch: a fresh memmap per batch (avoids its memory leak), random windows.
-        data = np.memmap(tokens_bin, dtype=np_dtype, mode="r")
-        ix = torch.randint(len(data) - block_size, (batch,))
-        x = torch.stack([torch.from_numpy((data[i:i + block_size]).astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + block_size]).astype(np.int64)) for i in ix])
-        n += x.shape[0]
-        del data
-    wall = time.perf_counter() - t0
-    assert y.shape == x.shape
-    rate = n / wall if wall > 0 else 0
-    return {"samples": n, "wall_s": wall, "samples_per_s": rate, "steady_samples_per_s": rate}  # no start-up
 
 
 def find_tokens_bin(args, stoker, out):

@@ -28,7 +28,7 @@ import torch
 from PIL import Image
 
 import stoker
-from compare import rrc_params  # bench/compare.py, beside this file
+from torch_dataloader import rrc_params  # beside this file
 
 
 # --- the torch baseline -------------------------------------------------------------
