@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -631,6 +632,42 @@ std::vector<int64_t> token_epoch_rows(Loader& l, uint32_t L) {
     }
   }
   return rows;
+}
+
+// stats() is promised to any thread: a monitor polls it while the consumer runs epochs
+// (set_epoch restarts the run under it). Under TSan this is the test of that promise.
+TEST(LoaderReport, StatsFromAnotherThreadWhileEpochsRun) {
+  TempDir dir;
+  make_image_dataset(dir.str(), 48);
+  const uint32_t L = 16;
+  make_token_dataset(dir.str() + "/tok", 20000, L, 8, true);
+  for (const std::string path : {dir.str(), dir.str() + "/tok"}) {
+    SCOPED_TRACE(path);
+    auto o = path == dir.str() ? image_options(path) : token_options(path);
+    Loader l(o);
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> polls{0}, most_seen{0};
+    std::thread monitor([&] {
+      while (!done) {
+        const LoaderStats s = l.stats();
+        EXPECT_GE(s.wall_s, 0.0);
+        EXPECT_LE(s.samples, l.epoch_samples());
+        most_seen = std::max<uint64_t>(most_seen, s.samples);
+        ++polls;
+      }
+    });
+    uint64_t last_epoch_samples = 0;
+    for (uint64_t e = 0; e < 3; ++e) {
+      l.set_epoch(e);
+      last_epoch_samples = 0;
+      while (auto b = l.next()) last_epoch_samples += b->size();
+    }
+    done = true;
+    monitor.join();
+    EXPECT_GT(polls.load(), 0u);
+    EXPECT_LE(most_seen.load(), last_epoch_samples);
+    EXPECT_EQ(l.stats().samples, last_epoch_samples);
+  }
 }
 
 TEST(LoaderTokens, EveryRecordIsReadAndDecompressedOncePerEpochPerRank) {

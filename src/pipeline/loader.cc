@@ -286,7 +286,7 @@ struct Loader::Impl {
   uint64_t start_consumed = 0;
   std::unique_ptr<EpochOrder> order;
   std::unique_ptr<RankSchedule> sched;
-  bool running = false;
+  std::atomic<bool> running{false};  // atomic, like the figures below: stats() may run on any thread
   uint64_t next_deliver = 0;   // consumer side
   uint64_t next_start = 0;     // the next batch to get a slot (guarded by ring->mu)
   std::map<uint64_t, std::shared_ptr<Job>> jobs;  // guarded by ring->mu
@@ -335,9 +335,10 @@ struct Loader::Impl {
   void report(bool epoch_end);
   bool reported_epoch_end = false;
   LoaderStats snapshot() const;
-  Clock::time_point run_start{};
-  double first_batch_s = 0;
-  uint64_t batches_out = 0, samples_out = 0, record_bytes_out = 0;
+  // The consumer's figures, written by next() and read by stats() from any thread.
+  std::atomic<Clock::time_point> run_start{};
+  std::atomic<double> first_batch_s{0};
+  std::atomic<uint64_t> batches_out{0}, samples_out{0}, record_bytes_out{0};
   mutable std::mutex io_stats_mu;
   IoStats io_stats;
   std::atomic<uint64_t> io_bytes{0};
@@ -592,7 +593,9 @@ void Loader::Impl::start_run() {
   c.reset();
   io_bytes = 0;
   first_batch_s = 0;
-  batches_out = samples_out = record_bytes_out = 0;
+  batches_out = 0;
+  samples_out = 0;
+  record_bytes_out = 0;
   run_start = Clock::now();
   reported_epoch_end = false;
   running = true;
@@ -1680,7 +1683,7 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<Job>& job, uint64_t n, std:
     for (int64_t d : m.tensors[t].sample_shape) v.shape.push_back(d);
     views.push_back(std::move(v));
   }
-  if (m.batches_out == 0) m.first_batch_s = seconds(Clock::now() - m.run_start);
+  if (m.batches_out == 0) m.first_batch_s = seconds(Clock::now() - m.run_start.load());
   m.batches_out++;
   m.samples_out += n;
   return Batch(std::move(views), std::move(lease), m.epoch, k, n);
@@ -1741,7 +1744,7 @@ void Loader::Impl::report(bool epoch_end) {
 LoaderStats Loader::Impl::snapshot() const {
   const Impl& m = *this;
   LoaderStats s;
-  s.wall_s = m.running ? seconds(Clock::now() - m.run_start) : 0;
+  s.wall_s = m.running ? seconds(Clock::now() - m.run_start.load()) : 0;
   s.first_batch_s = m.first_batch_s;
   s.batches = m.batches_out;
   s.samples = m.samples_out;
