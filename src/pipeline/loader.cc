@@ -324,7 +324,13 @@ struct Loader::Impl {
   // records), and their buffers, reused.
   std::deque<std::shared_ptr<TokenWindow>> kept;
   std::vector<internal::PageBuffer> kept_buffers;  // on huge pages: rows are copied through them
-  size_t kept_buffer_records = 0;
+  size_t kept_buffer_records = 0;                  // what each buffer in kept_buffers holds
+  /// ring->mu held: keeps a window's buffer for reuse, unless a wider window has made
+  /// buffers larger since it was mapped. (A rank's window holds only the records it
+  /// draws rows from, so windows differ in width: world size > 1, a resume, the last one.)
+  void return_kept_buffer(internal::PageBuffer buf) {
+    if (buf && buf.size() >= kept_buffer_records * token_capacity) kept_buffers.push_back(std::move(buf));
+  }
 
   Counters c;
   // Reporting: interval verdicts, smoothed so a steady feed does not flip-flop.
@@ -609,8 +615,7 @@ void Loader::Impl::start_run() {
 }
 
 void Loader::Impl::clear_token_state() {
-  for (auto& win : kept)
-    if (win->buf) kept_buffers.push_back(std::move(win->buf));
+  for (auto& win : kept) return_kept_buffer(std::move(win->buf));
   kept.clear();
   planned.clear();
   to_read.clear();
@@ -1369,7 +1374,7 @@ bool Loader::Impl::work_on_kept_locked(std::unique_lock<std::mutex>& lock, Worke
       clock.charge_busy();
       lock.lock();
       if (++win->filled == win->k_last - win->k_first + 1) {
-        kept_buffers.push_back(std::move(win->buf));
+        return_kept_buffer(std::move(win->buf));
         kept.erase(std::find(kept.begin(), kept.end(), win));
         window_cv.notify_all();  // room for the next window
       }
@@ -1471,7 +1476,7 @@ void Loader::Impl::token_worker_main(unsigned id) {
         continue;
       }
       win->next_fill = win->k_first;
-      if (!kept_buffers.empty() && kept_buffer_records >= win->recs.size()) {
+      if (!kept_buffers.empty() && kept_buffers.back().size() >= win->recs.size() * token_capacity) {
         win->buf = std::move(kept_buffers.back());
         kept_buffers.pop_back();
       } else {
@@ -1486,6 +1491,8 @@ void Loader::Impl::token_worker_main(unsigned id) {
         }
         win->buf = internal::PageBuffer(records * token_capacity);
       }
+      if (win->buf.size() < win->recs.size() * token_capacity)
+        throw std::logic_error("a kept token window's buffer holds fewer records than the window");
       if (!kept.empty() && kept.back()->i1 > win->i0)
         throw std::logic_error("token windows kept out of order: the batches they fill would wait on each other");
       kept.push_back(std::move(win));
