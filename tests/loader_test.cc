@@ -904,6 +904,39 @@ TEST(LoaderTokens, ManyWorkersOnASmallRingKeepWindowsInOrderAndFinish) {
   }
 }
 
+// One worker, windows of one record, a consumer holding batches: windows are kept, two at
+// a time, and the worker plans the next ones with the ring's lock let go. Records that
+// arrive then must still be unpacked: the worker used to sleep on a wake-up that had
+// already gone to no one, and the epoch never ended (2 of 3 runs under TSan).
+TEST(LoaderTokens, LoneWorkerPlanningWhileRecordsArriveNeverSleepsOnKeptWork) {
+  TempDir dir;
+  const uint32_t L = 64;
+  make_token_dataset(dir.str(), 700000, L, 3, true);
+  auto o = token_options(dir.str());
+  o.order.window_chunks = 1;
+  o.order.seed = 997;
+  o.world_size = 4;
+  o.batch_size = 1;
+  o.threads = 1;
+  o.slots = 7;
+  o.targets = true;
+  finishes_or_abort("LoneWorkerPlanningWhileRecordsArrive", [&] {
+    for (int rank = 0; rank < 2; ++rank) {
+      o.rank = rank;
+      Loader l(o);
+      l.set_epoch(4);
+      std::deque<Batch> held;
+      uint64_t rows = 0;
+      while (auto b = l.next()) {
+        rows += b->size();
+        held.push_back(std::move(*b));
+        if (held.size() > 5) held.pop_front();
+      }
+      EXPECT_EQ(rows, l.num_batches());
+    }
+  });
+}
+
 TEST(LoaderTokens, ReadFaultsSkipWholeRecordsOrStopWithTheName) {
   TempDir dir;
   // Records of 16 rows of 257 uint16 (8 KiB, stored plain): most of each aligned read, so

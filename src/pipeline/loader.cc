@@ -1466,7 +1466,10 @@ void Loader::Impl::token_worker_main(unsigned id) {
       const uint64_t unclaimed = win->k_last + 1 > next_start ? win->k_last + 1 - next_start : 0;
       const bool direct = unclaimed <= free_slots;
       if (!direct && kept.size() >= 2) {  // help the kept windows finish first
-        clock.wait(window_cv, lock);
+        // Planning let go of the lock: their records may have come in meanwhile, and the
+        // wake-up with them gone to no one. Only a worker moves them on, so look again
+        // before sleeping (a lone worker slept here for good).
+        if (!work_on_kept_locked(lock, clock) && !stop) clock.wait(window_cv, lock);
         continue;
       }
       next_window = w + 1;
