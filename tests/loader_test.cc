@@ -904,6 +904,68 @@ TEST(LoaderTokens, ManyWorkersOnASmallRingKeepWindowsInOrderAndFinish) {
   }
 }
 
+// Under kSkip a batch is filled from later ones past the bad samples, and those sit
+// ready in the ring until it goes out. A run of bad samples spanning more batches than
+// the ring has slots left no slot for the next one: the loader grows the ring (or, with
+// grow_when_held off, says why it cannot go on) instead of waiting for good.
+TEST(LoaderSkip, ARunOfBadSamplesLongerThanTheRingGrowsItInsteadOfDeadlocking) {
+  TempDir images;
+  make_image_dataset(images.str(), 43, 1 << 20);
+  corrupt_records(images.str(), {10, 11, 12, 13, 14, 15, 16, 17});
+  finishes_or_abort("ARunOfBadImages", [&] {
+    auto o = image_options(images.str());
+    o.on_error = OnError::kSkip;
+    o.batch_size = 1;
+    o.slots = 2;
+    o.threads = 1;
+    Loader l(o);
+    Epoch e = run_epoch(l);
+    std::set<int64_t> seen;
+    for (const auto& b : e.indices) seen.insert(b.begin(), b.end());
+    EXPECT_EQ(seen.size(), 43u - 8u);
+    for (int64_t bad = 10; bad <= 17; ++bad) EXPECT_EQ(seen.count(bad), 0u);
+    EXPECT_EQ(l.stats().skipped, 8u);
+  });
+
+  TempDir tokens;
+  const uint32_t L = 16, R = 40;
+  make_token_dataset(tokens.str(), 20000, L, R, true);
+  const uint64_t rows = (20000 - 1) / L;
+  corrupt_records(tokens.str(), {3});  // rows 120..159
+  auto token_run = [&](bool grow) {
+    auto o = token_options(tokens.str());
+    o.order.kind = OrderKind::kSequential;
+    o.on_error = OnError::kSkip;
+    o.batch_size = 7;
+    o.slots = 3;
+    o.threads = 1;
+    o.grow_when_held = grow;
+    Loader l(o);
+    std::set<int64_t> seen;
+    while (auto b = l.next()) {
+      auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
+      auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+      for (uint64_t j = 0; j < b->size(); ++j) {
+        EXPECT_TRUE(seen.insert(idx[j]).second) << "row " << idx[j] << " twice";
+        EXPECT_EQ(t[j * L], static_cast<uint16_t>((idx[j] * L) % 65521)) << "row " << idx[j];
+      }
+    }
+    EXPECT_EQ(seen.size(), rows - R);
+    EXPECT_EQ(l.stats().skipped, R);
+    EXPECT_GT(l.stats().slots, 3u) << "the ring grew past the bad run";
+  };
+  finishes_or_abort("ARunOfBadTokenRows", [&] { token_run(true); });
+  finishes_or_abort("ARunOfBadTokenRowsNoGrowth", [&] {
+    try {
+      token_run(false);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+      EXPECT_NE(std::string(e.what()).find("raise `slots`"), std::string::npos) << e.what();
+    }
+  });
+}
+
 // One worker, windows of one record, a consumer holding batches: windows are kept, two at
 // a time, and the worker plans the next ones with the ring's lock let go. Records that
 // arrive then must still be unpacked: the worker used to sleep on a wake-up that had

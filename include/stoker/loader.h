@@ -83,8 +83,11 @@ struct LoaderOptions {
   /// one shuffle window per decode thread plus one (within the same 32 MiB), so each
   /// worker can fill its window's batches directly. options() reports the count used.
   unsigned slots = 0;
-  /// When the consumer holds every slot and asks for the next batch, add a slot (with one
-  /// warning) instead of deadlocking. Memory then grows with what the consumer keeps.
+  /// When the next batch cannot get a slot, add one (with one warning) instead of
+  /// deadlocking: the consumer holds every slot, or (OnError::kSkip) a run of bad samples
+  /// spans more batches than the ring holds, all of them needed to fill the batch before
+  /// it. Memory then grows with what the consumer keeps, or with the bad run. false:
+  /// kResourceExhausted saying which.
   bool grow_when_held = true;
   IoOptions io;               ///< engine, queue depth, O_DIRECT
   /// Wraps the IO engine (fault injection, throttling) — tests and `--io-limit-mbps`.

@@ -726,19 +726,27 @@ std::shared_ptr<Job> Loader::Impl::wait_job(uint64_t k, std::unique_lock<std::mu
     auto it = jobs.find(k);
     if (it != jobs.end() && it->second->ready) return it->second;
     if (fatal) std::rethrow_exception(fatal);
-    // The consumer holds every slot and waits for a batch that cannot start: grow.
+    // Batch k cannot start while no slot is free or filling: the consumer holds every
+    // slot, or (kSkip) it is filling a batch from later ones past a run of bad samples
+    // longer than the ring, and those later batches sit ready in the other slots until
+    // this one goes out. Grow, or nothing moves again.
     if (it == jobs.end()) {
-      bool any_busy = false;
-      for (auto& s : ring->slots) any_busy |= s->state != Ring::State::kLeased;
-      if (!any_busy) {
+      bool can_start = false, all_held = true;
+      for (auto& s : ring->slots) {
+        can_start |= s->state == Ring::State::kFree || s->state == Ring::State::kFilling;
+        all_held &= s->state == Ring::State::kLeased;
+      }
+      if (!can_start) {
+        const std::string why = all_held ? "every batch slot (" + std::to_string(ring->slots.size()) + ") is held by the caller"
+                                         : "skipped samples: filling batch " + std::to_string(next_deliver) +
+                                               " takes more later batches than the ring's " +
+                                               std::to_string(ring->slots.size()) + " slots hold";
         if (!opt.grow_when_held)
-          throw_error(ErrorCode::kResourceExhausted, "every batch slot (" + std::to_string(ring->slots.size()) +
-                                                         ") is held by the caller; release batches or enable grow_when_held");
+          throw_error(ErrorCode::kResourceExhausted, why + "; " + (all_held ? "release batches" : "raise `slots`") +
+                                                         " or enable grow_when_held");
         if (!warned_grow.exchange(true))
-          std::fprintf(stderr,
-                       "stoker: warning: the caller holds all %zu batch slots; adding slots so the loader can go "
-                       "on (memory now grows with the batches kept; release batches to keep it bounded)\n",
-                       ring->slots.size());
+          std::fprintf(stderr, "stoker: warning: %s; adding slots so the loader can go on (memory now grows with %s)\n",
+                       why.c_str(), all_held ? "the batches kept; release batches to keep it bounded" : "the run of bad samples");
         ring->add_slots_locked(1);
         ring->producer_cv.notify_all();
       }
