@@ -13,6 +13,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -997,6 +998,64 @@ TEST(LoaderTokens, LoneWorkerPlanningWhileRecordsArriveNeverSleepsOnKeptWork) {
       EXPECT_EQ(rows, l.num_batches());
     }
   });
+}
+
+// Seeded random configurations of the token path (ranks, window widths, batch sizes,
+// threads, ring sizes, a consumer holding batches, order kinds, targets): every row of
+// the epoch arrives once across the ranks, with its bytes. A randomized stress run of
+// this kind found the two token bugs above; this keeps a small one in the suite (and
+// under TSan).
+TEST(LoaderTokens, RandomConfigurationsDeliverEveryRowOnceWithItsBytes) {
+  TempDir dir;
+  const uint32_t L = 16;
+  make_token_dataset(dir.str(), 60000, L, 5, true);
+  const uint64_t rows = (60000 - 1) / L;
+  std::mt19937 rng(20261130);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int round = 0; round < 32; ++round) {
+    auto o = token_options(dir.str());
+    o.world_size = pick(1, 3);
+    o.order.kind = pick(0, 3) ? OrderKind::kShuffled : OrderKind::kSequential;
+    o.order.window_chunks = static_cast<uint32_t>(pick(1, 16));
+    o.order.seed = static_cast<uint64_t>(round);
+    o.batch_size = static_cast<uint64_t>(pick(1, 40));
+    o.threads = static_cast<unsigned>(pick(1, 4));
+    o.slots = static_cast<unsigned>(pick(0, 8));
+    o.targets = pick(0, 1) == 1;
+    const size_t hold = static_cast<size_t>(pick(0, 6));
+    const std::string what = "round " + std::to_string(round) + ": world " + std::to_string(o.world_size) +
+                             ", window " + std::to_string(o.order.window_chunks) + ", batch " +
+                             std::to_string(o.batch_size) + ", threads " + std::to_string(o.threads) + ", slots " +
+                             std::to_string(o.slots) + ", holding " + std::to_string(hold);
+    SCOPED_TRACE(what);
+    std::vector<int> seen(rows, 0);
+    finishes_or_abort(what.c_str(), [&] {
+      for (int rank = 0; rank < o.world_size; ++rank) {
+        auto ro = o;
+        ro.rank = rank;
+        Loader l(ro);
+        l.set_epoch(static_cast<uint64_t>(round % 3));
+        std::deque<Batch> held;
+        while (auto b = l.next()) {
+          auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
+          auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+          for (uint64_t j = 0; j < b->size(); ++j) {
+            ASSERT_LT(static_cast<uint64_t>(idx[j]), rows);
+            seen[static_cast<size_t>(idx[j])]++;
+            ASSERT_EQ(t[j * L], static_cast<uint16_t>((idx[j] * L) % 65521)) << "row " << idx[j];
+            ASSERT_EQ(t[j * L + L - 1], static_cast<uint16_t>((idx[j] * L + L - 1) % 65521)) << "row " << idx[j];
+            if (ro.targets) {
+              auto* g = static_cast<const uint16_t*>((*b)["targets"].data);
+              ASSERT_EQ(g[j * L + L - 1], static_cast<uint16_t>((idx[j] * L + L) % 65521)) << "row " << idx[j];
+            }
+          }
+          held.push_back(std::move(*b));
+          if (held.size() > hold) held.pop_front();
+        }
+      }
+    });
+    for (uint64_t r = 0; r < rows; ++r) ASSERT_EQ(seen[r], 1) << "row " << r;
+  }
 }
 
 TEST(LoaderTokens, ReadFaultsSkipWholeRecordsOrStopWithTheName) {

@@ -324,10 +324,11 @@ struct Loader::Impl {
   // records), and their buffers, reused.
   std::deque<std::shared_ptr<TokenWindow>> kept;
   std::vector<internal::PageBuffer> kept_buffers;  // on huge pages: rows are copied through them
-  size_t kept_buffer_records = 0;                  // what each buffer in kept_buffers holds
-  /// ring->mu held: keeps a window's buffer for reuse, unless a wider window has made
-  /// buffers larger since it was mapped. (A rank's window holds only the records it
-  /// draws rows from, so windows differ in width: world size > 1, a resume, the last one.)
+  size_t kept_buffer_records = 0;                  // what each buffer in kept_buffers holds, at least
+  /// ring->mu held (or no worker running): keeps a window's buffer for reuse, unless a
+  /// wider window has made buffers larger since it was mapped. (A rank's window holds
+  /// only the records it draws rows from, so windows differ in width: world size > 1, a
+  /// resume, the last one.)
   void return_kept_buffer(internal::PageBuffer buf) {
     if (buf && buf.size() >= kept_buffer_records * token_capacity) kept_buffers.push_back(std::move(buf));
   }
