@@ -643,7 +643,7 @@ TEST(LoaderReport, StatsFromAnotherThreadWhileEpochsRun) {
   make_image_dataset(dir.str(), 48);
   const uint32_t L = 16;
   make_token_dataset(dir.str() + "/tok", 20000, L, 8, true);
-  for (const std::string path : {dir.str(), dir.str() + "/tok"}) {
+  for (const std::string& path : {dir.str(), dir.str() + "/tok"}) {
     SCOPED_TRACE(path);
     auto o = path == dir.str() ? image_options(path) : token_options(path);
     Loader l(o);
