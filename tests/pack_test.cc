@@ -828,8 +828,9 @@ void expect_clean_failure(const std::string& out, const std::string& msg, const 
   EXPECT_NE(msg.find(reason), std::string::npos) << msg;
   // Nothing that could pass for a dataset, and no half-written file left behind.
   EXPECT_FALSE(fs::exists(fs::path(out) / "MANIFEST"));
-  if (fs::exists(out))
+  if (fs::exists(out)) {
     for (const auto& e : fs::directory_iterator(out)) EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  }
   EXPECT_THROW(Dataset::open(out), Error);
 }
 
