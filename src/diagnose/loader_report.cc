@@ -1,0 +1,111 @@
+#include "diagnose/loader_report.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "stoker/error.h"
+#include "util/json_text.h"
+
+namespace stoker::internal {
+
+LoaderReporter::LoaderReporter(const LoaderOptions& opt) : opt_(opt), interval_s_(opt.report_interval_s), json_(opt.report_json) {
+  if (interval_s_ <= 0) {
+    if (const char* env = std::getenv("STOKER_REPORT"); env && *env) {
+      std::string v(env);
+      double mul = 1;
+      if (v.size() > 2 && v.substr(v.size() - 2) == "ms") {
+        mul = 1e-3;
+        v.resize(v.size() - 2);
+      } else if (!v.empty() && v.back() == 's') {
+        v.pop_back();
+      }
+      try {
+        interval_s_ = std::stod(v) * mul;
+      } catch (const std::exception&) {
+        throw_error(ErrorCode::kInvalidArgument, "STOKER_REPORT='" + std::string(env) + "' is not a duration like 10s");
+      }
+    }
+  }
+  if (const char* env = std::getenv("STOKER_REPORT_JSON"); env && std::string(env) == "1") json_ = true;
+  if (interval_s_ > 0) tracker_ = std::make_unique<BottleneckTracker>();
+}
+
+void LoaderReporter::tick(const std::function<LoaderStats()>& snapshot, uint64_t epoch) {
+  if (!tracker_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (last_ == std::chrono::steady_clock::time_point{}) last_ = now;
+  if (now - last_ < std::chrono::duration<double>(interval_s_)) return;
+  last_ = now;
+  report(snapshot(), false, epoch);
+}
+
+void LoaderReporter::epoch_end(const std::function<LoaderStats()>& snapshot, uint64_t epoch) {
+  if (!tracker_ || epoch_end_reported_) return;
+  epoch_end_reported_ = true;
+  report(snapshot(), true, epoch);
+}
+
+void LoaderReporter::report(const LoaderStats& s, bool epoch_end, uint64_t epoch) {
+  const Verdict& v = tracker_->update(s);
+  std::string line;
+  if (json_) {
+    line = v.to_json();
+    if (epoch_end) line.insert(1, "\"epoch_end\":true,\"epoch\":" + std::to_string(epoch) + ",");
+  } else {
+    line = (epoch_end ? "epoch " + std::to_string(epoch) + " done: " : std::string()) + v.summary();
+  }
+  if (opt_.report_sink) opt_.report_sink(line);
+  else std::fprintf(stderr, "stoker: %s\n", line.c_str());
+}
+
+}  // namespace stoker::internal
+
+namespace stoker {
+
+std::string LoaderStats::to_json() const {
+  auto stage = [&](const StageStats& st) {
+    return "{\"threads\":" + std::to_string(st.threads) + ",\"busy_s\":" + internal::json_num(st.busy_s) + ",\"wait_s\":" +
+           internal::json_num(st.wait_s) + ",\"items\":" + std::to_string(st.items) + ",\"busy_frac\":" + internal::json_num(st.busy_frac(wall_s)) + "}";
+  };
+  std::string j = "{";
+  j += "\"wall_s\":" + internal::json_num(wall_s);
+  j += ",\"first_batch_s\":" + internal::json_num(first_batch_s);
+  j += ",\"batches\":" + std::to_string(batches);
+  j += ",\"samples\":" + std::to_string(samples);
+  j += ",\"samples_per_s\":" + internal::json_num(wall_s > 0 ? samples / wall_s : 0);
+  j += ",\"bytes_read\":" + std::to_string(bytes_read);
+  j += ",\"record_bytes\":" + std::to_string(record_bytes);
+  j += ",\"skipped\":" + std::to_string(skipped);
+  j += ",\"tokens\":" + std::string(tokens ? "true" : "false");
+  j += ",\"io\":" + stage(io);
+  j += ",\"decode\":" + stage(decode);
+  j += ",\"consumer_wait_s\":" + internal::json_num(consumer_wait_s);
+  j += ",\"consumer_wait_frac\":" + internal::json_num(wall_s > 0 ? consumer_wait_s / wall_s : 0);
+  j += ",\"decode_queue_avg\":" + internal::json_num(decode_queue_avg);
+  j += ",\"slots\":" + std::to_string(slots);
+  j += ",\"slots_ready_avg\":" + internal::json_num(slots_ready_avg);
+  j += ",\"slots_free_avg\":" + internal::json_num(slots_free_avg);
+  j += ",\"io_engine\":" + internal::json_str(io_engine.engine);
+  j += ",\"io_direct\":" + std::string(io_engine.direct ? "true" : "false");
+  j += ",\"io_fallback\":" + internal::json_str(io_engine.fallback_reason);
+  j += ",\"slot_memory\":" + internal::json_str(slot_memory);
+  j += ",\"cpus\":" + internal::json_str(cpu_explanation);
+  j += ",\"bottleneck\":" + internal::json_str(bottleneck);
+  j += ",\"evidence\":" + internal::json_str(evidence);
+  j += ",\"advice\":" + internal::json_str(advice);
+  return j + "}";
+}
+
+std::string LoaderStats::summary() const {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "%.0f samples/s over %.2f s; io %.0f%% busy; decode %u thread%s %.0f%% busy; consumer waited %.0f%%; "
+                "%.1f of %u slots ready on average",
+                wall_s > 0 ? samples / wall_s : 0.0, wall_s, 100 * io.busy_frac(wall_s), decode.threads,
+                decode.threads == 1 ? "" : "s", 100 * decode.busy_frac(wall_s),
+                wall_s > 0 ? 100 * consumer_wait_s / wall_s : 0.0, slots_ready_avg, slots);
+  return b;
+}
+
+}  // namespace stoker

@@ -1,0 +1,320 @@
+// ImageProducer: records of an image dataset into batches, a decode per sample.
+//
+// The "stoker-io" thread starts batch k when a slot is free: it looks up its samples in
+// the epoch's order, plans aligned, coalesced reads of their records (io.h plan_reads)
+// and submits them; completed reads become one DecodeTask per record, queued for the
+// "stoker-dec/N" workers. A worker checks the record's CRC (zero-copy when it is stored
+// raw: the fields are sliced out of the IO buffer), decodes and transforms the image
+// straight into the batch's slot (converting to the pixel format when it is not uint8
+// HWC), writes the label and the sample index, and hands the sample over. An IO buffer
+// goes back to the engine when the last record in it is decoded.
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include "pipeline/producer.h"
+#include "pipeline/record_reads.h"
+#include "stoker/crc32c.h"
+#include "stoker/image.h"
+#include "util/bytes.h"
+
+namespace stoker::internal {
+namespace {
+
+struct DecodeTask {
+  std::shared_ptr<Job> job;
+  uint32_t j = 0;  // sample within the batch
+  std::shared_ptr<IoBuffer> buf;
+  uint64_t skip = 0;
+  size_t shard = 0;
+  uint64_t record = 0;
+  std::string io_error;  // non-empty: the read failed
+  ErrorCode io_code = ErrorCode::kIoError;
+};
+
+uint64_t image_slab_need(const Context& ctx) {
+  // The reads in flight are at most the ring's batches.
+  const uint64_t records = std::max<uint64_t>(1, ctx.dataset->record_count());
+  const uint64_t mean = ctx.dataset->manifest().total_bytes() / records;
+  return static_cast<uint64_t>(ctx.opt->slots + 1) * ctx.opt->batch_size * (mean + 2 * kDirectAlignment);
+}
+
+class ImageProducer final : public Producer {
+ public:
+  ImageProducer(const Context& ctx, const ImageFacts& f) : ctx_(ctx), f_(f), reads_(ctx, image_slab_need(ctx)) {
+    if (f_.image_t >= 0) image_bytes_ = ctx_.tensors[static_cast<size_t>(f_.image_t)].sample_bytes;
+  }
+  ~ImageProducer() override { join(); }
+
+  void start(Run& run) override {
+    run_ = &run;
+    queue_.clear();
+    io_thread_ = std::thread([this] { io_main(); });
+    for (unsigned i = 0; i < ctx_.threads; ++i) decoders_.emplace_back([this, i] { decode_main(i); });
+  }
+  void wake() override {
+    { std::lock_guard<std::mutex> lock(qmu_); }  // a worker between checking `stop` and waiting sees it
+    qcv_.notify_all();
+  }
+  void join() override {
+    if (io_thread_.joinable()) io_thread_.join();
+    for (auto& t : decoders_) t.join();
+    decoders_.clear();
+  }
+  void clear() override { queue_.clear(); }
+  IoStats io_stats() const override { return reads_.stats(); }
+
+ private:
+  void io_main();
+  void start_job(uint64_t k, size_t slot);
+  void decode_main(unsigned id);
+  void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels);
+
+  struct ReadCtx {
+    std::shared_ptr<Job> job;
+    std::shared_ptr<IoBuffer> buf;
+    struct Rec {
+      uint32_t j;
+      size_t shard;
+      uint64_t record;
+      uint64_t skip;
+      uint32_t stored;
+    };
+    std::vector<Rec> recs;
+  };
+
+  const Context& ctx_;
+  const ImageFacts f_;
+  size_t image_bytes_ = 0;
+  RecordReads reads_;
+  Run* run_ = nullptr;
+  std::thread io_thread_;
+  std::vector<std::thread> decoders_;
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<DecodeTask> queue_;
+  // The reader thread's own (no lock).
+  std::unordered_map<uint64_t, ReadCtx> pending_;
+  uint64_t next_tag_ = 1;
+};
+
+void ImageProducer::start_job(uint64_t k, size_t slot) {
+  Run& run = *run_;
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(run.ring->mu);
+    job = run.claim_locked(k, slot);
+    for (uint64_t j = 0; j < job->samples.size(); ++j) job->samples[j] = run.order->at(run.sched->position(k, j));
+    job->remaining = job->samples.size();
+    run.jobs[k] = job;
+  }
+  std::vector<RecordRange> ranges;
+  std::vector<std::pair<size_t, uint64_t>> where;
+  std::vector<uint32_t> js;  // batch position of each planned record
+  for (uint64_t j = 0; j < job->samples.size(); ++j) {
+    auto [s, r] = ctx_.dataset->locate(job->samples[j]);
+    try {
+      ranges.push_back(reads_.range(s, r));
+      where.emplace_back(s, r);
+      js.push_back(static_cast<uint32_t>(j));
+    } catch (const Error& e) {
+      // A missing or replaced shard: this record fails like a bad read would.
+      ctx_.sample_failed(run, *job, static_cast<uint32_t>(j), std::make_exception_ptr(naming(e, ctx_.record_name(s, r))));
+      run.finish_one(*job);
+    }
+  }
+  IoEngine& engine = reads_.engine();
+  ReadPlan plan = plan_reads(ranges, reads_.plan_options());
+  std::vector<ReadRequest> reqs;
+  reqs.reserve(plan.reads.size());
+  for (size_t i = 0; i < plan.reads.size(); ++i) {
+    const auto& rd = plan.reads[i];
+    ReadCtx rc;
+    rc.job = job;
+    rc.buf = std::make_shared<IoBuffer>(engine.alloc(rd.length));
+    for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q)
+      rc.recs.push_back({js[q], where[q].first, where[q].second, plan.records[q].skip, static_cast<uint32_t>(ranges[q].length)});
+    const uint64_t tag = next_tag_++;
+    reqs.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), rc.buf->data(), tag});
+    pending_.emplace(tag, std::move(rc));
+  }
+  engine.submit(reqs);
+}
+
+void ImageProducer::io_main() {
+  Run& run = *run_;
+  Counters& c = run.c;
+  pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-io");
+  if (!reads_.open(run)) return;
+  IoEngine& engine = reads_.engine();
+  std::vector<ReadCompletion> done;
+  const uint64_t nb = run.sched->num_batches();
+  auto push_tasks = [&](std::vector<DecodeTask>& tasks) {
+    if (tasks.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      for (auto& t : tasks) queue_.push_back(std::move(t));
+    }
+    tasks.clear();
+    qcv_.notify_all();
+  };
+  try {
+    while (!run.stop) {
+      auto t0 = Clock::now();
+      bool progressed = false;
+      // Start the next batch when a slot is free.
+      if (run.next_start < nb) {  // this thread is the only writer: reading it unlocked is safe
+        size_t slot = 0;
+        uint64_t k = 0;
+        bool got = false;
+        {
+          // Advanced under the lock: the decoders read it (consumer_should_wake_locked).
+          std::lock_guard<std::mutex> lock(run.ring->mu);
+          slot = run.ring->find_free_locked();
+          if (slot < run.ring->slots.size()) {
+            run.ring->slots[slot]->state = SlotRing::State::kFilling;
+            k = run.next_start++;
+            got = true;
+          }
+        }
+        if (got) {
+          start_job(k, slot);
+          progressed = true;
+        }
+      }
+      if (engine.inflight() > 0) {
+        done.clear();
+        auto w0 = Clock::now();
+        engine.reap(done, progressed ? 0 : 1, std::chrono::milliseconds(progressed ? 0 : 2));
+        c.io_wait_ns += nanos(Clock::now() - w0);
+        std::vector<DecodeTask> tasks;
+        for (ReadCompletion& d : done) {
+          auto it = pending_.find(d.tag);
+          if (it == pending_.end()) continue;
+          ReadCtx rc = std::move(it->second);
+          pending_.erase(it);
+          if (d.result > 0) c.io_bytes += static_cast<uint64_t>(d.result);
+          for (const auto& r : rc.recs) {
+            DecodeTask t{rc.job, r.j, rc.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
+            if (auto bad = read_failure(d, r.skip + r.stored)) {
+              t.io_error = bad->what();
+              t.io_code = bad->code();
+            }
+            tasks.push_back(std::move(t));
+            c.io_records++;
+          }
+        }
+        push_tasks(tasks);
+        progressed = progressed || !done.empty();
+      } else if (!progressed) {
+        if (run.next_start >= nb) break;  // everything submitted and read
+        // Waiting for the consumer to hand back a slot.
+        auto w0 = Clock::now();
+        std::unique_lock<std::mutex> lock(run.ring->mu);
+        run.ring->producer_cv.wait_for(lock, std::chrono::milliseconds(20), [&] {
+          return run.stop || run.ring->find_free_locked() < run.ring->slots.size();
+        });
+        c.io_wait_ns += nanos(Clock::now() - w0);
+        continue;
+      }
+      c.io_busy_ns += nanos(Clock::now() - t0);
+    }
+  } catch (...) {
+    run.fail(std::current_exception());
+  }
+  reads_.close_run();
+  pending_.clear();
+}
+
+void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
+                            std::vector<uint8_t>& pixels) {
+  const LoaderOptions& opt = *ctx_.opt;
+  Job& job = *t.job;
+  const std::string where = ctx_.record_name(t.shard, t.record);
+  if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
+  auto reader = ctx_.dataset->shard(t.shard);
+  const RecordLocation& loc = reader->location(t.record);
+  std::span<const uint8_t> stored(t.buf->data() + t.skip, loc.stored_size);
+  std::vector<std::span<const uint8_t>> fields;
+  if (loc.flags & kRecordZstd) {
+    scratch.resize(loc.raw_size);
+    fields = unpack_record_into(ctx_.dataset->schema(), loc, stored, scratch, where);
+  } else {
+    // Zero-copy: check the CRC and slice the fields out of the IO buffer.
+    const uint32_t crc = crc32c(stored.data(), stored.size());
+    if (crc != loc.crc) {
+      char b[96];
+      std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", loc.crc, crc);
+      throw Error(ErrorCode::kDataLoss, where + b);
+    }
+    size_t off = 0;
+    for (uint32_t fs : loc.field_sizes) {
+      fields.emplace_back(stored.data() + off, fs);
+      off += fs;
+    }
+  }
+  const uint64_t sample = job.samples[t.j];
+  const uint64_t seed = sample_seed(ctx_.order_opt.seed, run_->epoch, sample);
+  try {
+    if (f_.image_t >= 0) {
+      uint8_t* img = ctx_.tensor_ptr(job, f_.image_t) + t.j * image_bytes_;
+      const auto& field = fields[static_cast<size_t>(f_.image_field)];
+      if (opt.pixel_format == PixelFormat::kU8HWC) {
+        dec.decode(field, opt.transform, seed, img, image_bytes_);
+      } else {
+        const int S = opt.transform.size;
+        pixels.resize(static_cast<size_t>(S) * S * 3);
+        dec.decode(field, opt.transform, seed, pixels.data(), pixels.size());
+        convert_pixels(pixels.data(), S, S, opt.pixel_format, opt.mean, opt.std, img);
+      }
+    }
+  } catch (const Error& e) {
+    throw Error(e.code(), where + ": " + e.what());
+  }
+  int64_t label = -1;
+  if (f_.label_field >= 0) label = static_cast<int64_t>(internal::get_u64(fields[static_cast<size_t>(f_.label_field)].data()));
+  std::memcpy(ctx_.tensor_ptr(job, f_.label_t) + t.j * 8, &label, 8);
+  const int64_t gi = static_cast<int64_t>(sample);
+  std::memcpy(ctx_.tensor_ptr(job, f_.index_t) + t.j * 8, &gi, 8);
+  job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
+}
+
+void ImageProducer::decode_main(unsigned id) {
+  Run& run = *run_;
+  Counters& c = run.c;
+  pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-dec/" + std::to_string(id));
+  ImageDecoder dec;
+  std::vector<uint8_t> scratch, pixels;
+  for (;;) {
+    DecodeTask t;
+    {
+      auto w0 = Clock::now();
+      std::unique_lock<std::mutex> lock(qmu_);
+      qcv_.wait(lock, [&] { return run.stop || !queue_.empty(); });
+      c.dec_wait_ns += nanos(Clock::now() - w0);
+      if (run.stop) return;
+      c.queue_sum += queue_.size();
+      t = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto b0 = Clock::now();
+    try {
+      process(t, dec, scratch, pixels);
+      c.dec_samples++;
+    } catch (...) {
+      ctx_.sample_failed(run, *t.job, t.j, std::current_exception());
+    }
+    t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
+    c.dec_busy_ns += nanos(Clock::now() - b0);
+    if (t.job) run.finish_one(*t.job);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Producer> make_image_producer(const Context& ctx, const ImageFacts& facts) {
+  return std::make_unique<ImageProducer>(ctx, facts);
+}
+
+}  // namespace stoker::internal

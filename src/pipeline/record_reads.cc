@@ -1,0 +1,82 @@
+#include "pipeline/record_reads.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace stoker::internal {
+
+bool RecordReads::open(Run& run) {
+  try {
+    if (!engine_) {
+      IoOptions io = ctx_.opt->io;
+      io.slab_bytes = static_cast<size_t>(std::min<uint64_t>(io.slab_bytes, std::max<uint64_t>(slab_need_, 4u << 20)));
+      engine_ = make_io_engine(io);
+      if (ctx_.opt->wrap_io) engine_ = ctx_.opt->wrap_io(std::move(engine_));
+      file_ids_.assign(ctx_.dataset->shard_count(), -1);
+    }
+    return true;
+  } catch (...) {
+    run.fail(std::current_exception());
+    return false;
+  }
+}
+
+RecordRange RecordReads::range(size_t shard, uint64_t record) {
+  auto reader = ctx_.dataset->shard(shard);
+  if (file_ids_[shard] < 0) file_ids_[shard] = engine_->add_file(ctx_.dataset->shard_path(shard));
+  const uint32_t fid = static_cast<uint32_t>(file_ids_[shard]);
+  const RecordLocation& loc = reader->location(record);
+  return RecordRange{fid, loc.offset, loc.stored_size, engine_->file_size(fid)};
+}
+
+PlanOptions RecordReads::plan_options() const {
+  PlanOptions po;
+  po.alignment = engine_->direct() ? kDirectAlignment : 1;
+  return po;
+}
+
+void RecordReads::publish() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_ = engine_->stats();
+}
+
+IoStats RecordReads::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void RecordReads::close_run() {
+  if (!engine_) return;
+  publish();
+  if (engine_->inflight() == 0) return;
+  try {
+    engine_->cancel_all();
+    std::vector<ReadCompletion> done;
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (engine_->inflight() > 0 && Clock::now() < deadline) {
+      done.clear();
+      engine_->reap(done, 1, std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoker: warning: draining the IO engine at shutdown: %s\n", e.what());
+  }
+  engine_.reset();
+}
+
+std::optional<Error> read_failure(const ReadCompletion& d, uint64_t need) {
+  if (d.result < 0)
+    return Error(d.result == -ECANCELED ? ErrorCode::kCancelled : ErrorCode::kIoError,
+                 d.error.empty() ? std::string(std::strerror(static_cast<int>(-d.result))) : d.error);
+  if (static_cast<uint64_t>(d.result) < need)
+    return Error(ErrorCode::kDataLoss, "short read: got " + std::to_string(d.result) + " bytes of a range needing " +
+                                           std::to_string(need) + " (file truncated or replaced?)");
+  return std::nullopt;
+}
+
+Error naming(const Error& e, const std::string& record) {
+  const std::string what = e.what();
+  return what.find(record) == std::string::npos ? Error(e.code(), record + ": " + what) : e;
+}
+
+}  // namespace stoker::internal

@@ -1,0 +1,52 @@
+// The IO engine as the producers use it: opened on a run's reader thread, kept across
+// runs (a ring, a registered slab and open files cost tens of milliseconds to set up,
+// which every epoch's start should not pay again), drained and dropped when a run is
+// stopped with reads in flight. Its figures are published for stats() on any thread.
+//
+// Threading: everything but stats() is called by the run's reader thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/producer.h"
+#include "stoker/io.h"
+
+namespace stoker::internal {
+
+class RecordReads {
+ public:
+  /// `slab_need`: bytes of reads the producer keeps in flight at most.
+  RecordReads(const Context& ctx, uint64_t slab_need) : ctx_(ctx), slab_need_(slab_need) {}
+  /// Opens the engine if it is not open; a failure goes to run.fail (returns false).
+  bool open(Run& run);
+  IoEngine& engine() { return *engine_; }
+  /// The record's range in the engine's terms (opens the shard lazily, checking it
+  /// against the manifest: a missing or replaced shard throws, naming it).
+  RecordRange range(size_t shard, uint64_t record);
+  PlanOptions plan_options() const;
+  void publish();
+  /// End of a run on the reader thread: publishes the figures; a run stopped with reads
+  /// in flight cancels and drains them (no buffer freed under the kernel) and drops the
+  /// engine, which the next run makes anew.
+  void close_run();
+  IoStats stats() const;
+
+ private:
+  const Context& ctx_;
+  uint64_t slab_need_;
+  std::unique_ptr<IoEngine> engine_;
+  std::vector<int64_t> file_ids_;  // shard -> engine file id
+  mutable std::mutex stats_mu_;
+  IoStats stats_;
+};
+
+/// What a read completion means for a record ending `need` bytes into the read: nothing
+/// when its bytes are all there, else the error (without the record's name).
+std::optional<Error> read_failure(const ReadCompletion& d, uint64_t need);
+
+}  // namespace stoker::internal

@@ -1,0 +1,64 @@
+#include "pipeline/skip_compaction.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace stoker::internal {
+namespace {
+
+void move_sample(const Context& ctx, const Job& from, uint64_t j, const Job& to, uint64_t i) {
+  if (&from == &to && i == j) return;
+  for (size_t t = 0; t < ctx.tensors.size(); ++t) {
+    const size_t n = ctx.tensors[t].sample_bytes;
+    std::memmove(ctx.tensor_ptr(to, static_cast<int>(t)) + i * n, ctx.tensor_ptr(from, static_cast<int>(t)) + j * n, n);
+  }
+}
+
+}  // namespace
+
+void Context::sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e) const {
+  if (opt->on_error == OnError::kError) {
+    job.fail(std::move(e));
+    return;
+  }
+  job.mark_bad(j);
+  run.c.skipped++;
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    what = ex.what();
+  } catch (...) {
+  }
+  std::lock_guard<std::mutex> lock(skip_log_mu);
+  if (skip_logged.insert(what).second) std::fprintf(stderr, "stoker: skipping %s (on_error=skip)\n", what.c_str());
+}
+
+bool needs_compaction(const LoaderOptions& opt, const Job& job, uint64_t n) {
+  return job.any_bad || job.taken_front > 0 || (opt.on_error == OnError::kSkip && n < opt.batch_size);
+}
+
+uint64_t compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
+                       std::unique_lock<std::mutex>& lock) {
+  uint64_t n = 0, skip = job->taken_front;
+  for (uint64_t j = 0; j < job->samples.size(); ++j) {
+    if (job->bad[j]) continue;
+    if (skip) { --skip; continue; }
+    move_sample(ctx, *job, j, *job, n++);
+  }
+  const uint64_t B = ctx.opt->batch_size, nb = run.sched->num_batches();
+  for (uint64_t q = job->k + 1; n < B && q < nb; ++q) {
+    std::shared_ptr<Job> next = run.wait_ready(q, lock, ctx.opt->grow_when_held, job->k);
+    uint64_t skip_q = next->taken_front;
+    for (uint64_t j = 0; j < next->samples.size() && n < B; ++j) {
+      if (next->bad[j]) continue;
+      if (skip_q) { --skip_q; continue; }
+      move_sample(ctx, *next, j, *job, n++);
+      next->taken_front++;
+    }
+    // `next` used up: keep filling from the one after.
+  }
+  return n;
+}
+
+}  // namespace stoker::internal

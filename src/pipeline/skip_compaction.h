@@ -1,0 +1,33 @@
+// OnError::kSkip: samples that cannot be read, checked or decoded are dropped, and the
+// batches stay full.
+//
+// Producers mark a bad sample in its batch (Context::sample_failed) and go on. The
+// consumer compacts each batch that lost samples before it goes out: output batches are
+// the rank's sample stream with the dropped samples taken out, cut into batches of B, a
+// function of which records are bad, not of timing. Batch d is assembled in place in its
+// own slot: its remaining good samples move to the front, then the first good samples of
+// the following batches fill it up (waiting for them as the consumer waits for any
+// batch). A batch whose good samples all moved into earlier ones goes out empty, and the
+// consumer skips it.
+//
+// Threading: the consumer's thread only, with the ring's mutex held.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "pipeline/producer.h"
+
+namespace stoker::internal {
+
+/// Whether a decoded batch of n samples must be compacted before it goes out: samples
+/// were dropped from it or moved out of it, or it is short under kSkip.
+bool needs_compaction(const LoaderOptions& opt, const Job& job, uint64_t n);
+
+/// Moves the good samples of `job` to the front of its slot and fills it up from the
+/// following batches; returns its sample count.
+uint64_t compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
+                       std::unique_lock<std::mutex>& lock);
+
+}  // namespace stoker::internal
