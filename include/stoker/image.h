@@ -1,22 +1,35 @@
-// JPEG decode fused with the training/eval image transforms.
+// Image decode (JPEG, PNG, WebP) fused with the training/eval image transforms.
 //
-// ImageDecoder turns the bytes of one JPEG into one RGB uint8 HWC image of the size a
-// batch slot wants, doing as little work as the transform allows: the crop is chosen
-// from the header's dimensions before any pixel is decoded, libjpeg decodes only the
-// crop's columns (jpeg_crop_scanline) and rows (jpeg_skip_scanlines, then
-// jpeg_abort_decompress), at a 1/2 or 1/4 DCT scale when the scaled crop is still at
-// least the target size, and a separable antialiased resize (AVX2 when the CPU has it,
-// chosen at run time; a portable path gives identical bytes) writes the result, with
-// the horizontal flip folded into its horizontal pass.
+// ImageDecoder turns the bytes of one image into one uint8 HWC image of the size a batch
+// slot wants. The format is sniffed from the magic bytes (JPEG FF D8, PNG's 8-byte
+// signature, RIFF....WEBP), never from a file name.
+//
+// JPEG does as little work as the transform allows: the crop is chosen from the header's
+// dimensions before any pixel is decoded, libjpeg decodes only the crop's columns
+// (jpeg_crop_scanline) and rows (jpeg_skip_scanlines, then jpeg_abort_decompress), at a
+// 1/2 or 1/4 DCT scale when the scaled crop is still at least the target size. PNG
+// (libspng) and WebP (libwebp) are decoded whole (WebP: only the crop's rectangle when
+// the filter reads nothing outside it, through libwebp's own cropping), then cropped.
+// For every format a separable antialiased resize (AVX2 when the CPU has it, chosen at
+// run time; a portable path gives identical bytes) writes the result, with the
+// horizontal flip folded into its horizontal pass.
+//
+// Conversions to RGB (3-channel output): gray is replicated, palette entries looked up,
+// alpha dropped (not composited), 16-bit samples reduced to their high byte, CMYK
+// converted. One-channel output (decode_with, for masks) gives the stored values: the
+// gray level or the palette index, never a colour.
 //
 // Randomness: every draw of a decode comes from `sample_seed` alone, through
 // splitmix64 -> xoshiro256** (see ImageDecoder::decode), so the same bytes and seed give
-// the same output bytes on any thread, in any order.
+// the same output bytes on any thread, in any order. decode_with draws nothing: it
+// applies a geometry another decode returned ("Follow": a segmentation mask gets exactly
+// the crop, resize and flip of its image).
 //
-// Untrusted input: corrupt, truncated and non-JPEG bytes raise stoker::Error kDataLoss
-// (libjpeg's corrupt-data warnings count as errors); images whose declared size exceeds
-// ImageTransform::max_pixels raise kResourceExhausted before any pixel memory is
-// allocated; progressive files with more than 500 scans are rejected as kDataLoss.
+// Untrusted input: corrupt, truncated and unrecognised bytes raise stoker::Error
+// kDataLoss naming the format and reason (libjpeg's corrupt-data warnings count as
+// errors); images whose declared size exceeds the max_pixels limit raise
+// kResourceExhausted, checked from the header before any pixel memory is allocated;
+// progressive JPEGs with more than 500 scans are rejected as kDataLoss.
 //
 // Threading: an ImageDecoder is owned by one thread at a time (not thread-safe); the free
 // functions are thread-safe.
@@ -62,14 +75,59 @@ struct ImageTransform {
   uint64_t max_pixels = 1ull << 28;
 };
 
+/// Image container formats ImageDecoder reads.
+enum class ImageFormat { kJpeg, kPng, kWebp };
+
+/// Short name of a format ("jpeg", "png", "webp").
+const char* image_format_name(ImageFormat f) noexcept;
+
+/// The exact geometry of one decode, in the source coordinates of the image it was drawn
+/// for, so that decode_with can apply it to another image (a mask) without drawing.
+///
+/// Output pixel (i, j) (row i, column j; before the flip) samples the source point
+/// (x + (j + 0.5) * w / out_width, y + (i + 0.5) * h / out_height): the antialiased
+/// resize centres its triangle filter there, nearest-neighbour takes the pixel that
+/// contains it. With `flip` the output row is mirrored (output column j shows what
+/// column out_width - 1 - j would have shown). The filter reads source pixels inside
+/// the window's clip range only: the window itself when `clip_to_window` (kTrain and
+/// decode_region: crop, then resize) or the whole image (kEval: resize, then crop).
+struct ImageGeometry {
+  int src_width = 0, src_height = 0;  ///< size of the image the window refers to, >= 1
+  double x = 0, y = 0, w = 0, h = 0;  ///< sampling window, w > 0, h > 0
+  bool clip_to_window = true;
+  bool flip = false;
+  int out_width = 0, out_height = 0;  ///< output size, >= 1
+};
+
 /// What a decode did, in source (full-resolution) pixel coordinates.
 struct DecodeResult {
-  int src_width = 0, src_height = 0;  ///< the JPEG's dimensions
+  int src_width = 0, src_height = 0;  ///< the image's dimensions
   int out_width = 0, out_height = 0;  ///< what was written to `out`
   /// The source region the output shows (kEval: its fractional window, rounded).
   int crop_x = 0, crop_y = 0, crop_w = 0, crop_h = 0;
   bool flipped = false;
-  int scale_denom = 1;  ///< libjpeg DCT scaling used: 1, 2 or 4
+  int scale_denom = 1;  ///< libjpeg DCT scaling used: 1, 2 or 4 (always 1 for PNG/WebP)
+  ImageFormat format = ImageFormat::kJpeg;
+  /// The geometry applied, exact (unrounded); pass it to decode_with to Follow.
+  ImageGeometry geometry;
+};
+
+/// How decode_with resamples.
+enum class Interpolation {
+  kAntialiased,  ///< the triangle filter of decode() (images)
+  kNearest,      ///< the source pixel containing each sample point: no new values (masks)
+};
+
+/// What decode_with writes.
+struct FollowOutput {
+  int width = 0, height = 0;  ///< output size; 0 (both) = the geometry's out size
+  /// 3: RGB, as decode(). 1: the stored single-channel values (gray level or palette
+  /// index); only for gray or palette PNGs, gray+alpha PNGs (the gray), and gray JPEGs;
+  /// any other source is kInvalidArgument.
+  int channels = 3;
+  Interpolation interpolation = Interpolation::kAntialiased;
+  /// Images with width * height above this are rejected with kResourceExhausted.
+  uint64_t max_pixels = 1ull << 28;
 };
 
 /// Options of an ImageDecoder.
@@ -93,7 +151,8 @@ class ImageDecoder {
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
-  /// Decodes `jpeg` and applies `t`, writing RGB uint8 HWC (row-major, 3 bytes a pixel,
+  /// Decodes `jpeg` (or a PNG or WebP: the name is historical) and applies `t`, writing
+  /// RGB uint8 HWC (row-major, 3 bytes a pixel,
   /// no padding) to `out`: t.size * t.size * 3 bytes for kTrain/kEval, width * height * 3
   /// for kNone. `out_size` smaller than that: kInvalidArgument.
   ///
@@ -104,8 +163,8 @@ class ImageDecoder {
   /// in [0, n) are (next * n) >> 64. Same bytes + seed -> same output bytes, bit-exact,
   /// with the same build (the draws use std::log/exp/sqrt of the C library).
   ///
-  /// Errors: kDataLoss (not a JPEG, corrupt or truncated data, including libjpeg's
-  /// corrupt-data warnings; the message says why), kResourceExhausted (more than
+  /// Errors: kDataLoss (not a JPEG/PNG/WebP, corrupt or truncated data, including
+  /// libjpeg's corrupt-data warnings; the message says why), kResourceExhausted (more than
   /// t.max_pixels), kInvalidArgument (bad transform or short `out`). Only the rows the
   /// transform needs are decoded, so damage below them is not detected.
   DecodeResult decode(std::span<const uint8_t> jpeg, const ImageTransform& t,
@@ -114,10 +173,23 @@ class ImageDecoder {
   /// Decodes exactly the rectangle [x, x+w) x [y, y+h) of the full-resolution image as
   /// RGB uint8 HWC (w * h * 3 bytes into `out`), decoding only the columns and rows it
   /// needs; bit-identical to a full decode (ISLOW IDCT, fancy upsampling) then crop.
+  /// PNG and WebP are accepted too (PNG decodes whole, WebP through libwebp cropping).
   /// The rectangle must lie inside the image (kInvalidArgument otherwise). `max_pixels`
   /// as in ImageTransform.
   DecodeResult decode_region(std::span<const uint8_t> jpeg, int x, int y, int w, int h,
                              uint8_t* out, size_t out_size, uint64_t max_pixels = 1ull << 28);
+
+  /// Applies `g` (usually another decode's DecodeResult::geometry) to `image` without
+  /// drawing anything, writing o.width * o.height * o.channels uint8 bytes (HWC) to `out`.
+  /// When `image` is not g.src_width x g.src_height the window is scaled proportionally
+  /// per axis (a half-resolution mask follows its image). No DCT scaling is used, so the
+  /// result depends only on the full-resolution pixels. kNearest reads exactly one source
+  /// pixel per output pixel: floor of the sample point above, clamped to the clip range,
+  /// so it introduces no values and agrees with where kAntialiased centres its filter.
+  /// Errors: as decode(); kInvalidArgument for a malformed geometry, a channel count
+  /// other than 1 or 3, or channels == 1 on a source that stores colour.
+  DecodeResult decode_with(std::span<const uint8_t> image, const ImageGeometry& g,
+                           const FollowOutput& o, uint8_t* out, size_t out_size);
 
   /// True when this decoder's resizes use the AVX2 path.
   bool uses_simd() const noexcept;
@@ -126,6 +198,21 @@ class ImageDecoder {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Header facts of any image ImageDecoder reads.
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kJpeg;
+  int width = 0, height = 0;
+  /// Channels as stored: 1 gray or palette index (PNG palette images say 1), 2 gray +
+  /// alpha, 3 colour, 4 colour + alpha or CMYK.
+  int channels = 0;
+  bool palette = false;  ///< PNG colour type 3
+  int bit_depth = 8;     ///< bits per stored sample (PNG 1..16; JPEG, WebP 8)
+};
+
+/// Sniffs the format from the magic bytes and reads the header only. kDataLoss when the
+/// bytes are none of JPEG/PNG/WebP or the header is bad.
+ImageInfo probe_image(std::span<const uint8_t> image);
 
 /// Header facts of a JPEG, read without decoding pixels.
 struct JpegInfo {

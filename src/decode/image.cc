@@ -1,4 +1,5 @@
-// ImageDecoder and the JPEG utilities of include/stoker/image.h.
+// ImageDecoder and the JPEG utilities of include/stoker/image.h. PNG and WebP are
+// dispatched to raster_decode.cc at the top of each entry point.
 #include "stoker/image.h"
 
 #include <algorithm>
@@ -10,7 +11,10 @@
 #include <string>
 
 #include "decode/crop.h"
+#include "decode/geometry.h"
 #include "decode/jpeg_handle.h"
+#include "decode/raster_decode.h"
+#include "decode/webp_decode.h"
 #include "decode/resize.h"
 #include "stoker/error.h"
 
@@ -102,6 +106,9 @@ struct ImageDecoder::Impl {
   ResizeKernel kernel = ResizeKernel::kScalar;
   std::vector<uint8_t> region;  // RGB rows of the decoded region, region_w * 3 apart
   std::vector<uint8_t> cmyk_row;
+  std::vector<uint8_t> gray;  // one channel of a gray JPEG for decode_with
+  internal::RasterDecoder raster;
+  internal::GeometryScratch gscratch;
   int region_x = 0, region_w = 0;
   bool cmyk = false;
 
@@ -182,6 +189,10 @@ DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTran
                                   uint64_t sample_seed, uint8_t* out, size_t out_size) {
   validate(t);
   Impl& im = *impl_;
+  const ImageFormat fmt = internal::sniff_format(jpeg);
+  if (fmt != ImageFormat::kJpeg) {
+    return im.raster.decode(fmt, jpeg, t, sample_seed, out, out_size, im.resizer, im.kernel);
+  }
   JpegAbortGuard guard(im.dec);
   im.read_header(jpeg, t.max_pixels);
   const jpeg_decompress_struct* c = im.dec.get();
@@ -204,6 +215,10 @@ DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTran
     r.out_height = H;
     r.crop_w = W;
     r.crop_h = H;
+    CropPlan whole;
+    whole.w = W;
+    whole.h = H;
+    r.geometry = internal::geometry_from_plan(whole, W, H, W, H, true);
     return r;
   }
 
@@ -247,6 +262,8 @@ DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTran
   r.crop_h = static_cast<int>(std::lround(p.h));
   r.flipped = p.flip;
   r.scale_denom = denom;
+  r.geometry = internal::geometry_from_plan(p, W, H, t.size, t.size,
+                                            t.kind == ImageTransform::Kind::kTrain);
   return r;
 }
 
@@ -254,6 +271,10 @@ DecodeResult ImageDecoder::decode_region(std::span<const uint8_t> jpeg, int x, i
                                          int h, uint8_t* out, size_t out_size,
                                          uint64_t max_pixels) {
   Impl& im = *impl_;
+  const ImageFormat fmt = internal::sniff_format(jpeg);
+  if (fmt != ImageFormat::kJpeg) {
+    return im.raster.decode_region(fmt, jpeg, x, y, w, h, out, out_size, max_pixels);
+  }
   JpegAbortGuard guard(im.dec);
   im.read_header(jpeg, max_pixels);
   const jpeg_decompress_struct* c = im.dec.get();
@@ -287,7 +308,101 @@ DecodeResult ImageDecoder::decode_region(std::span<const uint8_t> jpeg, int x, i
   r.crop_y = y;
   r.crop_w = w;
   r.crop_h = h;
+  CropPlan rect;
+  rect.x0 = x;
+  rect.y0 = y;
+  rect.w = w;
+  rect.h = h;
+  r.geometry = internal::geometry_from_plan(rect, W, H, w, h, true);
   return r;
+}
+
+DecodeResult ImageDecoder::decode_with(std::span<const uint8_t> image, const ImageGeometry& g,
+                                       const FollowOutput& o, uint8_t* out, size_t out_size) {
+  if (o.channels != 1 && o.channels != 3) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "decode_with: channels must be 1 or 3, got " + std::to_string(o.channels));
+  }
+  if ((o.width == 0) != (o.height == 0) || o.width < 0 || o.height < 0 || o.width > (1 << 15) ||
+      o.height > (1 << 15)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "decode_with: width and height must both be 0 (the geometry's) or in [1, 32768]");
+  }
+  Impl& im = *impl_;
+  const ImageFormat fmt = internal::sniff_format(image);
+  if (fmt != ImageFormat::kJpeg) {
+    return im.raster.decode_with(fmt, image, g, o, out, out_size, im.resizer, im.kernel);
+  }
+  JpegAbortGuard guard(im.dec);
+  im.read_header(image, o.max_pixels);
+  const jpeg_decompress_struct* c = im.dec.get();
+  const int W = static_cast<int>(c->image_width), H = static_cast<int>(c->image_height);
+  if (o.channels == 1 && c->jpeg_color_space != JCS_GRAYSCALE) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "decode_with: a one-channel output needs a gray JPEG; this one stores colour");
+  }
+  const CropPlan p = internal::plan_from_geometry(g, W, H);
+  const int ow = o.width > 0 ? o.width : g.out_width;
+  const int oh = o.height > 0 ? o.height : g.out_height;
+  internal::check_out_size("decode_with", out_size, static_cast<size_t>(ow) * oh * o.channels);
+  int x0, x1, y0, y1;
+  internal::needed_range(p.x0, p.w, ow, p.clip_x0, p.clip_x1, &x0, &x1);
+  internal::needed_range(p.y0, p.h, oh, p.clip_y0, p.clip_y1, &y0, &y1);
+  im.prepare(1);
+  // Margin column as in decode(): keep fancy upsampling off the region's edges.
+  im.read_region(std::max(0, x0 - 1), std::min(W, x1 + 1), y0, y1, nullptr);
+  im.dec.abort();
+  const ResizeAxis ax{p.x0 - im.region_x, p.w, x0 - im.region_x, x1 - im.region_x};
+  const ResizeAxis ay{p.y0 - y0, p.h, 0, y1 - y0};
+  const uint8_t* src = im.region.data();
+  size_t stride = static_cast<size_t>(im.region_w) * 3;
+  if (o.channels == 1) {  // gray decodes replicated to RGB; keep one copy
+    const size_t n = static_cast<size_t>(im.region_w) * (y1 - y0);
+    im.gray.resize(n);
+    for (size_t i = 0; i < n; ++i) im.gray[i] = im.region[3 * i];
+    src = im.gray.data();
+    stride = static_cast<size_t>(im.region_w);
+  }
+  internal::resample(src, stride, im.region_w, y1 - y0, o.channels, ax, ay, p.flip,
+                     o.interpolation, out, ow, oh, im.resizer, im.kernel, im.gscratch);
+  DecodeResult r;
+  r.src_width = W;
+  r.src_height = H;
+  r.out_width = ow;
+  r.out_height = oh;
+  r.crop_x = static_cast<int>(std::lround(p.x0));
+  r.crop_y = static_cast<int>(std::lround(p.y0));
+  r.crop_w = static_cast<int>(std::lround(p.w));
+  r.crop_h = static_cast<int>(std::lround(p.h));
+  r.flipped = p.flip;
+  r.geometry = internal::geometry_from_plan(p, W, H, ow, oh, g.clip_to_window);
+  return r;
+}
+
+const char* image_format_name(ImageFormat f) noexcept {
+  switch (f) {
+    case ImageFormat::kJpeg: return "jpeg";
+    case ImageFormat::kPng: return "png";
+    case ImageFormat::kWebp: return "webp";
+  }
+  return "unknown";
+}
+
+ImageInfo probe_image(std::span<const uint8_t> image) {
+  const ImageFormat fmt = internal::sniff_format(image);
+  if (fmt == ImageFormat::kPng) {
+    internal::PngDecoder png;
+    return png.read_header(image, ~0ull);
+  }
+  if (fmt == ImageFormat::kWebp) return internal::webp_header(image, ~0ull);
+  const JpegInfo j = probe_jpeg(image);
+  ImageInfo info;
+  info.format = ImageFormat::kJpeg;
+  info.width = j.width;
+  info.height = j.height;
+  info.channels = j.components;
+  info.bit_depth = 8;
+  return info;
 }
 
 JpegInfo probe_jpeg(std::span<const uint8_t> jpeg) {

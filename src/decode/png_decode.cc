@@ -1,0 +1,158 @@
+#include "decode/png_decode.h"
+
+#include <spng.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "stoker/error.h"
+
+namespace stoker::internal {
+
+namespace {
+
+constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+
+[[noreturn]] void png_fail(const char* stage, int ret) {
+  throw Error(ErrorCode::kDataLoss,
+              std::string("PNG ") + stage + ": " + spng_strerror(ret) + " (spng error " +
+                  std::to_string(ret) + ")");
+}
+
+}  // namespace
+
+ImageFormat sniff_format(std::span<const uint8_t> b) {
+  if (b.size() >= 2 && b[0] == 0xFF && b[1] == 0xD8) return ImageFormat::kJpeg;
+  if (b.size() >= 8 && std::memcmp(b.data(), kPngMagic, 8) == 0) return ImageFormat::kPng;
+  if (b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 &&
+      std::memcmp(b.data() + 8, "WEBP", 4) == 0) {
+    return ImageFormat::kWebp;
+  }
+  std::string head;
+  for (size_t i = 0; i < b.size() && i < 8; ++i) {
+    static const char* hex = "0123456789abcdef";
+    head += hex[b[i] >> 4];
+    head += hex[b[i] & 15];
+    head += ' ';
+  }
+  if (!head.empty()) head.pop_back();
+  throw Error(ErrorCode::kDataLoss,
+              "not a JPEG, PNG or WebP image (" + std::to_string(b.size()) +
+                  " bytes, starting " + (head.empty() ? std::string("<empty>") : head) + ")");
+}
+
+void check_pixels(const char* what, uint64_t width, uint64_t height, uint64_t max_pixels) {
+  const uint64_t px = width * height;
+  if (px > max_pixels) {
+    throw Error(ErrorCode::kResourceExhausted,
+                std::string(what) + " is " + std::to_string(width) + "x" +
+                    std::to_string(height) + " = " + std::to_string(px) +
+                    " pixels, above the limit of " + std::to_string(max_pixels));
+  }
+}
+
+PngDecoder::~PngDecoder() { reset(); }
+
+void PngDecoder::reset() {
+  if (ctx_ != nullptr) spng_ctx_free(ctx_);
+  ctx_ = nullptr;
+}
+
+ImageInfo PngDecoder::read_header(std::span<const uint8_t> png, uint64_t max_pixels) {
+  reset();
+  ctx_ = spng_ctx_new(0);
+  if (ctx_ == nullptr) throw Error(ErrorCode::kResourceExhausted, "PNG: spng_ctx_new failed");
+  // Bound what ancillary chunks may make libspng allocate (text, ICC, ...): a hostile
+  // file could otherwise declare gigabytes of them.
+  spng_set_chunk_limits(ctx_, 1u << 24, 1u << 26);
+  int ret = spng_set_png_buffer(ctx_, png.data(), png.size());
+  if (ret != 0) png_fail("header", ret);
+  spng_ihdr ihdr{};
+  ret = spng_get_ihdr(ctx_, &ihdr);
+  if (ret != 0) png_fail("header", ret);
+  check_pixels("PNG", ihdr.width, ihdr.height, max_pixels);
+  color_type_ = ihdr.color_type;
+  info_ = ImageInfo{};
+  info_.format = ImageFormat::kPng;
+  info_.width = static_cast<int>(ihdr.width);
+  info_.height = static_cast<int>(ihdr.height);
+  info_.bit_depth = ihdr.bit_depth;
+  switch (ihdr.color_type) {
+    case SPNG_COLOR_TYPE_GRAYSCALE: info_.channels = 1; break;
+    case SPNG_COLOR_TYPE_INDEXED: info_.channels = 1; info_.palette = true; break;
+    case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA: info_.channels = 2; break;
+    case SPNG_COLOR_TYPE_TRUECOLOR: info_.channels = 3; break;
+    default: info_.channels = 4; break;
+  }
+  return info_;
+}
+
+void PngDecoder::decode_rgb(uint8_t* out, size_t out_size) {
+  size_t len = 0;
+  int ret = spng_decoded_image_size(ctx_, SPNG_FMT_RGB8, &len);
+  if (ret != 0) png_fail("decode", ret);
+  if (len != static_cast<size_t>(info_.width) * info_.height * 3 || len > out_size) {
+    throw Error(ErrorCode::kDataLoss, "PNG decode: libspng wants " + std::to_string(len) +
+                                          " bytes for a " + std::to_string(info_.width) + "x" +
+                                          std::to_string(info_.height) + " RGB image");
+  }
+  ret = spng_decode_image(ctx_, out, len, SPNG_FMT_RGB8, 0);
+  if (ret != 0) png_fail("decode", ret);
+}
+
+void PngDecoder::decode_single(uint8_t* out, size_t out_size) {
+  if (info_.channels > 2) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "PNG: a one-channel output needs a gray or palette PNG; this one stores colour "
+                "(colour type " + std::to_string(color_type_) + ")");
+  }
+  const size_t w = static_cast<size_t>(info_.width), h = static_cast<size_t>(info_.height);
+  if (out_size < w * h) {
+    throw Error(ErrorCode::kInvalidArgument, "PNG: output too small for the one-channel image");
+  }
+  // As stored (SPNG_FMT_PNG: rows packed at the file's bit depth, 16-bit host-endian),
+  // unpacked here: libspng's G8 would scale sub-byte gray levels to 0..255 and has no
+  // index output for palette images.
+  size_t len = 0;
+  int ret = spng_decoded_image_size(ctx_, SPNG_FMT_PNG, &len);
+  if (ret != 0) png_fail("decode", ret);
+  const int depth = info_.bit_depth;
+  const size_t samples = static_cast<size_t>(info_.channels);
+  const size_t row_bytes = (w * samples * depth + 7) / 8;
+  if (len != row_bytes * h) {
+    throw Error(ErrorCode::kDataLoss, "PNG decode: unexpected stored image size " +
+                                          std::to_string(len));
+  }
+  raw_.resize(len);
+  std::vector<uint8_t>& raw = raw_;
+  ret = spng_decode_image(ctx_, raw.data(), len, SPNG_FMT_PNG, 0);
+  if (ret != 0) png_fail("decode", ret);
+  for (size_t y = 0; y < h; ++y) {
+    const uint8_t* r = raw.data() + y * row_bytes;
+    uint8_t* o = out + y * w;
+    if (depth == 8) {
+      for (size_t x = 0; x < w; ++x) o[x] = r[x * samples];
+    } else if (depth == 16) {
+      for (size_t x = 0; x < w; ++x) {
+        uint16_t v;
+        std::memcpy(&v, r + 2 * x * samples, 2);
+        if (v > 255) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      "PNG: 16-bit value " + std::to_string(v) + " at (" + std::to_string(x) +
+                          ", " + std::to_string(y) + ") does not fit a one-channel uint8 output");
+        }
+        o[x] = static_cast<uint8_t>(v);
+      }
+    } else {  // 1, 2 or 4 bits, gray or palette (no alpha at these depths), MSB first
+      const int per = 8 / depth;
+      const int mask = (1 << depth) - 1;
+      for (size_t x = 0; x < w; ++x) {
+        const int shift = 8 - depth * (1 + static_cast<int>(x % per));
+        o[x] = static_cast<uint8_t>((r[x / per] >> shift) & mask);
+      }
+    }
+  }
+}
+
+}  // namespace stoker::internal

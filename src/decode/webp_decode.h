@@ -1,0 +1,29 @@
+// WebP decode through libwebp's advanced API (WebPDecoderConfig).
+//
+// Only still images are read (an animation is kDataLoss: no single frame is "the
+// image"). libwebp's use_cropping decodes just a rectangle, which is what the train
+// transform needs (its filter never reads outside the crop); use_scaling is not used
+// since its filter differs from the transform's resize.
+//
+// Threading: free functions, thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "stoker/image.h"
+
+namespace stoker::internal {
+
+/// Header facts; kDataLoss when the bitstream header is bad, kResourceExhausted above
+/// max_pixels.
+ImageInfo webp_header(std::span<const uint8_t> webp, uint64_t max_pixels);
+
+/// Decodes the rectangle [x, x+w) x [y, y+h) (inside the image) as RGB into `out`, rows
+/// `stride` bytes apart (>= w * 3), `out_size` bytes in all. Alpha is dropped.
+/// kDataLoss for corrupt or truncated data, naming libwebp's status.
+void webp_decode_rgb(std::span<const uint8_t> webp, int x, int y, int w, int h, uint8_t* out,
+                     size_t stride, size_t out_size);
+
+}  // namespace stoker::internal
