@@ -99,6 +99,14 @@ void PngDecoder::decode_rgb(uint8_t* out, size_t out_size) {
   }
   ret = spng_decode_image(ctx_, out, len, SPNG_FMT_RGB8, 0);
   if (ret != 0) png_fail("decode", ret);
+  finish();
+}
+
+void PngDecoder::finish() {
+  // libspng stops once the pixels are inflated; reading on to IEND checks the last
+  // IDAT's CRC and catches a file cut short after its image data.
+  const int ret = spng_decode_chunks(ctx_);
+  if (ret != 0) png_fail("trailer", ret);
 }
 
 void PngDecoder::decode_single(uint8_t* out, size_t out_size) {
@@ -128,6 +136,7 @@ void PngDecoder::decode_single(uint8_t* out, size_t out_size) {
   std::vector<uint8_t>& raw = raw_;
   ret = spng_decode_image(ctx_, raw.data(), len, SPNG_FMT_PNG, 0);
   if (ret != 0) png_fail("decode", ret);
+  finish();
   for (size_t y = 0; y < h; ++y) {
     const uint8_t* r = raw.data() + y * row_bytes;
     uint8_t* o = out + y * w;

@@ -51,6 +51,7 @@ class PngDecoder {
 
  private:
   void reset();
+  void finish();
   spng_ctx* ctx_ = nullptr;
   ImageInfo info_;
   int color_type_ = 0;

@@ -1,9 +1,11 @@
 // WebP decode through libwebp's advanced API (WebPDecoderConfig).
 //
 // Only still images are read (an animation is kDataLoss: no single frame is "the
-// image"). libwebp's use_cropping decodes just a rectangle, which is what the train
-// transform needs (its filter never reads outside the crop); use_scaling is not used
-// since its filter differs from the transform's resize.
+// image"). libwebp's use_cropping decodes just a rectangle, which is what the
+// transforms need (the filter reads only the crop and a few pixels around it); lossy
+// output near a crop's edges differs from a full decode, so callers widen the rectangle
+// (raster_decode.cc says by how much). use_scaling is not used: its filter differs from
+// the transform's resize.
 //
 // Threading: free functions, thread-safe.
 #pragma once
