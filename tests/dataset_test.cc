@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "stoker/crc32c.h"
@@ -87,6 +88,7 @@ TEST(Manifest, RoundTripsAndIsDeterministic) {
   std::string text = m.serialize();
   EXPECT_EQ(text, m.serialize());
   Manifest back = Manifest::parse(text, "M");
+  EXPECT_EQ(back.version, m.version);
   EXPECT_EQ(back.schema, m.schema);
   EXPECT_EQ(back.class_names, m.class_names);
   EXPECT_EQ(back.meta, m.meta);
@@ -195,6 +197,148 @@ TEST(Dataset, VerifyReportsMissingAndStrayShards) {
   }
   EXPECT_TRUE(missing);
   EXPECT_TRUE(stray);
+}
+
+// --- version 2 and version 1 ------------------------------------------------------
+
+TEST(Manifest, Version2FieldLinesCarryDtypeAndShape) {
+  Manifest m;
+  m.schema = Schema{{Field{"__key__", FieldKind::kText}, Field{"jpg", FieldKind::kImage},
+                     Field{"emb", FieldKind::kNdarray, DType::kFloat32, 0, {512}},
+                     Field{"boxes", FieldKind::kVarArray, DType::kFloat32, 0, {4}},
+                     Field{"ids", FieldKind::kVarArray, DType::kInt64, 0, {}},
+                     Field{"score", FieldKind::kFloat64}}};
+  m.shards = {ShardEntry{"shard-00000.stk", 1, 5000, 7}};
+  const std::string text = m.serialize();
+  EXPECT_EQ(text.rfind("stoker-manifest 2\n", 0), 0u) << text;
+  EXPECT_NE(text.find("field emb ndarray float32 512\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("field boxes vararray float32 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("field ids vararray int64\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("field jpg image\n"), std::string::npos) << text;
+  Manifest back = Manifest::parse(text, "M");
+  EXPECT_EQ(back.version, 2u);
+  EXPECT_EQ(back.schema, m.schema);
+  // A v1 manifest cannot declare v2 kinds.
+  std::string v1 = "stoker-manifest 1\nfield emb ndarray float32 4\nrecords 0\n";
+  char crc[32];
+  std::snprintf(crc, sizeof crc, "crc32c %08x\n", crc32c(v1.data(), v1.size()));
+  EXPECT_THROW(Manifest::parse(v1 + crc, "M"), Error);
+  // A v1 manifest serialises as v1 (image is "jpeg" there).
+  Manifest old;
+  old.version = 1;
+  old.schema = image_schema();
+  EXPECT_EQ(old.serialize().rfind("stoker-manifest 1\nfield jpeg jpeg\n", 0), 0u);
+}
+
+// Datasets packed by the version-1 code (tests/data/v1, written by `stoker pack` at
+// the commit before format version 2) open and read exactly as before.
+TEST(Dataset, Version1DatasetsStillOpen) {
+  const std::string root = std::string(STOKER_SOURCE_DIR) + "/tests/data/v1";
+  auto images = Dataset::open(root + "/images");
+  EXPECT_EQ(images->manifest().version, 1u);
+  EXPECT_EQ(images->schema().to_string(), "jpeg:image label:int64");
+  EXPECT_EQ(images->schema().key_field(), -1);
+  ASSERT_EQ(images->record_count(), 3u);
+  EXPECT_EQ(images->manifest().class_names, (std::vector<std::string>{"cat", "dog"}));
+  const char* files[] = {"cat/0.jpg", "cat/1.jpg", "dog/2.jpg"};
+  for (uint64_t i = 0; i < 3; ++i) {
+    Record r = images->read(i);
+    auto want = testing::read_file(root + "/imagefolder_src/" + files[i]);
+    EXPECT_EQ(std::vector<uint8_t>(r.fields[0].begin(), r.fields[0].end()), want) << i;
+    EXPECT_EQ(r.int64_field(1), i < 2 ? 0 : 1);
+    EXPECT_EQ(record_key(images->schema(), r), "");
+  }
+  EXPECT_TRUE(verify_path(root + "/images").ok());
+
+  auto tokens = Dataset::open(root + "/tokens");
+  EXPECT_EQ(tokens->manifest().version, 1u);
+  const Field& f = tokens->schema().fields[0];
+  EXPECT_EQ(f.kind, FieldKind::kTokens);
+  EXPECT_EQ(f.seq_len, 8u);
+  auto stream = testing::read_file(root + "/tok.bin");
+  uint64_t row = 0;
+  for (uint64_t i = 0; i < tokens->record_count(); ++i) {
+    Record r = tokens->read(i);
+    const size_t row_bytes = 9 * 2;
+    for (size_t off = 0; off < r.fields[0].size(); off += row_bytes, ++row)
+      ASSERT_EQ(std::memcmp(r.fields[0].data() + off, stream.data() + row * 8 * 2, row_bytes), 0) << row;
+  }
+  EXPECT_EQ(row, 12u);  // floor((100 - 1) / 8)
+  EXPECT_TRUE(verify_path(root + "/tokens").ok());
+}
+
+TEST(Dataset, Version2DatasetRoundTripsWithKeys) {
+  TempDir dir;
+  Schema s{{Field{"__key__", FieldKind::kText}, Field{"v", FieldKind::kVarArray, DType::kUint16, 0, {}}}};
+  {
+    DatasetWriterOptions o;
+    o.shard_size = 4096 + 256;
+    DatasetWriter w(dir.str(), s, o);
+    for (int i = 0; i < 40; ++i) {
+      std::string key = "dir/ключ-" + std::to_string(i);
+      std::vector<uint8_t> k(key.begin(), key.end()), v(static_cast<size_t>(2 * (i % 5)), static_cast<uint8_t>(i));
+      std::vector<std::span<const uint8_t>> f{k, v};
+      w.add(f);
+    }
+    w.finish();
+  }
+  auto ds = Dataset::open(dir.str());
+  EXPECT_EQ(ds->manifest().version, 2u);
+  EXPECT_GT(ds->shard_count(), 1u);
+  for (uint64_t i = 0; i < 40; ++i) {
+    Record r = ds->read(i);
+    EXPECT_EQ(record_key(ds->schema(), r), "dir/ключ-" + std::to_string(i));
+    EXPECT_EQ(r.fields[1].size(), 2 * (i % 5));
+  }
+  EXPECT_TRUE(verify_path(dir.str()).ok());
+}
+
+// #18: the wrong thing given as a dataset says what it looks like and how to pack it.
+TEST(Dataset, OpeningTheWrongThingSaysWhatItIsAndHowToPackIt) {
+  TempDir dir;
+  // An ImageFolder (2 class dirs with images).
+  for (const char* c : {"cat", "dog"}) {
+    fs::create_directories(dir.str(std::string("imgs/") + c));
+    testing::write_file(dir.str(std::string("imgs/") + c + "/a.jpg"), testing::make_jpeg(8, 8, 1));
+  }
+  testing::write_file(dir.str("train.bin"), std::vector<uint8_t>(4096, 1));
+  std::vector<uint8_t> tar(1024, 0);
+  std::memcpy(&tar[257], "ustar", 5);
+  testing::write_file(dir.str("data.tar"), tar);
+  testing::write_file(dir.str("odd.tar.gz"), std::vector<uint8_t>{0x1f, 0x8b, 8, 0});
+  fs::create_directories(dir.str("plain"));
+  testing::write_file(dir.str("plain/notes.txt"), std::vector<uint8_t>{'h', 'i'});
+  fs::create_directories(dir.str("tars"));
+  testing::write_file(dir.str("tars/shard-000.tar"), tar);
+  fs::create_directories(dir.str("half"));
+  testing::write_file(dir.str("half/shard-00000.stk.tmp"), std::vector<uint8_t>(10));
+  struct Case {
+    std::string path;
+    ErrorCode code;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {dir.str("imgs"), ErrorCode::kNotFound,
+       {"looks like an ImageFolder (2 class dirs with images)", "stoker pack imagefolder " + dir.str("imgs") + " OUT"}},
+      {dir.str("train.bin"), ErrorCode::kInvalidArgument,
+       {"is a file (4096 bytes)", "token file", "stoker pack tokens " + dir.str("train.bin") + " OUT"}},
+      {dir.str("data.tar"), ErrorCode::kInvalidArgument, {"WebDataset tar", "stoker pack wds " + dir.str("data.tar") + " OUT"}},
+      {dir.str("odd.tar.gz"), ErrorCode::kInvalidArgument, {"WebDataset tar", "stoker pack wds"}},
+      {dir.str("tars"), ErrorCode::kNotFound, {"1 tar file(s)", "stoker pack wds " + dir.str("tars") + "/*.tar OUT"}},
+      {dir.str("plain"), ErrorCode::kNotFound, {"not a stoker dataset", "plain directory"}},
+      {dir.str("half"), ErrorCode::kNotFound, {"packing did not finish"}},
+      {dir.str("missing"), ErrorCode::kNotFound, {dir.str("missing") + " does not exist"}},
+  };
+  for (const Case& c : cases) {
+    try {
+      Dataset::open(c.path);
+      ADD_FAILURE() << c.path;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), c.code) << e.what();
+      for (const auto& n : c.needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("Not a directory"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ TEST(PackImageFolder, LabelsClassNamesAndOrder) {
   EXPECT_EQ(s.shards, 1u);
   EXPECT_TRUE(s.skipped.empty());
   auto ds = Dataset::open(tmp.str("out"));
-  EXPECT_EQ(ds->schema().to_string(), "jpeg:jpeg label:int64");
+  EXPECT_EQ(ds->schema().to_string(), "jpeg:image label:int64");
   EXPECT_EQ(ds->manifest().class_names, (std::vector<std::string>{"Apple", "mango", "zebra"}));
   ASSERT_EQ(ds->record_count(), want.size());
   uint64_t jpeg_bytes = 0;

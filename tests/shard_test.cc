@@ -250,6 +250,9 @@ TEST(Shard, MalformedFilesGiveClearErrors) {
     ErrorCode code;
     const char* needle;
   };
+  auto fix_header_crc = [](std::vector<uint8_t>& b) {
+    internal::put_u32(&b[kHeaderBlock - 4], crc32c(b.data(), kHeaderBlock - 4));
+  };
   auto rewrite_trailer = [](std::vector<uint8_t>& b, size_t field_off, uint64_t value, bool is64) {
     uint8_t* t = b.data() + b.size() - kTrailerSize;
     if (is64) internal::put_u64(t + field_off, value);
@@ -260,8 +263,14 @@ TEST(Shard, MalformedFilesGiveClearErrors) {
       {"empty", [](auto& b) { b.clear(); }, ErrorCode::kDataLoss, "truncated"},
       {"truncated", [](auto& b) { b.resize(b.size() - 10); }, ErrorCode::kDataLoss, "trailer"},
       {"wrong_magic", [](auto& b) { b[0] = 'X'; }, ErrorCode::kDataLoss, "wrong magic"},
-      {"future_version", [](auto& b) { internal::put_u32(&b[8], 99); }, ErrorCode::kDataLoss, "version 99"},
-      {"giant_header", [](auto& b) { internal::put_u32(&b[12], 0x7FFFF000); }, ErrorCode::kDataLoss, "header size"},
+      // A header that is intact (checksum fixed up) but from a future version.
+      {"future_version", [&](auto& b) { internal::put_u32(&b[8], 99); fix_header_crc(b); }, ErrorCode::kDataLoss, "version 99"},
+      // #18: one flipped bit in the version used to read as "version 65537 is not
+      // supported"; the checksum is checked first.
+      {"flipped_version_bit", [](auto& b) { b[10] ^= 1; }, ErrorCode::kDataLoss, "header: checksum mismatch"},
+      {"flipped_size_bit", [](auto& b) { b[14] ^= 0x40; }, ErrorCode::kDataLoss, "header: checksum mismatch"},
+      {"flipped_schema_bit", [](auto& b) { b[33] ^= 0x10; }, ErrorCode::kDataLoss, "header: checksum mismatch"},
+      {"giant_header", [&](auto& b) { internal::put_u32(&b[12], 0x7FFFF000); fix_header_crc(b); }, ErrorCode::kDataLoss, "header size"},
       {"huge_record_count", [&](auto& b) { rewrite_trailer(b, 24, 1ull << 60, true); }, ErrorCode::kDataLoss, "record count"},
       {"index_past_end", [&](auto& b) { rewrite_trailer(b, 8, b.size() * 2, true); }, ErrorCode::kDataLoss, "does not fit"},
       {"file_size_mismatch", [&](auto& b) { rewrite_trailer(b, 48, b.size() + 1, true); }, ErrorCode::kDataLoss, "truncated or appended"},
@@ -371,6 +380,242 @@ TEST(Shard, UnpackIntoCallerBufferChecksZstdAndCrc) {
           Error);
     }
   }
+}
+
+// --- version 2: typed fields ------------------------------------------------------
+
+Schema v2_schema() {
+  Schema s;
+  s.fields = {Field{"__key__", FieldKind::kText},
+              Field{"img", FieldKind::kImage},
+              Field{"cls", FieldKind::kInt64},
+              Field{"score", FieldKind::kFloat32},
+              Field{"weight", FieldKind::kFloat64},
+              Field{"emb", FieldKind::kNdarray, DType::kFloat32, 0, {2, 3}},
+              Field{"one", FieldKind::kNdarray, DType::kUint8, 0, {}},
+              Field{"boxes", FieldKind::kVarArray, DType::kFloat32, 0, {4}},
+              Field{"ids", FieldKind::kVarArray, DType::kInt64, 0, {}},
+              Field{"caption", FieldKind::kText},
+              Field{"raw", FieldKind::kBytes},
+              Field{"tok", FieldKind::kTokens, DType::kUint32, 3},
+              Field{"mask", FieldKind::kNdarray, DType::kBool, 0, {2, 2}},
+              Field{"half", FieldKind::kVarArray, DType::kFloat16, 0, {2, 1}}};
+  return s;
+}
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+template <typename T>
+std::vector<uint8_t> le_array(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());  // the test host is little-endian, like the format
+  return b;
+}
+
+std::vector<std::vector<uint8_t>> v2_record(int i) {
+  const std::vector<std::string> captions = {"", "a cat on a mat", "naïve café — 東京 🚀", std::string(500, 'x')};
+  std::vector<std::vector<uint8_t>> r;
+  r.push_back(bytes_of("shard-0/sample_" + std::to_string(i)));
+  r.push_back(testing::make_jpeg(8 + i % 3, 8, i));
+  r.push_back(le64(-i));
+  r.push_back(le_array<float>({0.5f * i}));
+  r.push_back(le_array<double>({-1.25 * i}));
+  r.push_back(le_array<float>({1, 2, 3, 4, 5, static_cast<float>(i)}));
+  r.push_back({static_cast<uint8_t>(i)});
+  std::vector<float> boxes;
+  for (int b = 0; b < 4 * (i % 3); ++b) boxes.push_back(static_cast<float>(b + i));
+  r.push_back(le_array<float>(boxes));  // 0, 1 or 2 boxes: zero-length included
+  std::vector<int64_t> ids(static_cast<size_t>(i % 4), int64_t{1} << 40);
+  r.push_back(le_array<int64_t>(ids));
+  r.push_back(bytes_of(captions[static_cast<size_t>(i) % captions.size()]));
+  r.push_back(i % 2 ? testing::random_bytes(static_cast<size_t>(i * 7), i) : std::vector<uint8_t>{});
+  r.push_back(le_array<uint32_t>({1, 2, 3, 4, 5, 6, 7, static_cast<uint32_t>(i)}));  // 2 rows of 4
+  r.push_back({1, 0, 0, 1});
+  r.push_back(std::vector<uint8_t>(static_cast<size_t>(4 * (i % 2)), 0x3c));
+  return r;
+}
+
+class ShardV2 : public ::testing::TestWithParam<Compression> {};
+
+TEST_P(ShardV2, EveryFieldKindRoundTrips) {
+  TempDir dir;
+  ShardWriterOptions opt;
+  opt.compression = GetParam();
+  const std::string path = dir.str("v2.stk");
+  std::vector<std::vector<std::vector<uint8_t>>> written;
+  {
+    ShardWriter w(path, v2_schema(), opt);
+    for (int i = 0; i < 12; ++i) {
+      written.push_back(v2_record(i));
+      std::vector<std::span<const uint8_t>> f(written.back().begin(), written.back().end());
+      w.add(f);
+    }
+    w.finish();
+  }
+  auto r = ShardReader::open(path);
+  EXPECT_EQ(r->header().version, 2u);
+  EXPECT_EQ(r->schema(), v2_schema());  // shapes and dtypes survive the header
+  for (uint64_t i = 0; i < 12; ++i) {
+    Record rec = r->read_record(i);
+    ASSERT_EQ(rec.fields.size(), written[i].size());
+    for (size_t f = 0; f < rec.fields.size(); ++f)
+      EXPECT_EQ(std::vector<uint8_t>(rec.fields[f].begin(), rec.fields[f].end()), written[i][f]) << i << " " << f;
+    EXPECT_EQ(record_key(r->schema(), rec), "shard-0/sample_" + std::to_string(i));
+    EXPECT_EQ(rec.int64_field(2), -static_cast<int64_t>(i));
+  }
+  EXPECT_EQ(r->read_record(2).text_field(9), "naïve café — 東京 🚀");
+  EXPECT_EQ(r->read_record(0).fields[7].size(), 0u);  // zero boxes
+  EXPECT_TRUE(verify_path(path).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Compressions, ShardV2, ::testing::Values(Compression::kNone, Compression::kZstd),
+                         [](const auto& info) { return info.param == Compression::kZstd ? "zstd" : "plain"; });
+
+TEST(ShardV2Schema, DescriptorsAndSizesAreChecked) {
+  const Schema s = v2_schema();
+  EXPECT_EQ(s.min_version(), 2u);
+  EXPECT_EQ(all_kinds_schema().min_version(), 1u);
+  EXPECT_EQ(s.to_string().find("emb:ndarray/float32/2x3") != std::string::npos, true) << s.to_string();
+  EXPECT_NE(s.to_string().find("boxes:vararray/float32/*x4"), std::string::npos) << s.to_string();
+  EXPECT_EQ(s.fields[5].fixed_size(), 24u);
+  EXPECT_EQ(s.fields[7].unit_size(), 16u);
+  EXPECT_EQ(s.fields[7].check_size(0), "");
+  EXPECT_NE(s.fields[7].check_size(17).find("not a whole number of rows of 16 bytes"), std::string::npos);
+  EXPECT_NE(s.fields[3].check_size(8).find("float32 field 'score' has 8 bytes, not 4"), std::string::npos);
+  EXPECT_NE(s.fields[11].check_size(0).find("empty"), std::string::npos);
+
+  struct Bad {
+    Field f;
+    const char* needle;
+  };
+  const std::vector<Bad> bad = {
+      {Field{"a", FieldKind::kNdarray}, "needs a dtype"},
+      {Field{"a", FieldKind::kVarArray, DType::kFloat32, 0, {0}}, "zero dimension"},
+      {Field{"a", FieldKind::kNdarray, DType::kFloat32, 0, {1, 1, 1, 1, 1, 1, 1, 1, 1}}, "dimensions"},
+      {Field{"a", FieldKind::kNdarray, DType::kFloat64, 0, {65536, 65536}}, "4 GiB"},
+      {Field{"a", FieldKind::kText, DType::kUint8}, "has a dtype"},
+      {Field{"a", FieldKind::kBytes, DType::kNone, 0, {3}}, "has a shape"},
+      {Field{"a", FieldKind::kTokens, DType::kFloat32, 4}, "tokens are"},
+      {Field{"a", FieldKind::kFloat32, DType::kNone, 5}, "seq_len"},
+      {Field{"__key__", FieldKind::kBytes}, "must be text"},
+      {Field{"a", static_cast<FieldKind>(9)}, "unknown kind"},
+  };
+  for (const Bad& b : bad) {
+    try {
+      Schema{{b.f}}.validate();
+      ADD_FAILURE() << b.needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(b.needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(b.f.name), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ShardV2Schema, WriterRefusesPayloadsThatDoNotFitTheirKind) {
+  TempDir dir;
+  ShardWriter w(dir.str("w.stk"), v2_schema());
+  struct Case {
+    size_t field;
+    std::vector<uint8_t> value;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {3, std::vector<uint8_t>(3), "float32 field 'score' has 3 bytes, not 4"},
+      {4, std::vector<uint8_t>(4), "float64 field 'weight' has 4 bytes, not 8"},
+      {5, std::vector<uint8_t>(20), "ndarray field 'emb' has 20 bytes, not 24"},
+      {7, std::vector<uint8_t>(15), "vararray field 'boxes' has 15 bytes"},
+      {9, {0x61, 0xC3, 0x28}, "text field 'caption' is not valid UTF-8 (byte 1)"},
+      {9, {0xED, 0xA0, 0x80}, "not valid UTF-8"},  // a surrogate
+      {0, {0xFF}, "text field '__key__' is not valid UTF-8"},
+  };
+  for (const Case& c : cases) {
+    auto rec = v2_record(1);
+    rec[c.field] = c.value;
+    std::vector<std::span<const uint8_t>> f(rec.begin(), rec.end());
+    try {
+      w.add(f);
+      ADD_FAILURE() << c.needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+    }
+  }
+  // A v2-only schema cannot be written as version 1.
+  ShardWriterOptions v1;
+  v1.version = 1;
+  EXPECT_THROW(ShardWriter(dir.str("v1.stk"), v2_schema(), v1), Error);
+}
+
+// The reader checks every index entry's field sizes against the kinds, even when the
+// index checksum is intact (a writer bug, or a crafted file).
+TEST(ShardV2Schema, ReaderChecksIndexFieldSizesAgainstKinds) {
+  TempDir dir;
+  const std::string path = dir.str("r.stk");
+  {
+    ShardWriter w(path, v2_schema());
+    auto rec = v2_record(1);
+    std::vector<std::span<const uint8_t>> f(rec.begin(), rec.end());
+    w.add(f);
+    w.finish();
+  }
+  const auto good = testing::read_file(path);
+  // Moves one byte from field `from` to field `to` in record 0's entry, keeping the
+  // sum, then fixes the index and trailer checksums.
+  auto shift = [&](size_t from, size_t to) {
+    auto b = good;
+    uint8_t* t = b.data() + b.size() - kTrailerSize;
+    const uint64_t index_offset = internal::get_u64(t + 8), index_size = internal::get_u64(t + 16);
+    uint8_t* e = b.data() + index_offset + 24;
+    internal::put_u32(e + 4 * from, internal::get_u32(e + 4 * from) - 1);
+    internal::put_u32(e + 4 * to, internal::get_u32(e + 4 * to) + 1);
+    internal::put_u32(t + 36, crc32c(b.data() + index_offset, index_size));
+    internal::put_u32(t + 60, crc32c(t, 60));
+    testing::write_file(path, b);
+  };
+  struct Case {
+    size_t from, to;
+    const char* needle;
+  };
+  for (const Case& c : {Case{1, 3, "float32 field 'score' has 5 bytes"}, Case{1, 7, "vararray field 'boxes' has 17 bytes"},
+                        Case{1, 5, "ndarray field 'emb' has 25 bytes"}, Case{1, 11, "tokens field 'tok'"}}) {
+    shift(c.from, c.to);
+    try {
+      ShardReader::open(path);
+      ADD_FAILURE() << c.needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("record 0"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ShardV2Schema, Version1WriterPathStillWritesVersion1) {
+  TempDir dir;
+  ShardWriterOptions opt;
+  opt.version = 1;
+  const std::string path = dir.str("old.stk");
+  write_all_kinds(path, opt, 3, 1);
+  auto bytes = testing::read_file(path);
+  EXPECT_EQ(internal::get_u32(&bytes[8]), 1u);
+  EXPECT_EQ(internal::get_u32(&bytes[bytes.size() - kTrailerSize + 44]), 1u);
+  auto r = ShardReader::open(path);
+  EXPECT_EQ(r->header().version, 1u);
+  EXPECT_EQ(r->schema(), all_kinds_schema());
+  EXPECT_EQ(record_key(r->schema(), r->read_record(0)), "");  // v1 has no keys
+}
+
+TEST(ShardV2Schema, ImageFormatsAreSniffedByMagic) {
+  auto jpeg = testing::make_jpeg(8, 8, 1);
+  const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0};
+  const uint8_t webp[] = {'R', 'I', 'F', 'F', 1, 2, 3, 4, 'W', 'E', 'B', 'P', 'V', 'P'};
+  const uint8_t gif[] = {'G', 'I', 'F', '8', '9', 'a'};
+  EXPECT_EQ(image_format_of(jpeg), ImageFormat::kJpeg);
+  EXPECT_EQ(image_format_of(png), ImageFormat::kPng);
+  EXPECT_EQ(image_format_of(webp), ImageFormat::kWebp);
+  EXPECT_EQ(image_format_of(gif), ImageFormat::kUnknown);
+  EXPECT_EQ(image_format_of({}), ImageFormat::kUnknown);
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ struct ShardEntry {
 };
 
 struct Manifest {
+  uint32_t version = kShardVersion;  ///< format version of the manifest and every shard
   Schema schema;
   std::vector<std::string> class_names;       ///< label i is class_names[i]
   std::map<std::string, std::string> meta;    ///< e.g. "source", "seq_len"

@@ -41,6 +41,8 @@
 #include <span>
 #include <vector>
 
+#include "stoker/shard.h"  // ImageFormat, image_format_of: the formats an image field holds
+
 namespace stoker {
 
 /// What to do with a decoded image. Every field has a default; decode() rejects values
@@ -74,12 +76,6 @@ struct ImageTransform {
   /// anything is allocated (decompression-bomb guard for untrusted input).
   uint64_t max_pixels = 1ull << 28;
 };
-
-/// Image container formats ImageDecoder reads.
-enum class ImageFormat { kJpeg, kPng, kWebp };
-
-/// Short name of a format ("jpeg", "png", "webp").
-const char* image_format_name(ImageFormat f) noexcept;
 
 /// The exact geometry of one decode, in the source coordinates of the image it was drawn
 /// for, so that decode_with can apply it to another image (a mask) without drawing.

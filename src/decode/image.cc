@@ -379,15 +379,6 @@ DecodeResult ImageDecoder::decode_with(std::span<const uint8_t> image, const Ima
   return r;
 }
 
-const char* image_format_name(ImageFormat f) noexcept {
-  switch (f) {
-    case ImageFormat::kJpeg: return "jpeg";
-    case ImageFormat::kPng: return "png";
-    case ImageFormat::kWebp: return "webp";
-  }
-  return "unknown";
-}
-
 ImageInfo probe_image(std::span<const uint8_t> image) {
   const ImageFormat fmt = internal::sniff_format(image);
   if (fmt == ImageFormat::kPng) {

@@ -12,7 +12,6 @@ namespace stoker::internal {
 
 namespace {
 
-constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 
 [[noreturn]] void png_fail(const char* stage, int ret) {
   throw Error(ErrorCode::kDataLoss,
@@ -23,12 +22,9 @@ constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
 }  // namespace
 
 ImageFormat sniff_format(std::span<const uint8_t> b) {
+  // A JPEG's SOI alone is enough here: what follows it is the JPEG decoder's to judge.
   if (b.size() >= 2 && b[0] == 0xFF && b[1] == 0xD8) return ImageFormat::kJpeg;
-  if (b.size() >= 8 && std::memcmp(b.data(), kPngMagic, 8) == 0) return ImageFormat::kPng;
-  if (b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 &&
-      std::memcmp(b.data() + 8, "WEBP", 4) == 0) {
-    return ImageFormat::kWebp;
-  }
+  if (const ImageFormat f = image_format_of(b); f != ImageFormat::kUnknown) return f;
   std::string head;
   for (size_t i = 0; i < b.size() && i < 8; ++i) {
     static const char* hex = "0123456789abcdef";

@@ -47,6 +47,9 @@ std::shared_ptr<const ShardReader> Dataset::shard(size_t s) const {
                   reader->index_crc(), e.index_crc);
     throw_error(ErrorCode::kDataLoss, shard_path(s) + b);
   }
+  if (reader->header().version != manifest_.version)
+    throw_error(ErrorCode::kDataLoss, shard_path(s) + ": shard version " + std::to_string(reader->header().version) +
+                                          " differs from the manifest's " + std::to_string(manifest_.version));
   if (!(reader->schema() == manifest_.schema))
     throw_error(ErrorCode::kDataLoss, shard_path(s) + ": schema " + reader->schema().to_string() +
                                           " differs from the manifest's " + manifest_.schema.to_string());
@@ -63,6 +66,10 @@ Record Dataset::read(uint64_t global) const {
 DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOptions options, bool overwrite)
     : dir_(std::move(dir)), options_(std::move(options)) {
   schema.validate();
+  if (options_.shard.version < kShardVersionMin || options_.shard.version > kShardVersion ||
+      schema.min_version() > options_.shard.version)
+    throw_error(ErrorCode::kInvalidArgument, "schema " + schema.to_string() + " cannot be written as version " +
+                                                 std::to_string(options_.shard.version));
   if (options_.shard_size < 4096) throw_error(ErrorCode::kInvalidArgument, "shard size must be at least 4 KiB");
   if (!is_safe_shard_name(options_.shard_prefix + "-00000.stk"))
     throw_error(ErrorCode::kInvalidArgument, "shard prefix '" + options_.shard_prefix + "' is not a plain file name");
@@ -76,6 +83,7 @@ DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOption
     // Removing the manifest first means a crash mid-pack leaves no valid-looking dataset.
     std::filesystem::remove(manifest, ec);
   }
+  manifest_.version = options_.shard.version;
   manifest_.schema = std::move(schema);
 }
 

@@ -1,16 +1,20 @@
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <sstream>
 
 #include "stoker/crc32c.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "format/path_hint.h"
 #include "util/bytes.h"
 
 namespace stoker {
 
 namespace {
 
-constexpr const char* kManifestMagic = "stoker-manifest 1";
+constexpr std::string_view kManifestMagic = "stoker-manifest ";
 constexpr size_t kMaxManifestBytes = 256u << 20;
 constexpr uint64_t kMaxShardRecords = 1ull << 40;
 
@@ -105,10 +109,16 @@ uint64_t Manifest::total_bytes() const noexcept {
 }
 
 std::string Manifest::serialize() const {
-  std::string out = std::string(kManifestMagic) + "\n";
+  std::string out = std::string(kManifestMagic) + std::to_string(version) + "\n";
   for (const Field& f : schema.fields) {
-    out += "field " + escape(f.name) + " " + field_kind_name(f.kind);
+    // v1 readers know the image kind as "jpeg".
+    const char* kind = version < 2 && f.kind == FieldKind::kImage ? "jpeg" : field_kind_name(f.kind);
+    out += "field " + escape(f.name) + " " + kind;
     if (f.kind == FieldKind::kTokens) out += std::string(" ") + dtype_name(f.dtype) + " " + std::to_string(f.seq_len);
+    if (f.kind == FieldKind::kNdarray || f.kind == FieldKind::kVarArray) {
+      out += std::string(" ") + dtype_name(f.dtype);
+      for (uint32_t d : f.shape) out += " " + std::to_string(d);
+    }
     out += "\n";
   }
   for (const auto& c : class_names) out += "class " + escape(c) + "\n";
@@ -158,14 +168,20 @@ Manifest Manifest::parse(std::string_view text, const std::string& where) {
     pos = nl + 1;
     ++lineno;
     if (lineno == 1) {
-      if (line != kManifestMagic) throw bad(lineno, "not a stoker manifest (or an unsupported version)");
+      uint64_t v = 0;
+      if (line.substr(0, kManifestMagic.size()) != kManifestMagic) throw bad(lineno, "not a stoker manifest");
+      if (!parse_u64(line.substr(kManifestMagic.size()), v) || v < kShardVersionMin || v > kShardVersion)
+        throw bad(lineno, "manifest version '" + escape(line.substr(kManifestMagic.size())) +
+                              "' is not supported (this stoker reads versions " + std::to_string(kShardVersionMin) +
+                              ".." + std::to_string(kShardVersion) + ")");
+      m.version = static_cast<uint32_t>(v);
       continue;
     }
     auto parts = split(line);
     if (parts.empty()) throw bad(lineno, "empty line");
     std::string_view key = parts[0];
     if (key == "field") {
-      if (parts.size() != 3 && parts.size() != 5) throw bad(lineno, "field needs a name and a kind");
+      if (parts.size() < 3) throw bad(lineno, "field needs a name and a kind");
       Field f;
       if (!unescape(parts[1], f.name)) throw bad(lineno, "bad escape in field name");
       try {
@@ -176,8 +192,17 @@ Manifest Manifest::parse(std::string_view text, const std::string& where) {
           uint64_t sl = 0;
           if (!parse_u64(parts[4], sl) || sl > (1u << 24)) throw bad(lineno, "bad seq_len");
           f.seq_len = static_cast<uint32_t>(sl);
+        } else if (f.kind == FieldKind::kNdarray || f.kind == FieldKind::kVarArray) {
+          if (parts.size() < 4) throw bad(lineno, "array field needs a dtype");
+          if (parts.size() > 4 + kMaxDims) throw bad(lineno, "array field has too many dimensions");
+          f.dtype = dtype_from_name(std::string(parts[3]));
+          for (size_t d = 4; d < parts.size(); ++d) {
+            uint64_t dim = 0;
+            if (!parse_u64(parts[d], dim) || dim == 0 || dim > 0xFFFFFFFFu) throw bad(lineno, "bad dimension");
+            f.shape.push_back(static_cast<uint32_t>(dim));
+          }
         } else if (parts.size() != 3) {
-          throw bad(lineno, "only token fields take a dtype");
+          throw bad(lineno, std::string(field_kind_name(f.kind)) + " field takes no dtype or shape");
         }
       } catch (const Error& e) {
         if (e.code() == ErrorCode::kDataLoss) throw;
@@ -220,6 +245,9 @@ Manifest Manifest::parse(std::string_view text, const std::string& where) {
   } catch (const Error& e) {
     throw Error(ErrorCode::kDataLoss, where + ": bad schema: " + e.what());
   }
+  if (m.schema.min_version() > m.version)
+    throw Error(ErrorCode::kDataLoss, where + ": schema " + m.schema.to_string() + " cannot be held by a version " +
+                                          std::to_string(m.version) + " manifest");
   if (!saw_records || declared_records != m.total_records())
     throw Error(ErrorCode::kDataLoss, where + ": records line missing or does not match the shard list");
   return m;
@@ -228,11 +256,14 @@ Manifest Manifest::parse(std::string_view text, const std::string& where) {
 Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestName;
   std::string text;
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0)
+    throw Error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError, internal::describe_non_dataset(dir));
+  if (!S_ISDIR(st.st_mode)) throw Error(ErrorCode::kInvalidArgument, internal::describe_non_dataset(dir));
   try {
     text = internal::read_small_file(path, kMaxManifestBytes);
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::kNotFound)
-      throw Error(ErrorCode::kNotFound, dir + ": not a stoker dataset (no " + kManifestName + "; packing not finished?)");
+    if (e.code() == ErrorCode::kNotFound) throw Error(ErrorCode::kNotFound, internal::describe_non_dataset(dir));
     throw;
   }
   return Manifest::parse(text, path);

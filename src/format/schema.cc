@@ -1,57 +1,130 @@
+#include <cstring>
 #include <set>
 
 #include "stoker/error.h"
 #include "stoker/shard.h"
+#include "util/bytes.h"
 
 namespace stoker {
 
+namespace {
+
+struct DTypeInfo {
+  DType type;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kUint16, "uint16", 2}, {DType::kUint32, "uint32", 4},   {DType::kInt32, "int32", 4},
+    {DType::kInt64, "int64", 8},   {DType::kUint8, "uint8", 1},     {DType::kInt8, "int8", 1},
+    {DType::kInt16, "int16", 2},   {DType::kFloat16, "float16", 2}, {DType::kFloat32, "float32", 4},
+    {DType::kFloat64, "float64", 8}, {DType::kBool, "bool", 1},
+};
+
+constexpr const char* kKindNames[] = {"bytes",   "image",   "int64",    "tokens", "float32",
+                                      "float64", "ndarray", "vararray", "text"};
+
+uint64_t product(const std::vector<uint32_t>& dims) {
+  uint64_t n = 1;
+  for (uint32_t d : dims) n *= d;  // callers bound dims (validate) before relying on it
+  return n;
+}
+
+bool is_array(FieldKind k) { return k == FieldKind::kNdarray || k == FieldKind::kVarArray; }
+
+}  // namespace
+
 size_t dtype_size(DType t) noexcept {
-  switch (t) {
-    case DType::kUint16: return 2;
-    case DType::kUint32: return 4;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kNone: return 0;
-  }
+  for (const auto& d : kDTypes)
+    if (d.type == t) return d.size;
   return 0;
 }
 
 const char* dtype_name(DType t) noexcept {
-  switch (t) {
-    case DType::kUint16: return "uint16";
-    case DType::kUint32: return "uint32";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kNone: return "none";
-  }
+  for (const auto& d : kDTypes)
+    if (d.type == t) return d.name;
   return "none";
 }
 
 DType dtype_from_name(const std::string& s) {
-  if (s == "uint16") return DType::kUint16;
-  if (s == "uint32") return DType::kUint32;
-  if (s == "int32") return DType::kInt32;
-  if (s == "int64") return DType::kInt64;
-  throw_error(ErrorCode::kInvalidArgument,
-              "unknown dtype '" + s + "' (expected uint16, uint32, int32 or int64)");
+  std::string all;
+  for (const auto& d : kDTypes) {
+    if (s == d.name) return d.type;
+    all += all.empty() ? "" : ", ";
+    all += d.name;
+  }
+  throw_error(ErrorCode::kInvalidArgument, "unknown dtype '" + s + "' (expected one of " + all + ")");
 }
 
 const char* field_kind_name(FieldKind k) noexcept {
-  switch (k) {
-    case FieldKind::kBytes: return "bytes";
-    case FieldKind::kJpeg: return "jpeg";
-    case FieldKind::kInt64: return "int64";
-    case FieldKind::kTokens: return "tokens";
+  const auto i = static_cast<uint8_t>(k);
+  return i <= kMaxFieldKind ? kKindNames[i] : "unknown";
+}
+
+FieldKind field_kind_from_name(const std::string& s) {
+  if (s == "jpeg") return FieldKind::kImage;
+  std::string all;
+  for (uint8_t i = 0; i <= kMaxFieldKind; ++i) {
+    if (s == kKindNames[i]) return static_cast<FieldKind>(i);
+    all += all.empty() ? "" : ", ";
+    all += kKindNames[i];
+  }
+  throw_error(ErrorCode::kInvalidArgument, "unknown field kind '" + s + "' (expected one of " + all + ")");
+}
+
+ImageFormat image_format_of(std::span<const uint8_t> b) noexcept {
+  static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageFormat::kJpeg;
+  if (b.size() >= 8 && std::memcmp(b.data(), png, 8) == 0) return ImageFormat::kPng;
+  if (b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 && std::memcmp(b.data() + 8, "WEBP", 4) == 0)
+    return ImageFormat::kWebp;
+  return ImageFormat::kUnknown;
+}
+
+const char* image_format_name(ImageFormat f) noexcept {
+  switch (f) {
+    case ImageFormat::kJpeg: return "jpeg";
+    case ImageFormat::kPng: return "png";
+    case ImageFormat::kWebp: return "webp";
+    case ImageFormat::kUnknown: break;
   }
   return "unknown";
 }
 
-FieldKind field_kind_from_name(const std::string& s) {
-  if (s == "bytes") return FieldKind::kBytes;
-  if (s == "jpeg") return FieldKind::kJpeg;
-  if (s == "int64") return FieldKind::kInt64;
-  if (s == "tokens") return FieldKind::kTokens;
-  throw_error(ErrorCode::kInvalidArgument, "unknown field kind '" + s + "'");
+uint64_t Field::fixed_size() const noexcept {
+  switch (kind) {
+    case FieldKind::kInt64: return 8;
+    case FieldKind::kFloat32: return 4;
+    case FieldKind::kFloat64: return 8;
+    case FieldKind::kNdarray: return product(shape) * dtype_size(dtype);
+    default: return 0;
+  }
+}
+
+uint64_t Field::unit_size() const noexcept {
+  switch (kind) {
+    case FieldKind::kTokens: return (static_cast<uint64_t>(seq_len) + 1) * dtype_size(dtype);
+    case FieldKind::kVarArray: return product(shape) * dtype_size(dtype);
+    case FieldKind::kInt64:
+    case FieldKind::kFloat32:
+    case FieldKind::kFloat64:
+    case FieldKind::kNdarray: return fixed_size();
+    default: return 1;
+  }
+}
+
+std::string Field::check_size(uint64_t size) const {
+  const std::string what = std::string(field_kind_name(kind)) + " field '" + name + "' ";
+  if (const uint64_t fixed = fixed_size(); fixed != 0 || kind == FieldKind::kNdarray) {
+    if (size != fixed) return what + "has " + std::to_string(size) + " bytes, not " + std::to_string(fixed);
+    return {};
+  }
+  const uint64_t unit = unit_size();
+  if (kind == FieldKind::kTokens && size == 0) return what + "is empty (needs at least one row)";
+  if (unit > 1 && size % unit != 0)
+    return what + "has " + std::to_string(size) + " bytes, not a whole number of rows of " + std::to_string(unit) +
+           " bytes";
+  return {};
 }
 
 int Schema::find(const std::string& name) const noexcept {
@@ -61,34 +134,59 @@ int Schema::find(const std::string& name) const noexcept {
 }
 
 void Schema::validate() const {
-  if (fields.empty()) throw_error(ErrorCode::kInvalidArgument, "schema has no fields");
+  auto bad = [](const std::string& why) { throw_error(ErrorCode::kInvalidArgument, why); };
+  if (fields.empty()) bad("schema has no fields");
   if (fields.size() > kMaxFields)
-    throw_error(ErrorCode::kInvalidArgument,
-                "schema has " + std::to_string(fields.size()) + " fields, more than " +
-                    std::to_string(kMaxFields));
+    bad("schema has " + std::to_string(fields.size()) + " fields, more than " + std::to_string(kMaxFields));
   std::set<std::string> seen;
   for (const Field& f : fields) {
     if (f.name.empty() || f.name.size() > kMaxFieldName)
-      throw_error(ErrorCode::kInvalidArgument, "field name '" + f.name + "' must be 1.." +
-                                                   std::to_string(kMaxFieldName) + " bytes");
+      bad("field name '" + f.name + "' must be 1.." + std::to_string(kMaxFieldName) + " bytes");
     for (char c : f.name) {
-      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                c == '_' || c == '-' || c == '.';
-      if (!ok) throw_error(ErrorCode::kInvalidArgument, "field name '" + f.name + "' has a character outside [A-Za-z0-9_.-]");
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                c == '-' || c == '.';
+      if (!ok) bad("field name '" + f.name + "' has a character outside [A-Za-z0-9_.-]");
     }
-    if (!seen.insert(f.name).second)
-      throw_error(ErrorCode::kInvalidArgument, "field name '" + f.name + "' is used twice");
-    if (static_cast<uint8_t>(f.kind) > static_cast<uint8_t>(FieldKind::kTokens))
-      throw_error(ErrorCode::kInvalidArgument, "field '" + f.name + "' has an unknown kind");
+    if (!seen.insert(f.name).second) bad("field name '" + f.name + "' is used twice");
+    if (static_cast<uint8_t>(f.kind) > kMaxFieldKind) bad("field '" + f.name + "' has an unknown kind");
+    const std::string what = std::string(field_kind_name(f.kind)) + " field '" + f.name + "'";
+    if (f.kind == FieldKind::kTokens || is_array(f.kind)) {
+      if (dtype_size(f.dtype) == 0) bad(what + " needs a dtype");
+    } else if (f.dtype != DType::kNone) {
+      bad(what + " has a dtype, which only tokens, ndarray and vararray fields take");
+    }
     if (f.kind == FieldKind::kTokens) {
-      if (dtype_size(f.dtype) == 0)
-        throw_error(ErrorCode::kInvalidArgument, "token field '" + f.name + "' needs a dtype");
-      if (f.seq_len == 0 || f.seq_len > (1u << 24))
-        throw_error(ErrorCode::kInvalidArgument, "token field '" + f.name + "' needs a seq_len in 1..16777216");
-    } else if (f.dtype != DType::kNone || f.seq_len != 0) {
-      throw_error(ErrorCode::kInvalidArgument, "field '" + f.name + "' is not a token field but has a dtype or seq_len");
+      if (f.seq_len == 0 || f.seq_len > (1u << 24)) bad(what + " needs a seq_len in 1..16777216");
+      if (f.dtype != DType::kUint16 && f.dtype != DType::kUint32 && f.dtype != DType::kInt32 &&
+          f.dtype != DType::kInt64)
+        bad(what + " has dtype " + dtype_name(f.dtype) + "; tokens are uint16, uint32, int32 or int64");
+    } else if (f.seq_len != 0) {
+      bad(what + " has a seq_len, which only token fields take");
     }
+    if (is_array(f.kind)) {
+      const uint32_t max_dims = f.kind == FieldKind::kNdarray ? kMaxDims : kMaxDims - 1;
+      if (f.shape.size() > max_dims)
+        bad(what + " has " + std::to_string(f.shape.size()) + " dimensions, more than " + std::to_string(max_dims));
+      uint64_t bytes = dtype_size(f.dtype);
+      for (uint32_t d : f.shape) {
+        if (d == 0) bad(what + " has a zero dimension");
+        bytes *= d;
+        if (bytes > 0xFFFFFFFFu) bad(what + " has a shape of more than 4 GiB");
+      }
+    } else if (!f.shape.empty()) {
+      bad(what + " has a shape, which only ndarray and vararray fields take");
+    }
+    if (f.name == kKeyField && f.kind != FieldKind::kText) bad(std::string("field '") + kKeyField + "' must be text");
   }
+}
+
+uint32_t Schema::min_version() const noexcept {
+  for (const Field& f : fields) {
+    if (static_cast<uint8_t>(f.kind) > static_cast<uint8_t>(FieldKind::kTokens)) return 2;
+    if (static_cast<uint8_t>(f.dtype) > static_cast<uint8_t>(DType::kInt64)) return 2;
+    if (!f.shape.empty()) return 2;
+  }
+  return 1;
 }
 
 std::string Schema::to_string() const {
@@ -103,9 +201,28 @@ std::string Schema::to_string() const {
       s += dtype_name(f.dtype);
       s += '/';
       s += std::to_string(f.seq_len);
+    } else if (is_array(f.kind)) {
+      s += '/';
+      s += dtype_name(f.dtype);
+      s += '/';
+      std::string dims = f.kind == FieldKind::kVarArray ? "*" : "";
+      for (uint32_t d : f.shape) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+      s += dims.empty() ? "scalar" : dims;
     }
   }
   return s;
+}
+
+std::string_view Record::text_field(size_t i) const {
+  if (i >= fields.size()) throw_error(ErrorCode::kInvalidArgument, "field " + std::to_string(i) + " does not exist");
+  return {reinterpret_cast<const char*>(fields[i].data()), fields[i].size()};
+}
+
+std::string_view record_key(const Schema& schema, std::span<const std::span<const uint8_t>> fields) noexcept {
+  const int k = schema.key_field();
+  if (k < 0 || static_cast<size_t>(k) >= fields.size()) return {};
+  const auto& f = fields[static_cast<size_t>(k)];
+  return {reinterpret_cast<const char*>(f.data()), f.size()};
 }
 
 }  // namespace stoker

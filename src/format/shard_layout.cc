@@ -19,13 +19,14 @@ std::string hex32(uint32_t v) {
 }  // namespace
 
 std::vector<uint8_t> encode_header(const Schema& schema, const ShardWriterOptions& options) {
+  const uint32_t version = options.version;
   size_t need = 32;
-  for (const Field& f : schema.fields) need += 8 + f.name.size();
+  for (const Field& f : schema.fields) need += (version >= 2 ? 12 + 4 * f.shape.size() : 8) + f.name.size();
   need += 4;  // crc
   const size_t size = (need + kHeaderBlock - 1) / kHeaderBlock * kHeaderBlock;
   std::vector<uint8_t> h(size, 0);
   std::memcpy(h.data(), kHeaderMagic, 8);
-  put_u32(&h[8], kShardVersion);
+  put_u32(&h[8], version);
   put_u32(&h[12], static_cast<uint32_t>(size));
   put_u32(&h[16], options.align);
   put_u32(&h[20], static_cast<uint32_t>(options.compression));
@@ -37,35 +38,60 @@ std::vector<uint8_t> encode_header(const Schema& schema, const ShardWriterOption
     h[p + 1] = static_cast<uint8_t>(f.dtype);
     put_u16(&h[p + 2], static_cast<uint16_t>(f.name.size()));
     put_u32(&h[p + 4], f.seq_len);
-    std::memcpy(&h[p + 8], f.name.data(), f.name.size());
-    p += 8 + f.name.size();
+    p += 8;
+    if (version >= 2) {
+      put_u32(&h[p], static_cast<uint32_t>(f.shape.size()));
+      p += 4;
+      for (uint32_t d : f.shape) {
+        put_u32(&h[p], d);
+        p += 4;
+      }
+    }
+    std::memcpy(&h[p], f.name.data(), f.name.size());
+    p += f.name.size();
   }
   put_u32(&h[size - 4], crc32c(h.data(), size - 4));
   return h;
 }
 
+namespace {
+bool valid_header_size(uint32_t size) {
+  return size >= kHeaderBlock && size <= kMaxHeaderSize && size % kHeaderBlock == 0;
+}
+[[noreturn]] void header_crc_mismatch(const std::string& where, uint32_t stored, uint32_t computed) {
+  corrupt(where, "header", "checksum mismatch (stored " + hex32(stored) + ", computed " + hex32(computed) + ")");
+}
+}  // namespace
+
 uint32_t peek_header_size(std::span<const uint8_t> b, const std::string& where) {
   if (b.size() < 32) corrupt(where, "header", "shorter than 32 bytes");
   if (std::memcmp(b.data(), kHeaderMagic, 8) != 0) corrupt(where, "header", "wrong magic (not a stoker shard)");
-  uint32_t version = get_u32(&b[8]);
-  if (version != kShardVersion)
-    corrupt(where, "header", "version " + std::to_string(version) + " is not supported (this stoker reads version " +
-                                 std::to_string(kShardVersion) + ")");
-  uint32_t size = get_u32(&b[12]);
-  if (size < kHeaderBlock || size > kMaxHeaderSize || size % kHeaderBlock != 0)
+  const uint32_t size = get_u32(&b[12]);
+  if (!valid_header_size(size)) {
+    // The size field may itself be the flipped bit: when the first block does not
+    // match its checksum either, say so rather than blame the size.
+    if (b.size() >= kHeaderBlock) {
+      const uint32_t stored = get_u32(&b[kHeaderBlock - 4]), crc = crc32c(b.data(), kHeaderBlock - 4);
+      if (stored != crc) header_crc_mismatch(where, stored, crc);
+    }
     corrupt(where, "header", "header size " + std::to_string(size) + " is invalid");
+  }
   return size;
 }
 
 ShardHeader decode_header(std::span<const uint8_t> b, const std::string& where) {
   const uint32_t size = peek_header_size(b, where);
   if (b.size() < size) corrupt(where, "header", "truncated header block");
+  // The checksum comes before any other field is believed: a flipped bit anywhere in
+  // the block is reported as what it is, not as a strange version or schema.
   const uint32_t stored_crc = get_u32(&b[size - 4]);
   const uint32_t crc = crc32c(b.data(), size - 4);
-  if (crc != stored_crc)
-    corrupt(where, "header", "checksum mismatch (stored " + hex32(stored_crc) + ", computed " + hex32(crc) + ")");
+  if (crc != stored_crc) header_crc_mismatch(where, stored_crc, crc);
   ShardHeader h;
   h.version = get_u32(&b[8]);
+  if (h.version < kShardVersionMin || h.version > kShardVersion)
+    corrupt(where, "header", "version " + std::to_string(h.version) + " is not supported (this stoker reads versions " +
+                                 std::to_string(kShardVersionMin) + ".." + std::to_string(kShardVersion) + ")");
   h.header_size = size;
   h.align = get_u32(&b[16]);
   if (h.align != 1 && h.align != 4096) corrupt(where, "header", "record alignment " + std::to_string(h.align) + " is invalid");
@@ -75,22 +101,39 @@ ShardHeader decode_header(std::span<const uint8_t> b, const std::string& where) 
   h.zstd_level = static_cast<int32_t>(get_u32(&b[24]));
   const uint32_t nfields = get_u32(&b[28]);
   if (nfields == 0 || nfields > kMaxFields) corrupt(where, "header", "field count " + std::to_string(nfields) + " is invalid");
+  const uint8_t max_kind = h.version >= 2 ? kMaxFieldKind : static_cast<uint8_t>(FieldKind::kTokens);
+  const uint8_t max_dtype = h.version >= 2 ? kMaxDType : static_cast<uint8_t>(DType::kInt64);
+  const size_t end = size - 4;
   size_t p = 32;
   for (uint32_t i = 0; i < nfields; ++i) {
-    if (p + 8 > size - 4) corrupt(where, "header", "schema runs past the header");
+    const std::string fd = "field descriptor " + std::to_string(i) + ": ";
+    if (p + 8 > end) corrupt(where, "header", "schema runs past the header");
     Field f;
     uint8_t kind = b[p], dtype = b[p + 1];
     uint16_t len = get_u16(&b[p + 2]);
-    if (kind > static_cast<uint8_t>(FieldKind::kTokens)) corrupt(where, "header", "unknown field kind " + std::to_string(kind));
-    if (dtype > static_cast<uint8_t>(DType::kInt64)) corrupt(where, "header", "unknown dtype " + std::to_string(dtype));
-    if (len == 0 || len > kMaxFieldName || p + 8 + len > size - 4) corrupt(where, "header", "bad field name length");
+    if (kind > max_kind)
+      corrupt(where, "header", fd + "unknown field kind " + std::to_string(kind) + " for version " + std::to_string(h.version));
+    if (dtype > max_dtype)
+      corrupt(where, "header", fd + "unknown dtype " + std::to_string(dtype) + " for version " + std::to_string(h.version));
     f.kind = static_cast<FieldKind>(kind);
     f.dtype = static_cast<DType>(dtype);
     f.seq_len = get_u32(&b[p + 4]);
-    f.name.assign(reinterpret_cast<const char*>(&b[p + 8]), len);
+    p += 8;
+    if (h.version >= 2) {
+      if (p + 4 > end) corrupt(where, "header", "schema runs past the header");
+      const uint32_t ndim = get_u32(&b[p]);
+      p += 4;
+      if (ndim > kMaxDims) corrupt(where, "header", fd + std::to_string(ndim) + " dimensions, more than " + std::to_string(kMaxDims));
+      if (p + 4 * ndim > end) corrupt(where, "header", "schema runs past the header");
+      for (uint32_t d = 0; d < ndim; ++d, p += 4) f.shape.push_back(get_u32(&b[p]));
+    }
+    if (len == 0 || len > kMaxFieldName || p + len > end) corrupt(where, "header", fd + "bad field name length");
+    f.name.assign(reinterpret_cast<const char*>(&b[p]), len);
+    p += len;
     h.schema.fields.push_back(std::move(f));
-    p += 8 + len;
   }
+  for (size_t q = p; q < end; ++q)
+    if (b[q] != 0) corrupt(where, "header", "padding after the schema is not zero");
   try {
     h.schema.validate();
   } catch (const Error& e) {
@@ -147,7 +190,7 @@ Trailer decode_trailer(std::span<const uint8_t> b, const std::string& where) {
   t.version = get_u32(&b[44]);
   t.file_size = get_u64(&b[48]);
   if (get_u32(&b[56]) != 0) corrupt(where, "trailer", "reserved field is not zero");
-  if (t.version != kShardVersion)
+  if (t.version < kShardVersionMin || t.version > kShardVersion)
     corrupt(where, "trailer", "version " + std::to_string(t.version) + " is not supported");
   return t;
 }
@@ -186,13 +229,7 @@ std::vector<RecordLocation> decode_index(std::span<const uint8_t> b, const Schem
     uint64_t sum = 0;
     for (size_t f = 0; f < schema.fields.size(); ++f) {
       uint32_t fs = get_u32(p + kEntryFixed + 4 * f);
-      const Field& field = schema.fields[f];
-      if (field.kind == FieldKind::kInt64 && fs != 8)
-        corrupt(where, rec, "int64 field '" + field.name + "' has size " + std::to_string(fs));
-      if (field.kind == FieldKind::kTokens) {
-        uint64_t row = (static_cast<uint64_t>(field.seq_len) + 1) * dtype_size(field.dtype);
-        if (fs == 0 || fs % row != 0) corrupt(where, rec, "token field '" + field.name + "' is not whole rows");
-      }
+      if (std::string why = schema.fields[f].check_size(fs); !why.empty()) corrupt(where, rec, why);
       l.field_sizes[f] = fs;
       sum += fs;
     }

@@ -48,8 +48,12 @@ std::shared_ptr<const ShardReader> ShardReader::open(const std::string& path, Sh
   std::vector<uint8_t> block(kHeaderBlock);
   internal::pread_full(fd.get(), block.data(), block.size(), 0, path);
   const uint32_t header_size = internal::peek_header_size(block, path);
-  if (header_size > size - kTrailerSize)
+  if (header_size > size - kTrailerSize) {
+    if (internal::get_u32(&block[kHeaderBlock - 4]) != crc32c(block.data(), kHeaderBlock - 4))
+      throw_error(ErrorCode::kDataLoss, path + ": header: checksum mismatch (the size field reads " +
+                                            std::to_string(header_size) + ", past the end of the file)");
     throw_error(ErrorCode::kDataLoss, path + ": header: size " + std::to_string(header_size) + " runs past the end of the file");
+  }
   if (header_size > block.size()) {
     block.resize(header_size);
     internal::pread_full(fd.get(), block.data() + kHeaderBlock, header_size - kHeaderBlock, kHeaderBlock, path);
@@ -64,6 +68,9 @@ std::shared_ptr<const ShardReader> ShardReader::open(const std::string& path, Sh
                                           std::to_string(t.file_size) + " (truncated or appended to)");
   if (t.header_crc != internal::get_u32(&block[header_size - 4]))
     throw_error(ErrorCode::kDataLoss, path + ": trailer: header checksum copy does not match the header");
+  if (t.version != r->header_.version)
+    throw_error(ErrorCode::kDataLoss, path + ": trailer: version " + std::to_string(t.version) +
+                                          " differs from the header's " + std::to_string(r->header_.version));
   if (t.entry_size != internal::entry_size(r->header_.schema))
     throw_error(ErrorCode::kDataLoss, path + ": trailer: index entry size " + std::to_string(t.entry_size) + " does not match the schema");
   if (t.index_offset < header_size || t.index_offset > size - kTrailerSize ||

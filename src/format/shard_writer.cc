@@ -9,6 +9,7 @@
 #include "stoker/error.h"
 #include "stoker/shard.h"
 #include "util/bytes.h"
+#include "util/utf8.h"
 
 namespace stoker {
 
@@ -29,15 +30,13 @@ void check_fields(const Schema& schema, std::span<const std::span<const uint8_t>
     const Field& f = schema.fields[i];
     if (fields[i].size() > 0xFFFFFFFFu)
       throw_error(ErrorCode::kInvalidArgument, "field '" + f.name + "' is larger than 4 GiB");
-    if (f.kind == FieldKind::kInt64 && fields[i].size() != 8)
-      throw_error(ErrorCode::kInvalidArgument, "int64 field '" + f.name + "' must be 8 bytes, got " +
-                                                   std::to_string(fields[i].size()));
-    if (f.kind == FieldKind::kTokens) {
-      const size_t row = (static_cast<size_t>(f.seq_len) + 1) * dtype_size(f.dtype);
-      if (fields[i].empty() || fields[i].size() % row != 0)
-        throw_error(ErrorCode::kInvalidArgument,
-                    "token field '" + f.name + "' must hold whole rows of " + std::to_string(row) +
-                        " bytes, got " + std::to_string(fields[i].size()));
+    if (std::string why = f.check_size(fields[i].size()); !why.empty())
+      throw_error(ErrorCode::kInvalidArgument, why);
+    if (f.kind == FieldKind::kText) {
+      const size_t bad = internal::utf8_error_offset(fields[i]);
+      if (bad != fields[i].size())
+        throw_error(ErrorCode::kInvalidArgument, "text field '" + f.name + "' is not valid UTF-8 (byte " +
+                                                     std::to_string(bad) + ")");
     }
   }
 }
@@ -126,6 +125,13 @@ ShardWriter::ShardWriter(std::string path, Schema schema, ShardWriterOptions opt
   if (options.compression == Compression::kZstd &&
       (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()))
     throw_error(ErrorCode::kInvalidArgument, "zstd level must be 1.." + std::to_string(ZSTD_maxCLevel()));
+  if (options.version < kShardVersionMin || options.version > kShardVersion)
+    throw_error(ErrorCode::kInvalidArgument, "shard version must be " + std::to_string(kShardVersionMin) + ".." +
+                                                 std::to_string(kShardVersion) + ", got " + std::to_string(options.version));
+  if (schema.min_version() > options.version)
+    throw_error(ErrorCode::kInvalidArgument, "schema " + schema.to_string() + " needs shard version " +
+                                                 std::to_string(schema.min_version()) + ", not " +
+                                                 std::to_string(options.version));
   Impl& w = *impl_;
   w.path = std::move(path);
   w.tmp_path = w.path + ".tmp";
@@ -186,6 +192,7 @@ ShardWriter::Summary ShardWriter::finish() {
     t.entry_size = static_cast<uint32_t>(internal::entry_size(w.schema));
     t.index_crc = index_crc;
     t.header_crc = internal::get_u32(w.header.data() + w.header.size() - 4);
+    t.version = w.options.version;
     t.file_size = w.file_pos + kTrailerSize;
     std::array<uint8_t, kTrailerSize> tb = internal::encode_trailer(t);
     w.append(tb.data(), tb.size());

@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     stoker::Manifest m = stoker::Manifest::parse(text, "fuzz");
     // Whatever parses must serialise and parse back to the same thing.
     stoker::Manifest back = stoker::Manifest::parse(m.serialize(), "fuzz");
-    if (!(back.schema == m.schema) || back.class_names != m.class_names || back.shards != m.shards || back.meta != m.meta)
+    if (back.version != m.version || !(back.schema == m.schema) || back.class_names != m.class_names || back.shards != m.shards || back.meta != m.meta)
       __builtin_trap();
   } catch (const stoker::Error&) {
   }

@@ -1,11 +1,18 @@
 // libFuzzer target: arbitrary bytes as a shard file. Opening, reading every record and
 // verifying must never crash, hang or allocate without bound; stoker::Error is fine.
+// The input is also parsed as a header block with magic, size and checksum fixed up,
+// so the fuzzer reaches the (v1 and v2) field descriptor parser behind the checksum;
+// whatever parses must encode back to the same schema.
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 #include <string>
 
+#include "format/shard_layout.h"
+#include "stoker/crc32c.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
 #include "stoker/verify.h"
@@ -19,6 +26,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     stoker::parse_shard_header({data, size}, "fuzz");
   } catch (const stoker::Error&) {
+  }
+  if (size >= 12) {
+    // bytes [0, 4) pick the version, the rest is the block from offset 16 on.
+    std::vector<uint8_t> block(stoker::kHeaderBlock, 0);
+    std::memcpy(block.data(), "STKSHARD", 8);
+    block[8] = data[0] % 3;  // 0 (bad), 1 or 2
+    block[12] = 0;
+    block[13] = 0x10;  // header size 4096
+    const size_t n = std::min<size_t>(size - 4, stoker::kHeaderBlock - 20);
+    std::memcpy(block.data() + 16, data + 4, n);
+    stoker::internal::put_u32(&block[stoker::kHeaderBlock - 4], stoker::crc32c(block.data(), stoker::kHeaderBlock - 4));
+    try {
+      stoker::ShardHeader h = stoker::parse_shard_header(block, "fuzz");
+      stoker::ShardWriterOptions o;
+      o.version = h.version;
+      o.align = h.align;
+      o.compression = h.compression;
+      o.zstd_level = h.zstd_level;
+      stoker::ShardHeader back = stoker::parse_shard_header(stoker::internal::encode_header(h.schema, o), "fuzz");
+      if (!(back.schema == h.schema) || back.version != h.version) __builtin_trap();
+      for (const stoker::Field& f : h.schema.fields) (void)f.check_size(f.unit_size() * 3);
+    } catch (const stoker::Error&) {
+    }
   }
   try {
     stoker::ShardReaderOptions opt;
