@@ -17,17 +17,32 @@
 
 namespace stoker {
 
-enum class ElemType : uint8_t { kUint8, kUint16, kUint32, kInt32, kInt64, kFloat16, kBFloat16, kFloat32 };
+enum class ElemType : uint8_t {
+  kUint8, kUint16, kUint32, kInt32, kInt64, kFloat16, kBFloat16, kFloat32,
+  kInt8, kInt16, kFloat64, kBool,  ///< array fields' element types (shard.h DType)
+};
 size_t elem_size(ElemType t) noexcept;
 const char* elem_type_name(ElemType t) noexcept;  ///< "uint8", "float16", ...
 
-/// A dense, row-major view into slot memory.
+/// What a TensorView holds.
+enum class TensorKind : uint8_t {
+  kDense,   ///< [B, *sample_shape]
+  kRagged,  ///< a variable-length array field: values [sum of n_i, *inner] + offsets
+  kText,    ///< UTF-8 strings: values uint8 [total bytes] + offsets (text fields, __key__)
+  kBytes,   ///< byte strings: values uint8 [total bytes] + offsets (bytes fields, images as stored)
+};
+
+/// A row-major view into slot memory.
 struct TensorView {
-  std::string name;              ///< "image", "label", "index", "tokens", "targets"
+  std::string name;              ///< the field's name; "image", "label", "index", "tokens", "targets"
   void* data = nullptr;
-  std::vector<int64_t> shape;    ///< e.g. {B, H, W, 3}
+  std::vector<int64_t> shape;    ///< e.g. {B, H, W, 3}; ragged kinds: {total rows, *inner}
   ElemType dtype = ElemType::kUint8;
   int device = -1;               ///< -1: host memory; >= 0: CUDA device ordinal
+  TensorKind kind = TensorKind::kDense;
+  /// Ragged kinds: sample i is rows [offsets[i], offsets[i + 1]) of `data`'s first
+  /// dimension; B + 1 entries in host memory, offsets[0] == 0. Null for kDense.
+  const int64_t* offsets = nullptr;
   size_t bytes() const noexcept;
   int64_t numel() const noexcept;
 };

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,12 +53,47 @@ enum class OnError {
 const char* on_error_name(OnError e) noexcept;
 OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"
 
+/// How one field of the records becomes part of a batch (LoaderOptions::fields). Every
+/// field has a default: the first image field gets LoaderOptions::transform, every other
+/// field comes as stored (below). kInvalidArgument names the field and the parameter of
+/// a spec that cannot be used.
+struct FieldTransform {
+  enum class Kind {
+    /// Image: RandomResizedCrop(size, scale, ratio) + a horizontal flip with flip_prob,
+    /// fused into the decode (JPEG: only the crop's MCUs are decoded).
+    kRandomResizedCrop,
+    /// Image: resize the shorter side to `resize` (0: round(size / 0.875)), then take
+    /// the center size x size (torchvision Resize + CenterCrop).
+    kCenterCrop,
+    /// An image-like field (a segmentation mask): exactly the crop, resize and flip drawn
+    /// for the image field `follow`, resampled with `interpolation`, `channels` deep
+    /// (1: the stored gray level or palette index; 3: RGB). Output uint8 [B, S, S, C].
+    kFollow,
+    /// As stored: images and bytes as byte strings, text as UTF-8 strings, scalars as
+    /// [B], ndarrays as [B, *shape], variable-length arrays as values + offsets.
+    kAsStored,
+  };
+  Kind kind = Kind::kAsStored;
+  int size = 224;                              ///< output is size x size, 1..8192
+  float scale_min = 0.08f, scale_max = 1.0f;   ///< RandomResizedCrop area bounds, 0 < min <= max <= 1
+  float ratio_min = 3.f / 4, ratio_max = 4.f / 3;  ///< aspect bounds, 0 < min <= max
+  float flip_prob = 0.5f;                      ///< in [0, 1]
+  int resize = 0;                              ///< kCenterCrop: short side before the crop, >= size (0: size / 0.875)
+  std::string follow;                          ///< kFollow: the image field whose draw this one takes
+  Interpolation interpolation = Interpolation::kNearest;  ///< kFollow
+  int channels = 1;                            ///< kFollow: 1 or 3
+};
+
 struct LoaderOptions {
   std::string path;             ///< dataset directory
   uint64_t batch_size = 64;     ///< per rank, >= 1
+  /// Per-field transforms by field name (see FieldTransform for the defaults). Batch
+  /// tensors are named after the fields; version-1 datasets keep the names "image" and
+  /// "label". Each batch also has "index" (the samples' global record numbers).
+  std::map<std::string, FieldTransform> fields;
 
-  // --- images (schema with a jpeg field) ---
-  ImageTransform transform;                    ///< kTrain by default; size 224
+  // --- images ---
+  ImageTransform transform;                    ///< the first image field's, unless `fields` names it; kTrain, 224
   PixelFormat pixel_format = PixelFormat::kU8HWC;  ///< CPU-side output layout/type
   float mean[3] = {0.485f, 0.456f, 0.406f};    ///< for float pixel formats
   float std[3] = {0.229f, 0.224f, 0.225f};

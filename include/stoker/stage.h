@@ -228,6 +228,9 @@ class DeviceBatch {
   friend class internal::StageCore;
   enum class State : uint8_t { kEmpty, kReady, kWaited, kReleased };
   std::vector<TensorView> tensors_;
+  /// Text, byte strings and variable-length arrays: host copies (TensorKind other than
+  /// kDense stays in host memory, device -1).
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> host_copies_;
   std::shared_ptr<internal::DeviceSlotLease> lease_;
   uint64_t epoch_ = 0, step_ = 0, size_ = 0;
   int device_ = -1;

@@ -25,6 +25,7 @@ typedef enum {
   kDLUInt = 1U,
   kDLFloat = 2U,
   kDLBfloat = 4U,
+  kDLBool = 6U,
 } DLDataTypeCode;
 
 typedef struct {

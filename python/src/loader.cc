@@ -122,6 +122,10 @@ DLDataType dl_type(ElemType t) {
     case ElemType::kFloat16: return {kDLFloat, 16, 1};
     case ElemType::kBFloat16: return {kDLBfloat, 16, 1};
     case ElemType::kFloat32: return {kDLFloat, 32, 1};
+    case ElemType::kInt8: return {kDLInt, 8, 1};
+    case ElemType::kInt16: return {kDLInt, 16, 1};
+    case ElemType::kFloat64: return {kDLFloat, 64, 1};
+    case ElemType::kBool: return {kDLBool, 8, 1};
   }
   return {kDLUInt, 8, 1};
 }
@@ -169,6 +173,10 @@ py::dtype numpy_dtype(ElemType t) {
     case ElemType::kInt64: return py::dtype("int64");
     case ElemType::kFloat16: return py::dtype("float16");
     case ElemType::kFloat32: return py::dtype("float32");
+    case ElemType::kInt8: return py::dtype("int8");
+    case ElemType::kInt16: return py::dtype("int16");
+    case ElemType::kFloat64: return py::dtype("float64");
+    case ElemType::kBool: return py::dtype("bool");
     case ElemType::kBFloat16: break;
   }
   throw_error(ErrorCode::kInvalidArgument,
@@ -585,6 +593,13 @@ class PyLoader {
     const bool copy = live->load() >= static_cast<int>(device_slots_);
     py::dict out;
     for (const TensorView& v : holder->tensors()) {
+      if (v.kind != TensorKind::kDense) {  // host copies the device batch owns
+        export_ragged(out, v, holder->size(), [&](const TensorView& x) {
+          py::object t = converter_(to_dlpack(x, holder));
+          return copy ? t.attr("clone")() : t;
+        });
+        continue;
+      }
       py::object t = converter_(to_dlpack(v, holder));
       if (copy) t = t.attr("clone")();
       out[py::str(v.name)] = t;
@@ -603,12 +618,46 @@ class PyLoader {
     return out;
   }
 
+  // Text and byte strings as lists of str / bytes; a variable-length array as its values
+  // [sum of n_i, *inner] plus `name.offsets` [B + 1] (sample i: values[offsets[i]:offsets[i+1]]).
+  template <typename Tensor>
+  static void export_ragged(py::dict& out, const TensorView& v, uint64_t n, Tensor&& tensor) {
+    if (v.kind == TensorKind::kRagged) {
+      out[py::str(v.name)] = tensor(v);
+      TensorView offs;
+      offs.name = v.name + ".offsets";
+      offs.data = const_cast<int64_t*>(v.offsets);
+      offs.shape = {static_cast<int64_t>(n + 1)};
+      offs.dtype = ElemType::kInt64;
+      out[py::str(offs.name)] = tensor(offs);
+      return;
+    }
+    const auto* bytes = static_cast<const char*>(v.data);
+    py::list items;
+    for (uint64_t i = 0; i < n; ++i) {
+      const char* p = bytes + v.offsets[i];
+      const auto len = static_cast<py::ssize_t>(v.offsets[i + 1] - v.offsets[i]);
+      if (v.kind == TensorKind::kText)
+        items.append(py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(p, len, "replace")));
+      else
+        items.append(py::bytes(p, static_cast<size_t>(len)));
+    }
+    out[py::str(v.name)] = items;
+  }
+
   py::dict export_batch(const Batch& b) {
     py::dict out;
     auto lease = b.share_lease();
+    auto tensor = [&](const TensorView& v) -> py::object {
+      if (converter_.is_none()) return to_numpy(v, lease);
+      return converter_(to_dlpack(v, lease));
+    };
     for (const TensorView& v : b.tensors()) {
-      if (converter_.is_none()) out[py::str(v.name)] = to_numpy(v, lease);
-      else out[py::str(v.name)] = converter_(to_dlpack(v, lease));
+      if (v.kind == TensorKind::kDense) {
+        out[py::str(v.name)] = tensor(v);
+        continue;
+      }
+      export_ragged(out, v, b.size(), tensor);
     }
     return out;
   }
@@ -630,8 +679,37 @@ class PyLoader {
 }  // namespace
 
 void init_loader(py::module_& m) {
+  py::class_<FieldTransform> ft(m, "FieldTransform", "How one field becomes part of a batch (see include/stoker/loader.h).");
+  py::enum_<FieldTransform::Kind>(ft, "Kind")
+      .value("RANDOM_RESIZED_CROP", FieldTransform::Kind::kRandomResizedCrop)
+      .value("CENTER_CROP", FieldTransform::Kind::kCenterCrop)
+      .value("FOLLOW", FieldTransform::Kind::kFollow)
+      .value("AS_STORED", FieldTransform::Kind::kAsStored);
+  ft.def(py::init<>())
+      .def_readwrite("kind", &FieldTransform::kind)
+      .def_readwrite("size", &FieldTransform::size)
+      .def_readwrite("scale_min", &FieldTransform::scale_min)
+      .def_readwrite("scale_max", &FieldTransform::scale_max)
+      .def_readwrite("ratio_min", &FieldTransform::ratio_min)
+      .def_readwrite("ratio_max", &FieldTransform::ratio_max)
+      .def_readwrite("flip_prob", &FieldTransform::flip_prob)
+      .def_readwrite("resize", &FieldTransform::resize)
+      .def_readwrite("follow", &FieldTransform::follow)
+      .def_property(
+          "interpolation",
+          [](const FieldTransform& f) { return std::string(f.interpolation == Interpolation::kNearest ? "nearest" : "antialiased"); },
+          [](FieldTransform& f, const std::string& v) {
+            if (v == "nearest") f.interpolation = Interpolation::kNearest;
+            else if (v == "antialiased" || v == "bilinear") f.interpolation = Interpolation::kAntialiased;
+            else throw_error(ErrorCode::kInvalidArgument, "interpolation must be 'nearest' or 'antialiased', got '" + v + "'");
+          })
+      .def_readwrite("channels", &FieldTransform::channels);
+
   py::class_<PyLoaderOptions> o(m, "LoaderOptions", "Options of a Loader (see include/stoker/loader.h).");
   o.def(py::init<>())
+      .def_property(
+          "fields", [](const PyLoaderOptions& x) { return x.o.fields; },
+          [](PyLoaderOptions& x, const std::map<std::string, FieldTransform>& v) { x.o.fields = v; })
       .def_property(
           "path", [](const PyLoaderOptions& x) { return x.o.path; },
           [](PyLoaderOptions& x, const std::string& v) { x.o.path = v; })

@@ -37,6 +37,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
     sample_seed,
 )
 from . import transforms  # noqa: F401
+from .transforms import CenterCrop, Follow, RandomResizedCrop  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
 
 __version__ = "0.1.0"
@@ -47,6 +48,9 @@ has_cuda = bool(_stoker.has_cuda)
 __all__ = [
     "Loader",
     "transforms",
+    "RandomResizedCrop",
+    "CenterCrop",
+    "Follow",
     "ImageTransform",
     "pack_imagefolder",
     "pack_tokens",

@@ -5,7 +5,7 @@ import os
 import sys
 
 from . import _stoker
-from .transforms import to_image_transform
+from .transforms import to_field_transform, to_image_transform
 
 __all__ = ["Loader", "default_rank_world"]
 
@@ -45,7 +45,15 @@ class Loader:
         path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``).
         batch_size: samples per batch on this rank.
         transform: "train", "eval", None (no decode) or transform objects
-            (``stoker.transforms``) or an ``ImageTransform``.
+            (``stoker.transforms``) or an ``ImageTransform``: the first image field's,
+            unless `fields` names it.
+        fields: per-field transforms by field name, e.g. ``{"jpg":
+            stoker.RandomResizedCrop(224), "png": stoker.Follow("jpg")}``; batch keys
+            are the field names. A field without a spec comes as stored: scalars as [B]
+            tensors, ndarrays as [B, *shape], text (and ``__key__``) as a list of str,
+            bytes and untransformed images as a list of bytes, variable-length arrays as
+            values [sum n_i, *shape] under the field's name plus offsets [B + 1] under
+            ``name + ".offsets"`` (sample i is ``values[offsets[i]:offsets[i+1]]``).
         size: output side of "train"/"eval" images.
         shuffle: a global shuffle keyed by (seed, epoch); False: dataset order.
         seed: the run's seed: order and augmentation are a function of (seed, epoch).
@@ -89,10 +97,10 @@ class Loader:
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
-                 direct=True, device_slots=3, _stage=None):
+                 direct=True, device_slots=3, fields=None, _stage=None):
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path)
-        self._tokens = "tokens" in manifest["schema"] and ":jpeg" not in manifest["schema"]
+        self._tokens = ":tokens" in manifest["schema"]
         self._numpy = bool(numpy)
         self._as_tuple = bool(as_tuple)
         self._device = self._parse_device(device)
@@ -103,6 +111,10 @@ class Loader:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         o.batch_size = int(batch_size)
         o.transform = to_image_transform(transform, size)
+        if fields is not None:
+            if not isinstance(fields, dict):
+                raise TypeError(f"fields must be a dict of field name -> transform, got {type(fields).__name__}")
+            o.fields = {str(k): to_field_transform(k, v) for k, v in fields.items()}
         o.pixel_format = pixel_format
         if mean is not None:
             o.mean = [float(x) for x in mean]
@@ -159,6 +171,7 @@ class Loader:
             "order": o.order,
             "seed": o.seed,
             "transform": repr(o.transform) if not self._tokens else None,
+            "fields": {k: repr(v) for k, v in (fields or {}).items()},
             "pixel_format": o.pixel_format if not self._tokens else None,
             "token_dtype": o.token_dtype if self._tokens else None,
             "targets": o.targets if self._tokens else None,

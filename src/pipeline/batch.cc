@@ -9,10 +9,10 @@ namespace stoker {
 
 size_t elem_size(ElemType t) noexcept {
   switch (t) {
-    case ElemType::kUint8: return 1;
-    case ElemType::kUint16: case ElemType::kFloat16: case ElemType::kBFloat16: return 2;
+    case ElemType::kUint8: case ElemType::kInt8: case ElemType::kBool: return 1;
+    case ElemType::kUint16: case ElemType::kInt16: case ElemType::kFloat16: case ElemType::kBFloat16: return 2;
     case ElemType::kUint32: case ElemType::kInt32: case ElemType::kFloat32: return 4;
-    case ElemType::kInt64: return 8;
+    case ElemType::kInt64: case ElemType::kFloat64: return 8;
   }
   return 1;
 }
@@ -27,6 +27,10 @@ const char* elem_type_name(ElemType t) noexcept {
     case ElemType::kFloat16: return "float16";
     case ElemType::kBFloat16: return "bfloat16";
     case ElemType::kFloat32: return "float32";
+    case ElemType::kInt8: return "int8";
+    case ElemType::kInt16: return "int16";
+    case ElemType::kFloat64: return "float64";
+    case ElemType::kBool: return "bool";
   }
   return "?";
 }

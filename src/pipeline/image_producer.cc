@@ -17,7 +17,6 @@
 #include "pipeline/record_reads.h"
 #include "stoker/crc32c.h"
 #include "stoker/image.h"
-#include "util/bytes.h"
 
 namespace stoker::internal {
 namespace {
@@ -42,9 +41,7 @@ uint64_t image_slab_need(const Context& ctx) {
 
 class ImageProducer final : public Producer {
  public:
-  ImageProducer(const Context& ctx, const ImageFacts& f) : ctx_(ctx), f_(f), reads_(ctx, image_slab_need(ctx)) {
-    if (f_.image_t >= 0) image_bytes_ = ctx_.tensors[static_cast<size_t>(f_.image_t)].sample_bytes;
-  }
+  ImageProducer(const Context& ctx, const ImageFacts& f) : ctx_(ctx), f_(f), reads_(ctx, image_slab_need(ctx)) {}
   ~ImageProducer() override { join(); }
 
   void start(Run& run) override {
@@ -69,7 +66,10 @@ class ImageProducer final : public Producer {
   void io_main();
   void start_job(uint64_t k, size_t slot);
   void decode_main(unsigned id);
-  void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels);
+  void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels,
+               std::vector<DecodeResult>& results);
+  void put_fields(Job& job, uint32_t j, const std::vector<std::span<const uint8_t>>& fields, uint64_t sample,
+                  ImageDecoder& dec, std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results);
 
   struct ReadCtx {
     std::shared_ptr<Job> job;
@@ -86,7 +86,6 @@ class ImageProducer final : public Producer {
 
   const Context& ctx_;
   const ImageFacts f_;
-  size_t image_bytes_ = 0;
   RecordReads reads_;
   Run* run_ = nullptr;
   std::thread io_thread_;
@@ -227,9 +226,55 @@ void ImageProducer::io_main() {
   pending_.clear();
 }
 
-void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
-                            std::vector<uint8_t>& pixels) {
+void ImageProducer::put_fields(Job& job, uint32_t j, const std::vector<std::span<const uint8_t>>& fields,
+                               uint64_t sample, ImageDecoder& dec, std::vector<uint8_t>& pixels,
+                               std::vector<DecodeResult>& results) {
   const LoaderOptions& opt = *ctx_.opt;
+  results.resize(f_.outs.size());
+  for (size_t x = 0; x < f_.outs.size(); ++x) {
+    const FieldOut& o = f_.outs[x];
+    const std::span<const uint8_t> bytes = fields[static_cast<size_t>(o.field)];
+    switch (o.how) {
+      case FieldOut::How::kImage: {
+        const TensorLayout& tl = ctx_.tensors[static_cast<size_t>(o.tensor)];
+        uint8_t* out = ctx_.tensor_ptr(job, o.tensor) + j * tl.sample_bytes;
+        // The first image field draws as it always has; others get draws of their own.
+        const uint64_t seed = sample_seed(ctx_.order_opt.seed + o.seed_salt * 0x9E3779B97F4A7C15ull, run_->epoch, sample);
+        if (opt.pixel_format == PixelFormat::kU8HWC) {
+          results[x] = dec.decode(bytes, o.transform, seed, out, tl.sample_bytes);
+        } else {
+          const int S = o.transform.size;
+          pixels.resize(static_cast<size_t>(S) * S * 3);
+          results[x] = dec.decode(bytes, o.transform, seed, pixels.data(), pixels.size());
+          convert_pixels(pixels.data(), S, S, opt.pixel_format, opt.mean, opt.std, out);
+        }
+        break;
+      }
+      case FieldOut::How::kFollow: {
+        const TensorLayout& tl = ctx_.tensors[static_cast<size_t>(o.tensor)];
+        results[x] = dec.decode_with(bytes, results[static_cast<size_t>(o.leader)].geometry, o.follow,
+                                     ctx_.tensor_ptr(job, o.tensor) + j * tl.sample_bytes, tl.sample_bytes);
+        break;
+      }
+      case FieldOut::How::kCopy:
+        // Stored little-endian, and so are the tensors on the hosts we build for.
+        std::memcpy(ctx_.tensor_ptr(job, o.tensor) + j * o.bytes, bytes.data(), o.bytes);
+        break;
+      case FieldOut::How::kVar:
+        job.var[static_cast<size_t>(o.var)][j].assign(bytes.begin(), bytes.end());
+        break;
+    }
+  }
+  if (f_.missing_label_t >= 0) {
+    const int64_t none = -1;
+    std::memcpy(ctx_.tensor_ptr(job, f_.missing_label_t) + j * 8, &none, 8);
+  }
+  const int64_t gi = static_cast<int64_t>(sample);
+  std::memcpy(ctx_.tensor_ptr(job, f_.index_t) + j * 8, &gi, 8);
+}
+
+void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
+                            std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results) {
   Job& job = *t.job;
   const std::string where = ctx_.record_name(t.shard, t.record);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
@@ -255,28 +300,17 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
     }
   }
   const uint64_t sample = job.samples[t.j];
-  const uint64_t seed = sample_seed(ctx_.order_opt.seed, run_->epoch, sample);
   try {
-    if (f_.image_t >= 0) {
-      uint8_t* img = ctx_.tensor_ptr(job, f_.image_t) + t.j * image_bytes_;
-      const auto& field = fields[static_cast<size_t>(f_.image_field)];
-      if (opt.pixel_format == PixelFormat::kU8HWC) {
-        dec.decode(field, opt.transform, seed, img, image_bytes_);
-      } else {
-        const int S = opt.transform.size;
-        pixels.resize(static_cast<size_t>(S) * S * 3);
-        dec.decode(field, opt.transform, seed, pixels.data(), pixels.size());
-        convert_pixels(pixels.data(), S, S, opt.pixel_format, opt.mean, opt.std, img);
-      }
-    }
+    put_fields(job, t.j, fields, sample, dec, pixels, results);
   } catch (const Error& e) {
-    throw Error(e.code(), where + ": " + e.what());
+    // The record's source (its `__key__`), so the user can find the file.
+    std::string key;
+    if (f_.key_field >= 0) {
+      const auto k = fields[static_cast<size_t>(f_.key_field)];
+      key = " (source '" + std::string(k.begin(), k.end()) + "')";
+    }
+    throw Error(e.code(), where + key + ": " + e.what());
   }
-  int64_t label = -1;
-  if (f_.label_field >= 0) label = static_cast<int64_t>(internal::get_u64(fields[static_cast<size_t>(f_.label_field)].data()));
-  std::memcpy(ctx_.tensor_ptr(job, f_.label_t) + t.j * 8, &label, 8);
-  const int64_t gi = static_cast<int64_t>(sample);
-  std::memcpy(ctx_.tensor_ptr(job, f_.index_t) + t.j * 8, &gi, 8);
   job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 
@@ -286,6 +320,7 @@ void ImageProducer::decode_main(unsigned id) {
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-dec/" + std::to_string(id));
   ImageDecoder dec;
   std::vector<uint8_t> scratch, pixels;
+  std::vector<DecodeResult> results;
   for (;;) {
     DecodeTask t;
     {
@@ -300,7 +335,7 @@ void ImageProducer::decode_main(unsigned id) {
     }
     auto b0 = Clock::now();
     try {
-      process(t, dec, scratch, pixels);
+      process(t, dec, scratch, pixels, results);
       c.dec_samples++;
     } catch (...) {
       ctx_.sample_failed(run, *t.job, t.j, std::current_exception());

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 
 #include "diagnose/loader_report.h"
 #include "pipeline/producer.h"
@@ -32,17 +33,6 @@ namespace {
 using internal::Clock;
 using internal::SlotRing;
 
-ElemType pixel_elem_type(PixelFormat f) {
-  switch (f) {
-    case PixelFormat::kU8HWC: case PixelFormat::kU8CHW: return ElemType::kUint8;
-    case PixelFormat::kF32CHW: case PixelFormat::kF32HWC: return ElemType::kFloat32;
-    case PixelFormat::kF16CHW: case PixelFormat::kF16HWC: return ElemType::kFloat16;
-  }
-  return ElemType::kUint8;
-}
-bool pixel_is_chw(PixelFormat f) {
-  return f == PixelFormat::kU8CHW || f == PixelFormat::kF32CHW || f == PixelFormat::kF16CHW;
-}
 ElemType token_elem_type(DType d) {
   switch (d) {
     case DType::kUint16: return ElemType::kUint16;
@@ -109,18 +99,12 @@ void Loader::Impl::setup() {
   ctx.dataset = Dataset::open(opt.path, ro);
   const Dataset& dataset = *ctx.dataset;
   const Schema& schema = dataset.schema();
-  internal::ImageFacts img;
   internal::TokenFacts tok;
-  for (size_t i = 0; i < schema.fields.size(); ++i) {
-    const Field& f = schema.fields[i];
-    if (f.kind == FieldKind::kJpeg && img.image_field < 0) img.image_field = static_cast<int>(i);
-    if (f.kind == FieldKind::kInt64 && img.label_field < 0) img.label_field = static_cast<int>(i);
-    if (f.kind == FieldKind::kTokens && tok.field < 0) tok.field = static_cast<int>(i);
-  }
-  tokens = img.image_field < 0 && tok.field >= 0;
-  if (img.image_field < 0 && tok.field < 0)
-    throw_error(ErrorCode::kInvalidArgument, opt.path + ": schema " + schema.to_string() +
-                                                 " has neither a jpeg nor a tokens field; the loader needs one");
+  for (size_t i = 0; i < schema.fields.size(); ++i)
+    if (schema.fields[i].kind == FieldKind::kTokens && tok.field < 0) tok.field = static_cast<int>(i);
+  tokens = tok.field >= 0;
+  if (tokens && !opt.fields.empty())
+    throw_error(ErrorCode::kInvalidArgument, "fields: per-field transforms apply to datasets of records, not to token data");
 
   // Rank and world size: explicit, else torchrun's environment.
   if (opt.rank >= 0 || opt.world_size >= 0) {
@@ -166,25 +150,18 @@ void Loader::Impl::setup() {
 
   // Slot layout: one allocation per slot, a tensor after another.
   const size_t B = opt.batch_size;
-  auto add = [&](std::string name, ElemType t, std::vector<int64_t> shape) {
-    internal::TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
-    size_t n = 1;
-    for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
-    l.sample_bytes = n * elem_size(t);
-    ctx.tensors.push_back(std::move(l));
-    return static_cast<int>(ctx.tensors.size() - 1);
-  };
+  internal::ImageFacts img;
   if (!tokens) {
-    const int S = opt.transform.size;
-    // kNone: records are read and checked but not decoded (isolates storage + IO).
-    if (opt.transform.kind != ImageTransform::Kind::kNone) {
-      if (S < 1 || S > 8192) throw_error(ErrorCode::kInvalidArgument, "image size must be 1..8192");
-      if (pixel_is_chw(opt.pixel_format)) img.image_t = add("image", pixel_elem_type(opt.pixel_format), {3, S, S});
-      else img.image_t = add("image", pixel_elem_type(opt.pixel_format), {S, S, 3});
-    }
-    img.label_t = add("label", ElemType::kInt64, {});
-    img.index_t = add("index", ElemType::kInt64, {});
+    img = internal::plan_image_fields(opt, schema, ctx);
   } else {
+    auto add = [&](std::string name, ElemType t, std::vector<int64_t> shape) {
+      internal::TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
+      size_t n = 1;
+      for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
+      l.sample_bytes = n * elem_size(t);
+      ctx.tensors.push_back(std::move(l));
+      return static_cast<int>(ctx.tensors.size() - 1);
+    };
     const Field& f = schema.fields[static_cast<size_t>(tok.field)];
     ElemType tt = opt.token_type_is_stored ? token_elem_type(f.dtype) : opt.token_type;
     if (tt != ElemType::kUint16 && tt != ElemType::kUint32 && tt != ElemType::kInt32 && tt != ElemType::kInt64)
@@ -218,6 +195,8 @@ void Loader::Impl::setup() {
   }
   ring->add_slots_locked(opt.slots);
   run = std::make_unique<internal::Run>(ring);
+  run->var_outputs = ctx.vars.size();
+  for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
   producer = tokens ? internal::make_token_producer(ctx, tok) : internal::make_image_producer(ctx, img);
 }
 
@@ -357,6 +336,39 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
     v.shape.push_back(static_cast<int64_t>(n));
     for (int64_t d : ctx.tensors[t].sample_shape) v.shape.push_back(d);
     views.push_back(std::move(v));
+  }
+  if (!ctx.vars.empty()) {
+    // Variable-size outputs: each one's samples back to back in the slot's own buffer
+    // (leased with it), and B + 1 offsets.
+    SlotRing::Slot& slot = *ring->slots[job->slot];
+    size_t total = 0;
+    for (size_t v = 0; v < ctx.vars.size(); ++v)
+      for (uint64_t j = 0; j < n; ++j) total += (job->var[v][j].size() + 7) / 8 * 8;
+    slot.var_mem.resize(std::max<size_t>(total, 8));
+    slot.var_offsets.resize(ctx.vars.size() * (opt.batch_size + 1));
+    size_t at = 0;
+    for (size_t v = 0; v < ctx.vars.size(); ++v) {
+      const internal::VarOut& vo = ctx.vars[v];
+      int64_t* offs = slot.var_offsets.data() + v * (opt.batch_size + 1);
+      const size_t begin = at;
+      offs[0] = 0;
+      for (uint64_t j = 0; j < n; ++j) {
+        const auto& bytes = job->var[v][j];
+        if (!bytes.empty()) std::memcpy(slot.var_mem.data() + at, bytes.data(), bytes.size());
+        at += bytes.size();
+        offs[j + 1] = static_cast<int64_t>((at - begin) / vo.row_bytes);
+      }
+      TensorView tv;
+      tv.name = vo.name;
+      tv.data = slot.var_mem.data() + begin;
+      tv.dtype = vo.dtype;
+      tv.kind = vo.kind;
+      tv.offsets = offs;
+      tv.shape.push_back(offs[n]);
+      for (int64_t d : vo.inner) tv.shape.push_back(d);
+      views.push_back(std::move(tv));
+      at = (at + 7) / 8 * 8;  // the next output's values start aligned for any element type
+    }
   }
   if (batches_out == 0) first_batch_s = internal::seconds(Clock::now() - run_start.load());
   batches_out++;

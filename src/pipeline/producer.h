@@ -26,10 +26,22 @@
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "stoker/image.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
 
 namespace stoker::internal {
+
+/// A variable-size output (text, bytes, an image as stored, a variable-length array):
+/// gathered per sample by the producer, laid out as values + offsets when the batch
+/// goes out.
+struct VarOut {
+  std::string name;
+  TensorKind kind = TensorKind::kBytes;
+  ElemType dtype = ElemType::kUint8;
+  std::vector<int64_t> inner;  ///< kRagged: the shape after the first dimension
+  size_t row_bytes = 1;        ///< bytes of one row of the first dimension
+};
 
 /// What every producer reads, fixed when the Loader opens (run state is in Run).
 struct Context {
@@ -41,6 +53,7 @@ struct Context {
   CpuPlan cpu;
   unsigned threads = 1;
   std::vector<TensorLayout> tensors;
+  std::vector<VarOut> vars;
 
   uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
   std::string record_name(size_t shard, uint64_t rec) const {
@@ -82,11 +95,32 @@ struct TokenFacts {
   int tokens_t = -1, targets_t = -1, index_t = -1;  ///< tensors (targets_t -1: not asked for)
 };
 
-/// Images: which field goes to which tensor. A field not named is read and checked only.
-struct ImageFacts {
-  int image_field = -1, label_field = -1;
-  int image_t = -1, label_t = -1, index_t = -1;  ///< image_t -1: not decoded (kNone)
+/// How one record field reaches the batch (image datasets).
+struct FieldOut {
+  enum class How { kImage, kFollow, kCopy, kVar };
+  How how = How::kCopy;
+  int field = -1;   ///< in the schema
+  int tensor = -1;  ///< in Context::tensors (kImage, kFollow, kCopy)
+  int var = -1;     ///< in Context::vars (kVar)
+  ImageTransform transform;  ///< kImage
+  uint64_t seed_salt = 0;    ///< kImage: 0 for the first image field (its draws as ever)
+  int leader = -1;           ///< kFollow: the FieldOut (kImage) it follows
+  FollowOutput follow;       ///< kFollow
+  size_t bytes = 0;          ///< kCopy: the payload's exact size
 };
+
+/// Images: every field's way into the batch, leaders before the fields that follow them.
+struct ImageFacts {
+  std::vector<FieldOut> outs;
+  int missing_label_t = -1;  ///< version-1 datasets without an int64 field: "label" is -1
+  int index_t = -1;
+  int key_field = -1;        ///< `__key__`, to name a record's source in errors
+};
+
+/// The outputs of an image dataset's fields under `opt` (LoaderOptions::fields, else the
+/// defaults); adds their tensors and variable-size outputs to `ctx`. kInvalidArgument
+/// names the field and the parameter of a spec that cannot be used.
+ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Context& ctx);
 
 std::unique_ptr<Producer> make_image_producer(const Context& ctx, const ImageFacts& facts);
 std::unique_ptr<Producer> make_token_producer(const Context& ctx, const TokenFacts& facts);

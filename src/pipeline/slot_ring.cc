@@ -71,6 +71,7 @@ std::shared_ptr<Job> Run::claim_locked(uint64_t k, size_t slot) {
   const uint64_t len = sched->batch_length(k);
   job->samples.resize(len);
   job->bad.assign(len, 0);
+  job->var.assign(var_outputs, std::vector<std::vector<uint8_t>>(len));
   return job;
 }
 

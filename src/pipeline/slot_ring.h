@@ -54,6 +54,10 @@ struct SlotRing : std::enable_shared_from_this<SlotRing> {
   struct Slot {
     uint8_t* mem = nullptr;
     State state = State::kFree;
+    // Variable-size outputs of the batch in the slot (values, then B + 1 offsets per
+    // output), laid out by the consumer as it hands the batch out; reused.
+    std::vector<uint8_t> var_mem;
+    std::vector<int64_t> var_offsets;
   };
   std::mutex mu;
   std::condition_variable cv;           ///< consumer side: batch ready, run failed, stop
@@ -93,6 +97,8 @@ struct Job {
   std::mutex mu;
   std::exception_ptr error;
   std::atomic<uint64_t> record_bytes{0};  ///< images: added per sample; tokens: set when claimed
+  /// Variable-size outputs: var[v][j] is output v's bytes of sample j.
+  std::vector<std::vector<std::vector<uint8_t>>> var;
   std::vector<uint8_t> bad;   ///< OnError::kSkip: samples dropped (set before `remaining` hits 0)
   bool any_bad = false;
   uint64_t taken_front = 0;   ///< consumer only: good samples moved into an earlier batch
@@ -128,6 +134,7 @@ struct Run {
   std::map<uint64_t, std::shared_ptr<Job>> jobs;  ///< ring->mu
   std::exception_ptr fatal;                       ///< ring->mu
   Counters c;
+  size_t var_outputs = 0;  ///< Context::vars.size(): each job gets a list per output
 
   /// ring->mu held: a new job for batch `k` in free slot `slot` (marked kFilling), with
   /// its sample list sized; not yet in `jobs`.

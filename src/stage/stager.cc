@@ -53,6 +53,10 @@ struct TensorPlan {
   Conv conv = Conv::kNone;
   ElemType out_dtype = ElemType::kUint8;
   size_t out_offset = 0, out_capacity = 0;  // the converted tensor
+  // Text, byte strings and variable-length arrays stay on the host: their size changes
+  // from batch to batch, and the device has no use for strings. The device batch keeps
+  // a copy of them.
+  bool host = false;
 };
 
 struct ConvJob {
@@ -355,6 +359,7 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
       backend_->copy_wait(*s.release_ev);
       for (size_t i = 0; i < plan_.size(); ++i) {
         const TensorView& t = hb.tensors()[i];
+        if (plan_[i].host) continue;
         backend_->copy_async(static_cast<uint8_t*>(s.mem) + plan_[i].offset, t.data, t.bytes());
         bytes += t.bytes();
       }
@@ -413,6 +418,12 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
       p.name = t.name;
       p.dtype = t.dtype;
       p.rank = t.shape.size();
+      if (t.kind != TensorKind::kDense) {
+        p.host = true;
+        if (!t.shape.empty()) p.sample_shape.assign(t.shape.begin() + 1, t.shape.end());
+        plan.push_back(std::move(p));
+        continue;
+      }
       size_t per = elem_size(t.dtype);
       if (!t.shape.empty()) {
         p.sample_shape.assign(t.shape.begin() + 1, t.shape.end());
@@ -472,6 +483,7 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
         throw_error(ErrorCode::kInvalidArgument,
                     where() + ": tensor '" + t.name + "' differs in name, type or sample shape from the first batch's '" +
                         p.name + "'");
+      if (p.host) continue;
       if (t.bytes() > p.capacity)
         throw_error(ErrorCode::kInvalidArgument,
                     where() + ": tensor '" + t.name + "' has " + std::to_string(t.shape.empty() ? 1 : t.shape[0]) +
@@ -575,11 +587,27 @@ DeviceBatch StageCore::make_batch(size_t slot, const Batch& hb) {
   const int dev = backend_->device();
   std::vector<TensorView> views;
   std::vector<ConvJob> jobs;
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> host_copies;
   for (size_t i = 0; i < plan_.size(); ++i) {
     const TensorView& t = hb.tensors()[i];
     const TensorPlan& p = plan_[i];
     TensorView v;
     v.name = t.name;
+    if (p.host) {
+      // A copy the device batch owns: the host batch goes back to its ring once the
+      // copies have landed, before the device batch is used.
+      const uint64_t n = hb.size();
+      auto keep = std::make_shared<std::vector<uint8_t>>(t.bytes() + (n + 1) * sizeof(int64_t));
+      auto* offsets = reinterpret_cast<int64_t*>(keep->data());
+      std::memcpy(offsets, t.offsets, (n + 1) * sizeof(int64_t));
+      if (t.bytes()) std::memcpy(keep->data() + (n + 1) * sizeof(int64_t), t.data, t.bytes());
+      v = t;
+      v.offsets = offsets;
+      v.data = keep->data() + (n + 1) * sizeof(int64_t);
+      host_copies.push_back(std::move(keep));
+      views.push_back(std::move(v));
+      continue;
+    }
     v.device = dev;
     v.shape = t.shape;
     v.dtype = t.dtype;
@@ -613,6 +641,7 @@ DeviceBatch StageCore::make_batch(size_t slot, const Batch& hb) {
   }
   DeviceBatch b;
   b.tensors_ = std::move(views);
+  b.host_copies_ = std::move(host_copies);
   b.lease_ = std::make_shared<DeviceSlotLease>(shared_from_this(), slot, std::move(jobs));
   b.epoch_ = hb.epoch();
   b.step_ = hb.step();
@@ -663,6 +692,7 @@ void check_options(const StagerOptions& o) {
 
 DeviceBatch::DeviceBatch(DeviceBatch&& o) noexcept
     : tensors_(std::move(o.tensors_)),
+      host_copies_(std::move(o.host_copies_)),
       lease_(std::move(o.lease_)),
       epoch_(o.epoch_),
       step_(o.step_),
@@ -675,6 +705,7 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&& o) noexcept {
   if (this != &o) {
     DeviceBatch old(std::move(*this));  // released (per the destructor) at scope end
     tensors_ = std::move(o.tensors_);
+    host_copies_ = std::move(o.host_copies_);
     lease_ = std::move(o.lease_);
     epoch_ = o.epoch_;
     step_ = o.step_;
