@@ -362,7 +362,7 @@ TEST(RasterErrors, TruncatedAndCorruptPngAreDataLoss) {
   auto bad = png;
   bad[png.size() / 2] ^= 0x5A;  // inside IDAT: its CRC no longer matches
   std::string msg;
-  EXPECT_EQ(code_of([&] { dec.decode(bad, train(), 1, out.data(), out.size()); }, &msg),
+  EXPECT_EQ(code_of([&] { dec.decode(bad, none(), 1, out.data(), out.size()); }, &msg),
             ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("PNG"), std::string::npos) << msg;
   // The decoder is still usable after errors.

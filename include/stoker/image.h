@@ -8,8 +8,9 @@
 // dimensions before any pixel is decoded, libjpeg decodes only the crop's columns
 // (jpeg_crop_scanline) and rows (jpeg_skip_scanlines, then jpeg_abort_decompress), at a
 // 1/2 or 1/4 DCT scale when the scaled crop is still at least the target size. PNG
-// (libspng) and WebP (libwebp) are decoded whole (WebP: only the crop's rectangle when
-// the filter reads nothing outside it, through libwebp's own cropping), then cropped.
+// (libspng) is decoded row by row down to the last row the crop needs, at full width;
+// WebP (libwebp) decodes only the crop's rectangle and a small margin (libwebp's own
+// cropping). Either way the pixels used equal those of a full decode.
 // For every format a separable antialiased resize (AVX2 when the CPU has it, chosen at
 // run time; a portable path gives identical bytes) writes the result, with the
 // horizontal flip folded into its horizontal pass.
@@ -169,7 +170,8 @@ class ImageDecoder {
   /// Decodes exactly the rectangle [x, x+w) x [y, y+h) of the full-resolution image as
   /// RGB uint8 HWC (w * h * 3 bytes into `out`), decoding only the columns and rows it
   /// needs; bit-identical to a full decode (ISLOW IDCT, fancy upsampling) then crop.
-  /// PNG and WebP are accepted too (PNG decodes whole, WebP through libwebp cropping).
+  /// PNG and WebP are accepted too (PNG decodes the rows down to y + h, WebP the
+  /// rectangle and a small margin through libwebp's cropping).
   /// The rectangle must lie inside the image (kInvalidArgument otherwise). `max_pixels`
   /// as in ImageTransform.
   DecodeResult decode_region(std::span<const uint8_t> jpeg, int x, int y, int w, int h,

@@ -69,6 +69,7 @@ ImageInfo PngDecoder::read_header(std::span<const uint8_t> png, uint64_t max_pix
   if (ret != 0) png_fail("header", ret);
   check_pixels("PNG", ihdr.width, ihdr.height, max_pixels);
   color_type_ = ihdr.color_type;
+  interlaced_ = ihdr.interlace_method != SPNG_INTERLACE_NONE;
   info_ = ImageInfo{};
   info_.format = ImageFormat::kPng;
   info_.width = static_cast<int>(ihdr.width);
@@ -82,6 +83,24 @@ ImageInfo PngDecoder::read_header(std::span<const uint8_t> png, uint64_t max_pix
     default: info_.channels = 4; break;
   }
   return info_;
+}
+
+void PngDecoder::decode_rgb_rows(uint8_t* out, size_t out_size, int rows) {
+  if (rows >= info_.height || interlaced_) {  // Adam7 rows arrive pass by pass
+    decode_rgb(out, out_size);
+    return;
+  }
+  const size_t row = static_cast<size_t>(info_.width) * 3;
+  if (out_size < row * rows) {
+    throw Error(ErrorCode::kInvalidArgument, "PNG decode: output too small for the rows");
+  }
+  int ret = spng_decode_image(ctx_, nullptr, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE);
+  if (ret != 0) png_fail("decode", ret);
+  for (int y = 0; y < rows; ++y) {
+    ret = spng_decode_row(ctx_, out + row * y, row);
+    // SPNG_EOI comes with the last row; before it, it means the stream ended early.
+    if (ret != 0 && !(ret == SPNG_EOI && y == info_.height - 1)) png_fail("decode", ret);
+  }
 }
 
 void PngDecoder::decode_rgb(uint8_t* out, size_t out_size) {

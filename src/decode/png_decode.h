@@ -44,6 +44,10 @@ class PngDecoder {
   /// width * height * 3 bytes. kDataLoss for corrupt or truncated data.
   void decode_rgb(uint8_t* out, size_t out_size);
 
+  /// Decodes only the first `rows` rows as RGB (the rows below are not read, so damage
+  /// there goes unnoticed, as with JPEG); the whole image when interlaced.
+  void decode_rgb_rows(uint8_t* out, size_t out_size, int rows);
+
   /// Decodes the stored single-channel values (gray level, or palette index; the gray of
   /// gray+alpha) as one byte a pixel into `out` (width * height bytes). kInvalidArgument
   /// for colour images and for 16-bit values above 255.
@@ -55,6 +59,7 @@ class PngDecoder {
   spng_ctx* ctx_ = nullptr;
   ImageInfo info_;
   int color_type_ = 0;
+  bool interlaced_ = false;
   std::vector<uint8_t> raw_;  // stored rows of decode_single, reused
 };
 

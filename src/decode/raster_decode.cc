@@ -27,11 +27,12 @@ ImageInfo RasterDecoder::header(ImageFormat f, std::span<const uint8_t> bytes,
 void RasterDecoder::load(ImageFormat f, std::span<const uint8_t> bytes, const ImageInfo& info,
                          int x0, int x1, int y0, int y1, int channels) {
   if (f == ImageFormat::kPng) {
-    // libspng decodes rows in order and cannot skip columns: take the whole image.
+    // libspng decodes rows in order and cannot skip columns: take every row down to
+    // the last one needed, at full width.
     x0 = 0;
     y0 = 0;
     x1 = info.width;
-    y1 = info.height;
+    if (channels == 1) y1 = info.height;  // the as-stored path decodes whole images
   } else {
     // libwebp's lossy cropping upsamples chroma at the crop's edges without the
     // neighbour outside it, so the edge pixels differ from a full decode; two pixels
@@ -52,7 +53,7 @@ void RasterDecoder::load(ImageFormat f, std::span<const uint8_t> bytes, const Im
     if (channels == 1) {
       png_.decode_single(buf_.data(), buf_.size());
     } else {
-      png_.decode_rgb(buf_.data(), buf_.size());
+      png_.decode_rgb_rows(buf_.data(), buf_.size(), y1);
     }
     return;
   }
