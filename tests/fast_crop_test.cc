@@ -1,0 +1,395 @@
+// Fast crop (jpeg_for_fast_crop + the splice decode): the rewritten file decodes to the
+// same bytes as the original under every transform, and a damaged index is named.
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "decode/restart_index.h"
+#include "decode/restart_splice.h"
+#include "stoker/crc32c.h"
+#include "stoker/error.h"
+#include "stoker/image.h"
+#include "util/test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::make_rgb_image;
+
+// A picture with texture at every scale (the smooth test picture plus per-pixel noise),
+// so every MCU carries AC coefficients and chroma differs from pixel to pixel.
+std::vector<uint8_t> busy_rgb(int w, int h, uint32_t seed) {
+  std::vector<uint8_t> px = make_rgb_image(w, h, seed);
+  uint32_t s = seed * 2654435761u + 1;
+  for (auto& v : px) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<uint8_t>(std::clamp(static_cast<int>(v) + static_cast<int>(s >> 28) - 8, 0, 255));
+  }
+  return px;
+}
+
+enum class Kind { k444, k422, k420, k440, k411, kGray, kCmyk420, kCmyk444 };
+
+const char* name_of(Kind k) {
+  switch (k) {
+    case Kind::k444: return "444";
+    case Kind::k422: return "422";
+    case Kind::k420: return "420";
+    case Kind::k440: return "440";
+    case Kind::k411: return "411";
+    case Kind::kGray: return "gray";
+    case Kind::kCmyk420: return "cmyk420";
+    case Kind::kCmyk444: return "cmyk444";
+  }
+  return "?";
+}
+
+// TurboJPEG encode of a busy picture in the given layout.
+std::vector<uint8_t> make_test_jpeg(Kind kind, int w, int h, uint32_t seed, bool progressive = false) {
+  const std::vector<uint8_t> rgb = busy_rgb(w, h, seed);
+  std::vector<uint8_t> src = rgb;
+  int pf = TJPF_RGB, ss = TJSAMP_420;
+  switch (kind) {
+    case Kind::k444: ss = TJSAMP_444; break;
+    case Kind::k422: ss = TJSAMP_422; break;
+    case Kind::k420: ss = TJSAMP_420; break;
+    case Kind::k440: ss = TJSAMP_440; break;
+    case Kind::k411: ss = TJSAMP_411; break;
+    case Kind::kGray: ss = TJSAMP_GRAY; break;
+    case Kind::kCmyk420:
+    case Kind::kCmyk444:
+      ss = kind == Kind::kCmyk420 ? TJSAMP_420 : TJSAMP_444;
+      pf = TJPF_CMYK;
+      src.resize(static_cast<size_t>(w) * h * 4);
+      for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i) {
+        src[4 * i] = rgb[3 * i];
+        src[4 * i + 1] = rgb[3 * i + 1];
+        src[4 * i + 2] = rgb[3 * i + 2];
+        src[4 * i + 3] = static_cast<uint8_t>(180 + (rgb[3 * i] ^ rgb[3 * i + 2]) % 76);
+      }
+      break;
+  }
+  tjhandle t = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(t, src.data(), w, 0, h, pf, &buf, &size, ss, 88,
+                             progressive ? TJFLAG_PROGRESSIVE : 0);
+  std::string err = rc != 0 ? tjGetErrorStr2(t) : "";
+  tjDestroy(t);
+  if (rc != 0) throw std::runtime_error("tjCompress2: " + err);
+  std::vector<uint8_t> out(buf, buf + size);
+  tjFree(buf);
+  return out;
+}
+
+template <class F>
+std::string data_loss_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return "";
+}
+
+ImageTransform train_t(int size, bool dct) {
+  ImageTransform t;
+  t.kind = ImageTransform::Kind::kTrain;
+  t.size = size;
+  t.allow_dct_scaling = dct;
+  return t;
+}
+
+// Decodes `a` and `b` with `t` and the same seed; they must give the same bytes.
+void expect_same_decode(ImageDecoder& dec, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                        const ImageTransform& t, uint64_t seed, const std::string& what) {
+  const size_t n = static_cast<size_t>(t.size) * t.size * 3;
+  std::vector<uint8_t> oa(n), ob(n);
+  const DecodeResult ra = dec.decode(a, t, seed, oa.data(), n);
+  const DecodeResult rb = dec.decode(b, t, seed, ob.data(), n);
+  ASSERT_EQ(ra.crop_x, rb.crop_x) << what;
+  ASSERT_EQ(ra.crop_w, rb.crop_w) << what;
+  ASSERT_EQ(ra.scale_denom, rb.scale_denom) << what;
+  ASSERT_TRUE(oa == ob) << what << " seed " << seed << " crop " << ra.crop_w << "x" << ra.crop_h
+                        << "+" << ra.crop_x << "+" << ra.crop_y << " denom " << ra.scale_denom;
+}
+
+struct Shape {
+  Kind kind;
+  int w, h;
+};
+
+// Widths off the MCU grid, MCU counts per row that are prime (13, 31, 7...), a single MCU
+// column, and odd heights.
+const Shape kShapes[] = {
+    {Kind::k420, 500, 375},  {Kind::k420, 205, 117}, {Kind::k420, 9, 40},   {Kind::k444, 333, 250},
+    {Kind::k444, 101, 67},   {Kind::k422, 248, 199}, {Kind::k422, 497, 64}, {Kind::k440, 211, 150},
+    {Kind::k411, 290, 100},  {Kind::kGray, 203, 161}, {Kind::kGray, 16, 16}, {Kind::kCmyk420, 180, 141},
+    {Kind::kCmyk444, 99, 75},
+};
+
+class FastCropShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(FastCropShapes, TrainEvalAndRegionsAreBitIdentical) {
+  const Shape s = GetParam();
+  const std::string label = std::string(name_of(s.kind)) + " " + std::to_string(s.w) + "x" + std::to_string(s.h);
+  const std::vector<uint8_t> plain = make_test_jpeg(s.kind, s.w, s.h, 11);
+  ImageDecoder dec;
+  for (int target : {1, 2, 4}) {
+    FastCropOptions fo;
+    fo.target_interval = target;
+    const std::vector<uint8_t> fast = jpeg_for_fast_crop(plain, fo);
+    const FastCropInfo info = check_fast_crop_index(fast);
+    ASSERT_TRUE(info.indexed) << label;
+    ASSERT_EQ(info.mcus_per_row % info.interval, 0) << label;
+    ASSERT_LE(info.interval, std::max(1, target)) << label;
+    ASSERT_FALSE(check_fast_crop_index(plain).indexed);
+    const std::string what = label + " k=" + std::to_string(info.interval);
+
+    // Whole image.
+    ImageTransform none;
+    none.kind = ImageTransform::Kind::kNone;
+    std::vector<uint8_t> fa(static_cast<size_t>(s.w) * s.h * 3), fb(fa.size());
+    dec.decode(plain, none, 0, fa.data(), fa.size());
+    dec.decode(fast, none, 0, fb.data(), fb.size());
+    ASSERT_TRUE(fa == fb) << what;
+
+    // Train crops: ordinary, tiny (down to a pixel or two) and whole-image, with and
+    // without DCT scaling, at output sizes that do and do not allow scaling.
+    for (bool dct : {true, false}) {
+      for (int size : {32, 96}) {
+        ImageTransform t = train_t(size, dct);
+        for (uint64_t seed = 0; seed < 40; ++seed) expect_same_decode(dec, plain, fast, t, seed, what);
+        t.scale_min = 1e-5f;
+        t.scale_max = 2e-3f;
+        for (uint64_t seed = 0; seed < 20; ++seed) expect_same_decode(dec, plain, fast, t, seed, what + " tiny");
+        t.scale_min = t.scale_max = 1.0f;
+        for (uint64_t seed = 0; seed < 4; ++seed) expect_same_decode(dec, plain, fast, t, seed, what + " whole");
+      }
+      ImageTransform e;
+      e.kind = ImageTransform::Kind::kEval;
+      e.allow_dct_scaling = dct;
+      for (int size : {8, 24, 64}) {
+        e.size = size;
+        expect_same_decode(dec, plain, fast, e, 0, what + " eval");
+      }
+    }
+
+    // Regions touching every edge and corner, tiny and whole.
+    const int W = s.w, H = s.h;
+    const int rw = std::max(1, W / 5), rh = std::max(1, H / 5);
+    const int xs[] = {0, W / 2 - rw / 2, W - rw}, ys[] = {0, H / 2 - rh / 2, H - rh};
+    std::vector<uint8_t> ra(static_cast<size_t>(W) * H * 3), rb(ra.size());
+    auto same_region = [&](int x, int y, int w, int h) {
+      dec.decode_region(plain, x, y, w, h, ra.data(), ra.size());
+      dec.decode_region(fast, x, y, w, h, rb.data(), rb.size());
+      ASSERT_TRUE(std::equal(ra.begin(), ra.begin() + static_cast<size_t>(w) * h * 3, rb.begin()))
+          << what << " region " << w << "x" << h << "+" << x << "+" << y;
+    };
+    for (int x : xs) {
+      for (int y : ys) {
+        same_region(x, y, rw, rh);
+        same_region(x == 0 ? 0 : x + rw - 1, y == 0 ? 0 : y + rh - 1, 1, 1);
+      }
+    }
+    same_region(0, 0, W, H);
+    same_region(0, 0, W, 1);
+    same_region(W - 1, 0, 1, H);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, FastCropShapes, ::testing::ValuesIn(kShapes),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return std::string(name_of(i.param.kind)) + "_" + std::to_string(i.param.w) +
+                                  "x" + std::to_string(i.param.h);
+                         });
+
+TEST(FastCrop, ManySeedsOnAnImageNetSizedPicture) {
+  const std::vector<uint8_t> plain = make_test_jpeg(Kind::k420, 500, 375, 3);
+  const std::vector<uint8_t> fast = jpeg_for_fast_crop(plain);
+  ImageDecoder dec;
+  const ImageTransform t = train_t(224, true);
+  for (uint64_t seed = 0; seed < 300; ++seed) expect_same_decode(dec, plain, fast, t, seed, "train");
+  ImageTransform e;
+  e.kind = ImageTransform::Kind::kEval;
+  expect_same_decode(dec, plain, fast, e, 0, "eval");
+}
+
+TEST(FastCrop, SpliceHoldsOnlyWhatTheCropNeeds) {
+  const std::vector<uint8_t> fast = jpeg_for_fast_crop(make_test_jpeg(Kind::k420, 500, 375, 5));
+  internal::RestartLayout l;
+  ASSERT_TRUE(internal::read_restart_layout(fast, l));
+  EXPECT_EQ(l.mcus_per_row, 32);
+  EXPECT_EQ(l.mcu_rows, 24);
+  EXPECT_EQ(l.interval, 2);
+  std::vector<uint8_t> out;
+  // A 100x100 crop in the middle: MCU columns 12..18 and rows 9..15, widened by one MCU
+  // each side (11..19, 8..16), columns then to whole intervals of 2 (10..19).
+  const internal::SpliceRect r = internal::splice_restart_intervals(fast, l, 200, 300, 150, 250, out);
+  EXPECT_FALSE(r.whole);
+  EXPECT_EQ(r.x, 160);
+  EXPECT_EQ(r.y, 128);
+  EXPECT_EQ(r.width, 160);
+  EXPECT_EQ(r.height, 144);
+  EXPECT_LT(out.size(), fast.size() / 4);
+  const JpegInfo info = probe_jpeg(out);
+  EXPECT_EQ(info.width, 160);
+  EXPECT_EQ(info.height, 144);
+  EXPECT_FALSE(check_fast_crop_index(out).indexed);  // the index is not copied
+  // The whole image needs no splice.
+  EXPECT_TRUE(internal::splice_restart_intervals(fast, l, 0, 500, 0, 375, out).whole);
+}
+
+TEST(FastCrop, ProgressiveSourcesBecomeSequentialWithTheSamePixels) {
+  for (Kind k : {Kind::k420, Kind::k444, Kind::kGray}) {
+    const std::vector<uint8_t> prog = make_test_jpeg(k, 301, 203, 9, true);
+    ASSERT_TRUE(jpeg_is_progressive(prog));
+    const std::vector<uint8_t> fast = jpeg_for_fast_crop(prog);
+    EXPECT_FALSE(jpeg_is_progressive(fast));
+    EXPECT_TRUE(check_fast_crop_index(fast).indexed);
+    ImageDecoder dec;
+    for (uint64_t seed = 0; seed < 30; ++seed) expect_same_decode(dec, prog, fast, train_t(64, true), seed, name_of(k));
+  }
+}
+
+TEST(FastCrop, RewritingAFastCropFileGivesAFreshIndex) {
+  const std::vector<uint8_t> plain = make_test_jpeg(Kind::k420, 320, 240, 4);
+  FastCropOptions four;
+  four.target_interval = 4;
+  const std::vector<uint8_t> once = jpeg_for_fast_crop(plain, four);
+  const std::vector<uint8_t> twice = jpeg_for_fast_crop(once);  // interval 2 now
+  EXPECT_EQ(check_fast_crop_index(once).interval, 4);
+  EXPECT_EQ(check_fast_crop_index(twice).interval, 2);
+  // jpeg_to_baseline drops the restart interval, so it drops the index too.
+  EXPECT_FALSE(check_fast_crop_index(jpeg_to_baseline(once)).indexed);
+  ImageDecoder dec;
+  for (uint64_t seed = 0; seed < 20; ++seed) expect_same_decode(dec, plain, twice, train_t(64, true), seed, "twice");
+}
+
+TEST(FastCrop, SizeStaysCloseToTheOriginal) {
+  // Huffman optimisation pays for most of the restart markers and the index.
+  const std::vector<uint8_t> plain = make_test_jpeg(Kind::k420, 500, 375, 8);
+  const std::vector<uint8_t> fast = jpeg_for_fast_crop(plain);
+  EXPECT_LT(static_cast<double>(fast.size()), plain.size() * 1.05) << fast.size() << " vs " << plain.size();
+}
+
+TEST(FastCrop, BadOptionsAreInvalidArgument) {
+  FastCropOptions o;
+  o.target_interval = 0;
+  try {
+    jpeg_for_fast_crop(make_test_jpeg(Kind::k420, 64, 64, 1), o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+// --- damage --------------------------------------------------------------------------
+
+struct Damage : ::testing::Test {
+  void SetUp() override {
+    fast = jpeg_for_fast_crop(make_test_jpeg(Kind::k420, 500, 375, 21));
+    ASSERT_TRUE(internal::read_restart_layout(fast, l));
+  }
+  // Rewrites the index payload with `edit` applied and a CRC that matches it again.
+  std::vector<uint8_t> with_edited_index(const std::function<void(uint8_t*)>& edit) {
+    std::vector<uint8_t> f = fast;
+    uint8_t* p = f.data() + l.index_offset + 4;
+    const size_t pl = l.index_size - 4;
+    edit(p);
+    const uint32_t crc = crc32c(p, pl - 4);
+    for (int i = 0; i < 4; ++i) p[pl - 4 + i] = static_cast<uint8_t>(crc >> (8 * i));
+    return f;
+  }
+  void expect_named(const std::vector<uint8_t>& f, const std::string& needle) {
+    ImageDecoder dec;
+    std::vector<uint8_t> out(64 * 64 * 3);
+    const std::string m1 = data_loss_message([&] { check_fast_crop_index(f); });
+    EXPECT_NE(m1.find(needle), std::string::npos) << m1;
+    // The decoder names it too, for a crop that needs the damaged part (eval: the centre).
+    ImageTransform e;
+    e.kind = ImageTransform::Kind::kEval;
+    e.size = 64;
+    const std::string m2 = data_loss_message([&] { dec.decode(f, e, 0, out.data(), out.size()); });
+    EXPECT_NE(m2.find(needle), std::string::npos) << m2;
+    EXPECT_NE(m2.find("fast-crop index"), std::string::npos) << m2;
+  }
+  std::vector<uint8_t> fast;
+  internal::RestartLayout l;
+};
+
+TEST_F(Damage, FlippedIndexByteFailsTheCrc) {
+  std::vector<uint8_t> f = fast;
+  f[l.index_offset + 4 + 30] ^= 0x10;
+  expect_named(f, "CRC32C mismatch");
+}
+
+TEST_F(Damage, WrongGeometryIsNamed) {
+  expect_named(with_edited_index([](uint8_t* p) { p[10] ^= 1; }), "MCUs per row");
+  expect_named(with_edited_index([](uint8_t* p) { p[8] = 4; }), "restart interval");
+  expect_named(with_edited_index([](uint8_t* p) { p[7] = 9; }), "unsupported version 9");
+}
+
+TEST_F(Damage, ShiftedOffsetsDoNotMatchTheData) {
+  // Move one byte from an interval in the middle rows to its neighbour: sizes still add
+  // up, the CRC is right, but that boundary no longer sits after an RST marker.
+  const size_t victim = l.intervals() / 2;
+  std::vector<uint8_t> f = with_edited_index([&](uint8_t* p) {
+    // Walk the LEB128 sizes to the victim's and its successor's.
+    size_t q = 22;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < l.intervals(); ++i) {
+      at.push_back(q);
+      while (p[q] & 0x80) ++q;
+      ++q;
+    }
+    // Only single-byte sizes can be nudged in place without re-encoding; find a pair.
+    for (size_t i = victim; i + 1 < l.intervals(); ++i) {
+      if ((p[at[i]] & 0x80) == 0 && (p[at[i + 1]] & 0x80) == 0 && p[at[i]] < 0x7F && p[at[i + 1]] > 3) {
+        ++p[at[i]];
+        --p[at[i + 1]];
+        return;
+      }
+    }
+    ADD_FAILURE() << "no nudgeable pair of interval sizes";
+  });
+  expect_named(f, "does not match the data");
+}
+
+TEST_F(Damage, OverwrittenRestartMarkerInTheScanIsNamed) {
+  std::vector<uint8_t> f = fast;
+  const size_t i = l.intervals() / 2 + l.intervals_per_row() / 2;  // near the centre
+  f[l.scan_offset + l.starts[i] - 1] = 0xD0 + ((i + 3) & 7);
+  expect_named(f, "RST");
+}
+
+TEST_F(Damage, TruncatedScanIsNamed) {
+  std::vector<uint8_t> f(fast.begin(), fast.end() - 100);
+  expect_named(f, "EOI");
+}
+
+TEST_F(Damage, CorruptEntropyDataInsideAnIntervalIsDataLoss) {
+  // The index is fine; the damage is libjpeg's to find, as for any file.
+  std::vector<uint8_t> f = fast;
+  const size_t mid = l.intervals() / 2 + l.intervals_per_row() / 2;
+  for (size_t b = l.starts[mid]; b + 2 < l.starts[mid + 1]; ++b) f[l.scan_offset + b] = 0xFF;
+  ImageDecoder dec;
+  ImageTransform e;
+  e.kind = ImageTransform::Kind::kEval;
+  e.size = 64;
+  std::vector<uint8_t> out(64 * 64 * 3);
+  data_loss_message([&] { dec.decode(f, e, 0, out.data(), out.size()); });
+  // The decoder stays usable.
+  EXPECT_NO_THROW(dec.decode(fast, e, 0, out.data(), out.size()));
+}
+
+}  // namespace
+}  // namespace stoker
