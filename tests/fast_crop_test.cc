@@ -10,11 +10,18 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "decode/restart_index.h"
 #include "decode/restart_splice.h"
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
+#include "stoker/dataset.h"
 #include "stoker/image.h"
+#include "stoker/loader.h"
+#include "stoker/pack.h"
+#include "stoker/verify.h"
+#include "tar_builder.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -389,6 +396,151 @@ TEST_F(Damage, CorruptEntropyDataInsideAnIntervalIsDataLoss) {
   data_loss_message([&] { dec.decode(f, e, 0, out.data(), out.size()); });
   // The decoder stays usable.
   EXPECT_NO_THROW(dec.decode(fast, e, 0, out.data(), out.size()));
+}
+
+// --- packing ---------------------------------------------------------------------------
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+using testing::write_file;
+
+// An ImageFolder of every layout the splice handles, some progressive, odd sizes.
+std::vector<std::vector<uint8_t>> write_mixed_folder(const TempDir& tmp) {
+  const Shape shapes[] = {{Kind::k420, 500, 375}, {Kind::k420, 205, 117}, {Kind::k444, 333, 250},
+                          {Kind::k422, 248, 199}, {Kind::kGray, 203, 161}, {Kind::kCmyk420, 180, 141},
+                          {Kind::k440, 211, 150}, {Kind::k420, 375, 500}};
+  std::vector<std::vector<uint8_t>> files;
+  for (int i = 0; i < 24; ++i) {
+    const Shape& sh = shapes[i % std::size(shapes)];
+    files.push_back(make_test_jpeg(sh.kind, sh.w, sh.h, 100 + i, /*progressive=*/i % 5 == 3));
+    const std::string dir = tmp.str("src/c" + std::to_string(i % 3));
+    fs::create_directories(dir);
+    char name[32];
+    std::snprintf(name, sizeof(name), "/%03d.jpg", i);
+    write_file(dir + name, files.back());
+  }
+  return files;
+}
+
+// Every batch of `epochs` epochs, images and labels, as bytes.
+std::vector<std::vector<uint8_t>> all_batches(const std::string& path, ImageTransform t, int epochs) {
+  LoaderOptions o;
+  o.path = path;
+  o.batch_size = 5;
+  o.transform = t;
+  o.threads = 2;
+  o.order.seed = 42;
+  o.rank = 0;
+  o.world_size = 1;
+  Loader loader(o);
+  std::vector<std::vector<uint8_t>> out;
+  for (int e = 0; e < epochs; ++e) {
+    loader.set_epoch(static_cast<uint64_t>(e));
+    while (auto batch = loader.next()) {
+      for (const char* name : {"image", "label"}) {
+        const TensorView& v = (*batch)[name];
+        const auto* p = static_cast<const uint8_t*>(v.data);
+        out.emplace_back(p, p + v.bytes());
+      }
+    }
+  }
+  return out;
+}
+
+TEST(FastCropPack, ImageFolderDatasetsGiveIdenticalBatches) {
+  TempDir tmp;
+  write_mixed_folder(tmp);
+  ImageFolderPackOptions plain_o, fast_o;
+  plain_o.threads = fast_o.threads = 2;
+  fast_o.fast_crop = true;
+  pack_imagefolder(tmp.str("src"), tmp.str("plain"), plain_o);
+  const PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("fast"), fast_o);
+  EXPECT_EQ(s.rewritten, 24u);
+  auto ds = Dataset::open(tmp.str("fast"));
+  EXPECT_EQ(ds->manifest().meta.at("fast_crop"), "1");
+  for (uint64_t i = 0; i < ds->record_count(); ++i) {
+    const Record r = ds->read(i);
+    EXPECT_TRUE(check_fast_crop_index(r.fields[0]).indexed) << i;
+    EXPECT_FALSE(jpeg_is_progressive(r.fields[0])) << i;
+  }
+  EXPECT_EQ(Dataset::open(tmp.str("plain"))->manifest().meta.count("fast_crop"), 0u);
+
+  // verify checks each index.
+  const VerifyReport vf = verify_path(tmp.str("fast"), 2);
+  EXPECT_TRUE(vf.ok());
+  EXPECT_EQ(vf.fast_crop_indexes, 24u);
+  EXPECT_EQ(verify_path(tmp.str("plain"), 2).fast_crop_indexes, 0u);
+
+  for (bool dct : {true, false}) {
+    ImageTransform t = train_t(64, dct);
+    EXPECT_EQ(all_batches(tmp.str("plain"), t, 3), all_batches(tmp.str("fast"), t, 3)) << "train dct " << dct;
+    t.kind = ImageTransform::Kind::kEval;
+    EXPECT_EQ(all_batches(tmp.str("plain"), t, 1), all_batches(tmp.str("fast"), t, 1)) << "eval dct " << dct;
+  }
+}
+
+TEST(FastCropPack, WdsFastCropRewritesEverySample) {
+  TempDir tmp;
+  testing::TarBuilder tar;
+  std::vector<std::vector<uint8_t>> jpegs;
+  for (int i = 0; i < 6; ++i) {
+    jpegs.push_back(make_test_jpeg(i % 2 ? Kind::k444 : Kind::k420, 120 + 7 * i, 90, 200 + i, i == 4));
+    tar.file("s" + std::to_string(i) + ".jpg", jpegs.back());
+    tar.file("s" + std::to_string(i) + ".cls", std::to_string(i % 2));
+  }
+  tar.end();
+  write_file(tmp.str("a.tar"), tar.bytes);
+  WdsPackOptions o;
+  o.fast_crop = true;
+  const PackSummary s = pack_wds({tmp.str("a.tar")}, tmp.str("out"), o);
+  EXPECT_EQ(s.rewritten, 6u);
+  auto ds = Dataset::open(tmp.str("out"));
+  EXPECT_EQ(ds->manifest().meta.at("fast_crop"), "1");
+  ImageDecoder dec;
+  for (uint64_t i = 0; i < ds->record_count(); ++i) {
+    const Record r = ds->read(i);
+    ASSERT_TRUE(check_fast_crop_index(r.fields[0]).indexed);
+    const std::vector<uint8_t> stored(r.fields[0].begin(), r.fields[0].end());
+    for (uint64_t seed = 0; seed < 10; ++seed) {
+      expect_same_decode(dec, jpegs[i], stored, train_t(48, true), seed, "wds " + std::to_string(i));
+    }
+  }
+}
+
+TEST(FastCropPack, VerifyNamesARecordWhoseIndexIsDamaged) {
+  // A fast-crop JPEG damaged before it was packed: the record CRC is right (it covers
+  // what was packed), the index CRC is not.
+  TempDir tmp;
+  std::vector<uint8_t> bad = jpeg_for_fast_crop(make_test_jpeg(Kind::k420, 200, 120, 5));
+  internal::RestartLayout l;
+  ASSERT_TRUE(internal::read_restart_layout(bad, l));
+  bad[l.index_offset + 4 + 25] ^= 0x01;
+  fs::create_directories(tmp.str("src/a"));
+  write_file(tmp.str("src/a/0.jpg"), make_test_jpeg(Kind::k420, 64, 64, 6));
+  write_file(tmp.str("src/a/1.jpg"), bad);
+  pack_imagefolder(tmp.str("src"), tmp.str("out"));
+  const VerifyReport r = verify_path(tmp.str("out"), 1);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].where, "record 1");
+  EXPECT_NE(r.problems[0].reason.find("fast-crop index: CRC32C mismatch"), std::string::npos)
+      << r.problems[0].reason;
+  // The loader names it too.
+  LoaderOptions o;
+  o.path = tmp.str("out");
+  o.batch_size = 2;
+  o.transform = train_t(32, true);
+  o.threads = 1;
+  o.rank = 0;
+  o.world_size = 1;
+  Loader loader(o);
+  try {
+    while (loader.next()) {
+    }
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("fast-crop index"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
