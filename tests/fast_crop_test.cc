@@ -17,6 +17,7 @@
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
 #include "stoker/dataset.h"
+#include "stoker/diagnose.h"
 #include "stoker/image.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
@@ -477,6 +478,30 @@ TEST(FastCropPack, ImageFolderDatasetsGiveIdenticalBatches) {
     t.kind = ImageTransform::Kind::kEval;
     EXPECT_EQ(all_batches(tmp.str("plain"), t, 1), all_batches(tmp.str("fast"), t, 1)) << "eval dct " << dct;
   }
+}
+
+TEST(FastCropPack, DoctorSaysWhetherADatasetIsPackedForFastCrop) {
+  TempDir tmp, root;
+  fs::create_directories(tmp.str("src/a"));
+  write_file(tmp.str("src/a/0.jpg"), make_test_jpeg(Kind::k420, 64, 48, 1));
+  ImageFolderPackOptions o;
+  pack_imagefolder(tmp.str("src"), tmp.str("plain"), o);
+  o.fast_crop = true;
+  pack_imagefolder(tmp.str("src"), tmp.str("fast"), o);
+  auto fast_crop_check = [&](const std::string& ds) {
+    DoctorOptions d;
+    d.root = root.str();  // a bare fixture root: only the dataset checks read anything
+    d.dataset = ds;
+    for (const Check& c : run_doctor(d).checks) {
+      if (c.name == "fast_crop") return c;
+    }
+    ADD_FAILURE() << "no fast_crop check";
+    return Check{};
+  };
+  const Check plain = fast_crop_check(tmp.str("plain"));
+  EXPECT_EQ(plain.status, CheckStatus::kWarn);
+  EXPECT_NE(plain.advice.find("--fast-crop"), std::string::npos) << plain.advice;
+  EXPECT_EQ(fast_crop_check(tmp.str("fast")).status, CheckStatus::kOk);
 }
 
 TEST(FastCropPack, WdsFastCropRewritesEverySample) {
