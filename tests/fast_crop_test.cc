@@ -3,6 +3,7 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -220,6 +221,30 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FastCropShapes, ::testing::ValuesIn(kShapes),
                                   "x" + std::to_string(i.param.h);
                          });
 
+TEST(FastCrop, RegionsAtEveryPhaseOfTheMcuGrid) {
+  // Small regions starting and ending at every pixel of two MCUs (inside the image, so
+  // the splice has neighbours to leave out): the context margin must be right at each.
+  for (Kind k : {Kind::k420, Kind::k422, Kind::k440, Kind::k411, Kind::kCmyk420}) {
+    const std::vector<uint8_t> plain = make_test_jpeg(k, 200, 150, 31);
+    FastCropOptions o;
+    o.target_interval = 1;
+    const std::vector<uint8_t> fast = jpeg_for_fast_crop(plain, o);
+    ImageDecoder dec;
+    std::vector<uint8_t> ra(64 * 64 * 3), rb(ra.size());
+    for (int p = 0; p < 64; ++p) {
+      for (int size : {1, 5}) {
+        const int x = 64 + p, y = 40 + p / 2;
+        for (auto [rx, ry, rw, rh] : {std::array<int, 4>{x, 60, size, 20}, std::array<int, 4>{60, y, 20, size}}) {
+          dec.decode_region(plain, rx, ry, rw, rh, ra.data(), ra.size());
+          dec.decode_region(fast, rx, ry, rw, rh, rb.data(), rb.size());
+          ASSERT_TRUE(std::equal(ra.begin(), ra.begin() + rw * rh * 3, rb.begin()))
+              << name_of(k) << " region " << rw << "x" << rh << "+" << rx << "+" << ry;
+        }
+      }
+    }
+  }
+}
+
 TEST(FastCrop, ManySeedsOnAnImageNetSizedPicture) {
   const std::vector<uint8_t> plain = make_test_jpeg(Kind::k420, 500, 375, 3);
   const std::vector<uint8_t> fast = jpeg_for_fast_crop(plain);
@@ -239,21 +264,29 @@ TEST(FastCrop, SpliceHoldsOnlyWhatTheCropNeeds) {
   EXPECT_EQ(l.mcu_rows, 24);
   EXPECT_EQ(l.interval, 2);
   std::vector<uint8_t> out;
-  // A 100x100 crop in the middle: MCU columns 12..18 and rows 9..15, widened by one MCU
-  // each side (11..19, 8..16), columns then to whole intervals of 2 (10..19).
-  const internal::SpliceRect r = internal::splice_restart_intervals(fast, l, 200, 300, 150, 250, out);
+  // A crop in the middle: MCU columns 12..18 and rows 9..15, widened by one MCU where the
+  // crop is within one chroma sample (2 px at full scale) of an edge: the left column 193
+  // is 1 px in, the right 302 2 px from 304, the top 146 2 px in, the bottom 255 1 px
+  // from 256. Columns 11..18 -> whole intervals of 2: 10..19; rows 9..16.
+  const internal::SpliceRect r = internal::splice_restart_intervals(fast, l, 193, 302, 146, 255, 1, out);
   EXPECT_FALSE(r.whole);
   EXPECT_EQ(r.x, 160);
-  EXPECT_EQ(r.y, 128);
+  EXPECT_EQ(r.y, 144);
   EXPECT_EQ(r.width, 160);
-  EXPECT_EQ(r.height, 144);
+  EXPECT_EQ(r.height, 128);
   EXPECT_LT(out.size(), fast.size() / 4);
   const JpegInfo info = probe_jpeg(out);
   EXPECT_EQ(info.width, 160);
-  EXPECT_EQ(info.height, 144);
+  EXPECT_EQ(info.height, 128);
   EXPECT_FALSE(check_fast_crop_index(out).indexed);  // the index is not copied
   // The whole image needs no splice.
-  EXPECT_TRUE(internal::splice_restart_intervals(fast, l, 0, 500, 0, 375, out).whole);
+  EXPECT_TRUE(internal::splice_restart_intervals(fast, l, 0, 500, 0, 375, 1, out).whole);
+  // At 1/4 scale a chroma sample covers 8 px: the same crop is widened on every side.
+  const internal::SpliceRect q = internal::splice_restart_intervals(fast, l, 193, 302, 146, 255, 4, out);
+  EXPECT_EQ(q.x, 160);
+  EXPECT_EQ(q.y, 128);
+  EXPECT_EQ(q.width, 160);
+  EXPECT_EQ(q.height, 144);
 }
 
 TEST(FastCrop, ProgressiveSourcesBecomeSequentialWithTheSamePixels) {

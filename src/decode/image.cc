@@ -130,7 +130,7 @@ struct ImageDecoder::Impl {
                                   int ys0, int ys1, uint64_t max_pixels) {
     const internal::SpliceRect rect = internal::splice_restart_intervals(
         jpeg, layout, xs0 * denom, std::min(layout.width, xs1 * denom), ys0 * denom,
-        std::min(layout.height, ys1 * denom), spliced);
+        std::min(layout.height, ys1 * denom), denom, spliced);
     if (rect.whole) {
       read_header(jpeg, max_pixels);
       prepare(denom);

@@ -7,15 +7,32 @@
 namespace stoker::internal {
 
 SpliceRect splice_restart_intervals(std::span<const uint8_t> jpeg, const RestartLayout& l,
-                                    int x0, int x1, int y0, int y1, std::vector<uint8_t>& out) {
+                                    int x0, int x1, int y0, int y1, int denom,
+                                    std::vector<uint8_t>& out) {
   assert(0 <= x0 && x0 < x1 && x1 <= l.width && 0 <= y0 && y0 < y1 && y1 <= l.height);
   const int k = l.interval;
-  const int mc0 = std::max(0, x0 / l.mcu_w - 1);
-  const int mc1 = std::min(l.mcus_per_row, (x1 + l.mcu_w - 1) / l.mcu_w + 1);
+  // The MCUs holding [lo, hi), widened by one where an edge is closer to it than one
+  // decoded chroma sample: the upsampler's context. libjpeg decodes a chroma block to at
+  // least as many samples as a luma block (DCT size 8 / denom), so one covers at most
+  // denom * (MCU size / 8) full-resolution pixels.
+  auto span_of = [denom](int lo, int hi, int mcu, int count) {
+    const int context = denom * mcu / 8;
+    int m0 = lo / mcu, m1 = (hi + mcu - 1) / mcu;
+    if (m0 > 0 && lo - m0 * mcu < context) --m0;
+    if (m1 < count && m1 * mcu - hi < context) ++m1;
+    return std::pair<int, int>(m0, m1);
+  };
+  auto [mc0, mc1] = span_of(x0, x1, l.mcu_w, l.mcus_per_row);
+  // libjpeg picks plain (replicating) upsampling for a component at most 2 samples wide
+  // (jdsample.c), so a one-MCU-wide splice of a wider image would not decode the same:
+  // at least two MCU columns.
+  if (mc1 - mc0 < 2 && l.mcus_per_row >= 2) {
+    if (mc1 < l.mcus_per_row) ++mc1;
+    else --mc0;
+  }
+  const auto [r0, r1] = span_of(y0, y1, l.mcu_h, l.mcu_rows);
   const int c0 = mc0 / k * k;
   const int c1 = std::min(l.mcus_per_row, (mc1 + k - 1) / k * k);
-  const int r0 = std::max(0, y0 / l.mcu_h - 1);
-  const int r1 = std::min(l.mcu_rows, (y1 + l.mcu_h - 1) / l.mcu_h + 1);
   SpliceRect rect;
   rect.x = c0 * l.mcu_w;
   rect.y = r0 * l.mcu_h;
