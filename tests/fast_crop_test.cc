@@ -257,7 +257,9 @@ TEST(FastCrop, ManySeedsOnAnImageNetSizedPicture) {
 }
 
 TEST(FastCrop, SpliceHoldsOnlyWhatTheCropNeeds) {
-  const std::vector<uint8_t> fast = jpeg_for_fast_crop(make_test_jpeg(Kind::k420, 500, 375, 5));
+  FastCropOptions two;
+  two.target_interval = 2;
+  const std::vector<uint8_t> fast = jpeg_for_fast_crop(make_test_jpeg(Kind::k420, 500, 375, 5), two);
   internal::RestartLayout l;
   ASSERT_TRUE(internal::read_restart_layout(fast, l));
   EXPECT_EQ(l.mcus_per_row, 32);
@@ -306,9 +308,9 @@ TEST(FastCrop, RewritingAFastCropFileGivesAFreshIndex) {
   FastCropOptions four;
   four.target_interval = 4;
   const std::vector<uint8_t> once = jpeg_for_fast_crop(plain, four);
-  const std::vector<uint8_t> twice = jpeg_for_fast_crop(once);  // interval 2 now
+  const std::vector<uint8_t> twice = jpeg_for_fast_crop(once);  // the default, 1, now
   EXPECT_EQ(check_fast_crop_index(once).interval, 4);
-  EXPECT_EQ(check_fast_crop_index(twice).interval, 2);
+  EXPECT_EQ(check_fast_crop_index(twice).interval, 1);
   // jpeg_to_baseline drops the restart interval, so it drops the index too.
   EXPECT_FALSE(check_fast_crop_index(jpeg_to_baseline(once)).indexed);
   ImageDecoder dec;
@@ -382,7 +384,7 @@ TEST_F(Damage, WrongGeometryIsNamed) {
 TEST_F(Damage, ShiftedOffsetsDoNotMatchTheData) {
   // Move one byte from an interval in the middle rows to its neighbour: sizes still add
   // up, the CRC is right, but that boundary no longer sits after an RST marker.
-  const size_t victim = l.intervals() / 2;
+  const size_t victim = l.intervals() / 2 + l.intervals_per_row() / 2;  // the centre
   std::vector<uint8_t> f = with_edited_index([&](uint8_t* p) {
     // Walk the LEB128 sizes to the victim's and its successor's.
     size_t q = 22;

@@ -159,9 +159,9 @@ std::vector<uint8_t> jpeg_to_baseline(std::span<const uint8_t> jpeg,
 /// Options of jpeg_for_fast_crop.
 struct FastCropOptions {
   /// Wanted MCUs per restart interval: the largest divisor of the MCUs per row that is
-  /// <= this is used (1 where nothing else divides). Smaller: finer column selection,
-  /// larger files. >= 1.
-  int target_interval = 2;
+  /// <= this is used (larger where the index would not fit one APP15 segment). Smaller:
+  /// finer column selection, a larger index and more markers (bench/README.md). >= 1.
+  int target_interval = 1;
   /// As in ImageTransform: kResourceExhausted above width * height.
   uint64_t max_pixels = 1ull << 28;
 };
