@@ -234,6 +234,74 @@ void BM_Image_FullDecodeCropResize(benchmark::State& state) {
 }
 BENCHMARK(BM_Image_FullDecodeCropResize);
 
+// ---- fast crop ----------------------------------------------------------------------------
+
+// The corpus rewritten by jpeg_for_fast_crop with target interval k (0: as it is).
+const std::vector<std::vector<uint8_t>>& fast_crop_corpus(int k) {
+  static std::vector<std::vector<uint8_t>> by_k[9];
+  if (k == 0) return corpus().baseline;
+  auto& files = by_k[k];
+  if (files.empty()) {
+    stoker::FastCropOptions o;
+    o.target_interval = k;
+    for (const auto& f : corpus().baseline) files.push_back(stoker::jpeg_for_fast_crop(f, o));
+  }
+  return files;
+}
+
+std::string fast_crop_label(int k) { return k == 0 ? "plain" : "fast-crop k=" + std::to_string(k); }
+
+// The train path (as BM_Image_CropDecode, same draws) on the plain files (Arg 0) and on
+// their fast-crop rewrites with target interval Arg. Compare items_per_second of one
+// run with --benchmark_enable_random_interleaving=true.
+void BM_Image_FastCropTrain(benchmark::State& state) {
+  const int k = static_cast<int>(state.range(0));
+  const auto& files = fast_crop_corpus(k);
+  stoker::ImageDecoder dec;
+  const auto t = train_transform();
+  std::vector<uint8_t> out(kSize * kSize * 3);
+  uint64_t seed = 0;
+  for (auto _ : state) {
+    dec.decode(files[seed % files.size()], t, seed, out.data(), out.size());
+    ++seed;
+    benchmark::DoNotOptimize(out.data());
+  }
+  label_corpus(state, files);
+  state.SetLabel(fast_crop_label(k));
+}
+BENCHMARK(BM_Image_FastCropTrain)->Arg(0)->Arg(1)->Arg(2)->Arg(4);
+
+// The eval path (Resize(256) + CenterCrop(224)), plain vs fast crop.
+void BM_Image_FastCropEval(benchmark::State& state) {
+  const int k = static_cast<int>(state.range(0));
+  const auto& files = fast_crop_corpus(k);
+  stoker::ImageDecoder dec;
+  stoker::ImageTransform t;
+  t.kind = stoker::ImageTransform::Kind::kEval;
+  t.size = kSize;
+  std::vector<uint8_t> out(kSize * kSize * 3);
+  size_t i = 0;
+  for (auto _ : state) {
+    dec.decode(files[i++ % files.size()], t, 0, out.data(), out.size());
+    benchmark::DoNotOptimize(out.data());
+  }
+  label_corpus(state, files);
+  state.SetLabel(fast_crop_label(k));
+}
+BENCHMARK(BM_Image_FastCropEval)->Arg(0)->Arg(1)->Arg(2)->Arg(4);
+
+// Pack-time cost of one image: the lossless rewrite (jpeg_for_fast_crop, target 2).
+void BM_Image_FastCropTranscode(benchmark::State& state) {
+  const auto& files = corpus().baseline;
+  size_t i = 0;
+  for (auto _ : state) {
+    auto out = stoker::jpeg_for_fast_crop(files[i++ % files.size()]);
+    benchmark::DoNotOptimize(out.data());
+  }
+  label_corpus(state, files);
+}
+BENCHMARK(BM_Image_FastCropTranscode);
+
 // ---- resize -------------------------------------------------------------------------------
 
 // Resize of the train crops (same draws) from a decoded image to 224x224, flip included.

@@ -26,6 +26,12 @@
 // applies a geometry another decode returned ("Follow": a segmentation mask gets exactly
 // the crop, resize and flip of its image).
 //
+// Fast crop: a JPEG rewritten by jpeg_for_fast_crop carries an index of its restart
+// intervals; decode() and decode_region() then hand libjpeg a small JPEG spliced from
+// only the intervals the crop needs (plus one MCU of context each side), which decodes
+// to the same bytes as the whole file would. An index that fails its CRC or does not
+// match the data is kDataLoss naming why, never a silent fallback.
+//
 // Untrusted input: corrupt, truncated and unrecognised bytes raise stoker::Error
 // kDataLoss naming the format and reason (libjpeg's corrupt-data warnings count as
 // errors); images whose declared size exceeds the max_pixels limit raise
@@ -234,6 +240,43 @@ bool jpeg_is_progressive(std::span<const uint8_t> jpeg);
 /// arrays are allocated).
 std::vector<uint8_t> jpeg_to_baseline(std::span<const uint8_t> jpeg,
                                       uint64_t max_pixels = 1ull << 28);
+
+/// Options of jpeg_for_fast_crop.
+struct FastCropOptions {
+  /// Wanted MCUs per restart interval: the largest divisor of the MCUs per row that is
+  /// <= this is used (larger where the index would not fit one APP15 segment). Smaller:
+  /// finer column selection, a larger index and more markers (bench/README.md). >= 1.
+  int target_interval = 1;
+  /// As in ImageTransform: kResourceExhausted above width * height.
+  uint64_t max_pixels = 1ull << 28;
+};
+
+/// Losslessly rewrites a JPEG so that ImageDecoder decodes a crop of it from only the
+/// restart intervals the crop covers ("fast crop"). Like jpeg_to_baseline (same DCT
+/// coefficients, so exactly the same pixels; progressive becomes sequential; Huffman
+/// tables optimised; APPn and COM kept), plus a restart interval that divides the MCUs
+/// per row and an APP15 segment ("STKRST") indexing the intervals' byte offsets, with
+/// its own CRC32C. The result is a valid JPEG for any decoder. ImageDecoder::decode and
+/// decode_region give bit-identical output for the original and the rewritten file.
+/// An image with more than 4 components comes back sequential without an index.
+/// Errors: kDataLoss (corrupt input), kResourceExhausted (max_pixels),
+/// kInvalidArgument (options).
+std::vector<uint8_t> jpeg_for_fast_crop(std::span<const uint8_t> jpeg,
+                                        const FastCropOptions& options = {});
+
+/// What check_fast_crop_index found.
+struct FastCropInfo {
+  bool indexed = false;   ///< the JPEG carries a fast-crop index (all other fields 0 if not)
+  int interval = 0;       ///< MCUs per restart interval
+  int mcus_per_row = 0, mcu_rows = 0;
+  size_t intervals = 0;
+};
+
+/// Says whether `jpeg` carries a fast-crop index, and checks one that is there: its
+/// CRC32C, its geometry against the frame header and restart interval, its sizes against
+/// the scan, and the RST marker at every interval boundary. No pixel is decoded.
+/// kDataLoss naming the reason ("fast-crop index: ...") when the index is wrong.
+FastCropInfo check_fast_crop_index(std::span<const uint8_t> jpeg);
 
 /// Output layouts of convert_pixels.
 enum class PixelFormat {

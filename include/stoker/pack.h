@@ -31,7 +31,7 @@ struct PackSummary {
   uint64_t raw_bytes = 0;     ///< sum of records' uncompressed sizes
   uint64_t stored_bytes = 0;  ///< sum of records' stored (possibly compressed) sizes
   uint64_t input_bytes = 0;   ///< bytes read from the input files
-  uint64_t rewritten = 0;     ///< JPEGs rewritten as baseline (imagefolder --baseline)
+  uint64_t rewritten = 0;     ///< JPEGs rewritten: progressive ones (--baseline), all (fast_crop)
   /// Inputs skipped with skip_bad: one "name: reason" line each, in input order.
   std::vector<std::string> skipped;
   double seconds = 0;         ///< wall time of the whole run
@@ -51,6 +51,10 @@ struct PackOptions {
 struct ImageFolderPackOptions : PackOptions {
   /// Losslessly rewrite progressive JPEGs as baseline (they decode ~2.4x slower).
   bool baseline = false;
+  /// Losslessly rewrite every JPEG with jpeg_for_fast_crop (image.h): crops then decode
+  /// only the restart intervals they cover. Implies baseline. Manifest meta
+  /// "fast_crop" = "1"; extract gives pixel-identical, not byte-identical, files.
+  bool fast_crop = false;
   /// Files larger than this are bad inputs (kResourceExhausted unless skip_bad).
   uint64_t max_file_bytes = 1ull << 30;
 };
@@ -59,7 +63,7 @@ struct ImageFolderPackOptions : PackOptions {
 /// Classes are the sub-directories of `src` sorted byte-wise; label = class index;
 /// Manifest::class_names holds their names. Files are taken in byte-wise order of
 /// (class, relative path) and stored unchanged (unless `baseline` rewrites a
-/// progressive one). A file that is not a readable JPEG (its header is probed) is
+/// progressive one, or `fast_crop` every one). A file that is not a readable JPEG (its header is probed) is
 /// kDataLoss naming it, or skipped with skip_bad. Regular files at the top level of
 /// `src` are ignored. Throws kInvalidArgument when `src` has no class directories.
 PackSummary pack_imagefolder(const std::string& src, const std::string& out,
@@ -94,6 +98,8 @@ struct WdsPackOptions : PackOptions {
   /// then be below their count. Empty = none.
   std::vector<std::string> class_names;
   uint64_t max_member_bytes = 1ull << 30;  ///< larger tar members are rejected
+  /// As ImageFolderPackOptions::fast_crop.
+  bool fast_crop = false;
 };
 
 /// Packs WebDataset tars, in the order given, into `out` with schema
@@ -129,7 +135,8 @@ struct ExtractOptions {
 /// Writes the records of the dataset at `dataset` (a directory with a MANIFEST) under
 /// `out` (created): image datasets (a jpeg field and an int64 label) as
 /// out/<class name or label>/<global index, 8+ digits>.jpg with the stored bytes
-/// unchanged; token datasets as out/tokens.bin, the flat stream rebuilt from the rows
+/// unchanged (for a --fast-crop dataset those are the rewritten JPEGs: pixel-identical
+/// to the originals, not byte-identical); token datasets as out/tokens.bin, the flat stream rebuilt from the rows
 /// (row 0 whole, then each next row without its first token, checked to overlap);
 /// other schemas as out/<index>.<field> per field. Never writes outside `out`: class
 /// names that are not plain directory names are kDataLoss, and existing symlinks are

@@ -27,6 +27,8 @@ struct VerifyReport {
   uint64_t shards = 0;
   uint64_t records = 0;
   uint64_t bytes = 0;  ///< bytes read and checked
+  /// JPEG fields whose fast-crop index (image.h check_fast_crop_index) was checked.
+  uint64_t fast_crop_indexes = 0;
   std::vector<VerifyProblem> problems;
   bool ok() const noexcept { return problems.empty(); }
 };
@@ -35,7 +37,8 @@ struct VerifyReport {
 using VerifyProgress = std::function<void(uint64_t bytes_done)>;
 
 /// Checks one shard file: header, trailer, index, every record's CRC, zero padding,
-/// and that records tile the data region. When `expected` is given, also checks it
+/// that records tile the data region, and the fast-crop index of every uncompressed
+/// jpeg field that has one (CRC, geometry, RST markers). When `expected` is given, also checks it
 /// against that manifest entry.
 VerifyReport verify_shard(const std::string& path, const ShardEntry* expected = nullptr,
                           const VerifyProgress& progress = {});

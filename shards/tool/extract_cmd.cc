@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/pack.h"
 
@@ -23,6 +24,11 @@ int extract_cmd(const Args& args) {
               static_cast<unsigned long long>(s.records), static_cast<unsigned long long>(s.shards),
               s.shards == 1 ? "" : "s", p.positional()[1].c_str(), format_bytes(static_cast<double>(s.bytes)).c_str(),
               s.seconds, s.bytes / secs / 1e6);
+  const auto& meta = read_manifest(p.positional()[0]).meta;
+  if (auto it = meta.find("fast_crop"); it != meta.end() && it->second == "1") {
+    std::printf("  packed with --fast-crop: the JPEGs were losslessly rewritten, so they decode to the\n"
+                "  same pixels as the originals but are not byte-identical to them\n");
+  }
   return 0;
 }
 

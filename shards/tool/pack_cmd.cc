@@ -31,7 +31,7 @@ std::vector<std::string> with_common(std::vector<std::string> v) {
   return v;
 }
 
-int print_summary(const PackSummary& s, const std::string& out) {
+int print_summary(const PackSummary& s, const std::string& out, bool fast_crop = false) {
   const double secs = s.seconds > 1e-9 ? s.seconds : 1e-9;
   std::printf("packed %llu records into %llu shard%s in %s (%s)\n", static_cast<unsigned long long>(s.records),
               static_cast<unsigned long long>(s.shards), s.shards == 1 ? "" : "s", out.c_str(),
@@ -41,7 +41,11 @@ int print_summary(const PackSummary& s, const std::string& out) {
   if (s.stored_bytes && s.raw_bytes != s.stored_bytes)
     std::printf(" (compression %.2fx)", static_cast<double>(s.raw_bytes) / static_cast<double>(s.stored_bytes));
   std::printf("\n  %.2f s, %.0f records/s, %.1f MB/s read\n", s.seconds, s.records / secs, s.input_bytes / secs / 1e6);
-  if (s.rewritten) std::printf("  rewrote %llu progressive JPEGs as baseline\n", static_cast<unsigned long long>(s.rewritten));
+  if (s.rewritten && fast_crop)
+    std::printf("  rewrote %llu JPEGs for fast crop (lossless: extract gives pixel-identical files)\n",
+                static_cast<unsigned long long>(s.rewritten));
+  else if (s.rewritten)
+    std::printf("  rewrote %llu progressive JPEGs as baseline\n", static_cast<unsigned long long>(s.rewritten));
   if (!s.skipped.empty()) {
     std::printf("  skipped %zu bad input%s:\n", s.skipped.size(), s.skipped.size() == 1 ? "" : "s");
     for (const std::string& line : s.skipped) std::printf("    %s\n", line.c_str());
@@ -55,13 +59,15 @@ void need_positional(const ArgParser& p, size_t n, const std::string& usage) {
 }
 
 int pack_imagefolder_cmd(const Args& args) {
-  ArgParser p(args, {"skip-bad", "baseline", "overwrite"});
-  p.check_known(with_common({"baseline"}));
+  ArgParser p(args, {"skip-bad", "baseline", "fast-crop", "overwrite"});
+  p.check_known(with_common({"baseline", "fast-crop"}));
   need_positional(p, 2, "pack imagefolder SRC OUT [options]");
   ImageFolderPackOptions o;
   common_options(p, o);
   o.baseline = p.flag("baseline");
-  return print_summary(pack_imagefolder(p.positional()[0], p.positional()[1], o), p.positional()[1]);
+  o.fast_crop = p.flag("fast-crop");
+  return print_summary(pack_imagefolder(p.positional()[0], p.positional()[1], o), p.positional()[1],
+                       o.fast_crop);
 }
 
 int pack_tokens_cmd(const Args& args) {
@@ -87,11 +93,12 @@ int pack_tokens_cmd(const Args& args) {
 }
 
 int pack_wds_cmd(const Args& args) {
-  ArgParser p(args, {"skip-bad", "overwrite"});
-  p.check_known(with_common({"classes"}));
+  ArgParser p(args, {"skip-bad", "fast-crop", "overwrite"});
+  p.check_known(with_common({"classes", "fast-crop"}));
   if (p.positional().size() < 2) throw_error(ErrorCode::kInvalidArgument, "usage: stoker pack wds TAR... OUT [options]");
   WdsPackOptions o;
   common_options(p, o);
+  o.fast_crop = p.flag("fast-crop");
   if (auto classes = p.get("classes")) {
     std::ifstream in(*classes);
     if (!in) throw errno_error("open " + *classes, errno);
@@ -104,21 +111,23 @@ int pack_wds_cmd(const Args& args) {
   }
   std::vector<std::string> tars(p.positional().begin(), p.positional().end() - 1);
   const std::string out = p.positional().back();
-  return print_summary(pack_wds(tars, out, o), out);
+  return print_summary(pack_wds(tars, out, o), out, o.fast_crop);
 }
 
 }  // namespace
 
 STOKER_COMMAND("pack imagefolder",
-               "SRC OUT [--shard-size 256MiB] [--skip-bad] [--baseline] [--align 1|4096] [--threads N] [--overwrite]",
-               "Pack an ImageFolder tree (SRC/<class>/<image>.jpg) into a dataset of shards.",
+               "SRC OUT [--shard-size 256MiB] [--skip-bad] [--baseline] [--fast-crop] [--align 1|4096] [--threads N] "
+               "[--overwrite]",
+               "Pack an ImageFolder tree (SRC/<class>/<image>.jpg) into a dataset of shards. --fast-crop: "
+               "lossless rewrite so training crops decode only what they cover (recommended for training sets).",
                pack_imagefolder_cmd);
 STOKER_COMMAND("pack tokens",
                "FILE OUT --dtype uint16|uint32 --seq-len N [--zstd LEVEL] [--rows-per-record R] [--shard-size S] "
                "[--threads N] [--overwrite]",
                "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows.",
                pack_tokens_cmd);
-STOKER_COMMAND("pack wds", "TAR... OUT [--skip-bad] [--classes FILE] [--shard-size S] [--threads N] [--overwrite]",
+STOKER_COMMAND("pack wds", "TAR... OUT [--skip-bad] [--classes FILE] [--fast-crop] [--shard-size S] [--threads N] [--overwrite]",
                "Pack WebDataset tars (key.jpg + key.cls samples) into a dataset of shards.", pack_wds_cmd);
 
 }  // namespace stoker::cli

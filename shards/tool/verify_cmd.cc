@@ -21,7 +21,7 @@ int run_verify(const Args& args) {
   const bool tty = ::isatty(2) && !p.flag("quiet");
   const unsigned threads = static_cast<unsigned>(p.get_int("threads", 0));
   size_t problems = 0;
-  uint64_t records = 0, shards = 0, bytes = 0;
+  uint64_t records = 0, shards = 0, bytes = 0, fast_crop = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (const std::string& path : p.positional()) {
     auto last = std::chrono::steady_clock::now();
@@ -40,12 +40,15 @@ int run_verify(const Args& args) {
     records += r.records;
     shards += r.shards;
     bytes += r.bytes;
+    fast_crop += r.fast_crop_indexes;
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: %llu shards, %llu records, %s checked in %.2f s (%.0f MB/s), %zu problem%s\n",
               problems ? "FAILED" : "OK", static_cast<unsigned long long>(shards), static_cast<unsigned long long>(records),
               format_bytes(static_cast<double>(bytes)).c_str(), s, bytes / 1e6 / std::max(s, 1e-6), problems,
               problems == 1 ? "" : "s");
+  if (fast_crop)
+    std::printf("  %llu fast-crop JPEG indexes checked\n", static_cast<unsigned long long>(fast_crop));
   return problems ? 1 : 0;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "decode/crop.h"
 #include "decode/geometry.h"
@@ -16,6 +17,8 @@
 #include "decode/raster_decode.h"
 #include "decode/webp_decode.h"
 #include "decode/resize.h"
+#include "decode/restart_index.h"
+#include "decode/restart_splice.h"
 #include "stoker/error.h"
 
 namespace stoker {
@@ -88,13 +91,13 @@ AxisPlan plan_axis(double x0, double len, int clip0, int clip1, int denom, int d
   return a;
 }
 
-void check_pixel_limit(const jpeg_decompress_struct* c, uint64_t max_pixels) {
-  const uint64_t px = static_cast<uint64_t>(c->image_width) * c->image_height;
+void check_pixel_limit(uint64_t width, uint64_t height, uint64_t max_pixels) {
+  const uint64_t px = width * height;
   if (px > max_pixels) {
     throw Error(ErrorCode::kResourceExhausted,
-                "JPEG is " + std::to_string(c->image_width) + "x" +
-                    std::to_string(c->image_height) + " = " + std::to_string(px) +
-                    " pixels, above the limit of " + std::to_string(max_pixels));
+                "JPEG is " + std::to_string(width) + "x" + std::to_string(height) + " = " +
+                    std::to_string(px) + " pixels, above the limit of " +
+                    std::to_string(max_pixels));
   }
 }
 
@@ -111,6 +114,8 @@ struct ImageDecoder::Impl {
   internal::GeometryScratch gscratch;
   int region_x = 0, region_w = 0;
   bool cmyk = false;
+  internal::RestartLayout layout;  // of the current fast-crop JPEG
+  std::vector<uint8_t> spliced;    // the intervals a crop needs, as a JPEG
 
   // Reads the header; kResourceExhausted above max_pixels (nothing allocated yet).
   void read_header(std::span<const uint8_t> jpeg, uint64_t max_pixels) {
@@ -120,7 +125,27 @@ struct ImageDecoder::Impl {
       jpeg_mem_src(c, jpeg.data(), static_cast<unsigned long>(jpeg.size()));
       jpeg_read_header(c, TRUE);
     });
-    check_pixel_limit(c, max_pixels);
+    check_pixel_limit(c->image_width, c->image_height, max_pixels);
+  }
+
+  // Makes libjpeg ready to decode at 1/denom the scaled columns [xs0, xs1) and rows
+  // [ys0, ys1) of the fast-crop JPEG described by `layout`, from a splice of only the
+  // intervals they need when that is less than the whole file. Returns where the
+  // decoded image starts in the original's scaled output (MCU sizes are multiples of 8,
+  // so the offsets divide exactly).
+  std::pair<int, int> open_splice(std::span<const uint8_t> jpeg, int denom, int xs0, int xs1,
+                                  int ys0, int ys1, uint64_t max_pixels) {
+    const internal::SpliceRect rect = internal::splice_restart_intervals(
+        jpeg, layout, xs0 * denom, std::min(layout.width, xs1 * denom), ys0 * denom,
+        std::min(layout.height, ys1 * denom), denom, spliced);
+    if (rect.whole) {
+      read_header(jpeg, max_pixels);
+      prepare(denom);
+      return {0, 0};
+    }
+    read_header(spliced, max_pixels);
+    prepare(denom);
+    return {rect.x / denom, rect.y / denom};
   }
 
   // Selects RGB (or CMYK, converted by us) output at 1/denom scale; returns the output
@@ -194,11 +219,17 @@ DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTran
     return im.raster.decode(fmt, jpeg, t, sample_seed, out, out_size, im.resizer, im.kernel);
   }
   JpegAbortGuard guard(im.dec);
-  im.read_header(jpeg, t.max_pixels);
-  const jpeg_decompress_struct* c = im.dec.get();
+  const bool indexed = internal::read_restart_layout(jpeg, im.layout);
   DecodeResult r;
-  r.src_width = static_cast<int>(c->image_width);
-  r.src_height = static_cast<int>(c->image_height);
+  if (indexed) {
+    check_pixel_limit(im.layout.width, im.layout.height, t.max_pixels);
+    r.src_width = im.layout.width;
+    r.src_height = im.layout.height;
+  } else {
+    im.read_header(jpeg, t.max_pixels);
+    r.src_width = static_cast<int>(im.dec.get()->image_width);
+    r.src_height = static_cast<int>(im.dec.get()->image_height);
+  }
   const int W = r.src_width, H = r.src_height;
 
   if (t.kind == ImageTransform::Kind::kNone) {
@@ -209,6 +240,7 @@ DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTran
                       std::to_string(W) + "x" + std::to_string(H) + " image needs " +
                       std::to_string(need));
     }
+    if (indexed) im.read_header(jpeg, t.max_pixels);
     im.prepare(1);
     im.read_region(0, W, 0, H, out);
     r.out_width = W;
@@ -240,13 +272,20 @@ DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTran
       }
     }
   }
-  const auto [ow, oh] = im.prepare(denom);
+  // libjpeg's scaled output size, ceil(dim / denom).
+  int ow = (W + denom - 1) / denom, oh = (H + denom - 1) / denom;
+  if (!indexed) std::tie(ow, oh) = im.prepare(denom);
   const AxisPlan ax = plan_axis(p.x0, p.w, p.clip_x0, p.clip_x1, denom, ow, t.size);
   const AxisPlan ay = plan_axis(p.y0, p.h, p.clip_y0, p.clip_y1, denom, oh, t.size);
   // One column of margin each side keeps the needed columns away from the region's
   // edges, where fancy upsampling would replicate chroma instead of reading a neighbour.
-  im.read_region(std::max(0, ax.need_lo - 1), std::min(ow, ax.need_hi + 1), ay.need_lo,
-                 ay.need_hi, nullptr);
+  const int xs0 = std::max(0, ax.need_lo - 1), xs1 = std::min(ow, ax.need_hi + 1);
+  int sx = 0, sy = 0;
+  if (indexed) {
+    std::tie(sx, sy) = im.open_splice(jpeg, denom, xs0, xs1, ay.need_lo, ay.need_hi, t.max_pixels);
+  }
+  im.read_region(xs0 - sx, xs1 - sx, ay.need_lo - sy, ay.need_hi - sy, nullptr);
+  im.region_x += sx;
   im.dec.abort();  // release libjpeg's buffers before the resize (the guard's is a no-op)
 
   ResizeAxis rx{ax.start - im.region_x, ax.length, ax.need_lo - im.region_x,
@@ -276,9 +315,17 @@ DecodeResult ImageDecoder::decode_region(std::span<const uint8_t> jpeg, int x, i
     return im.raster.decode_region(fmt, jpeg, x, y, w, h, out, out_size, max_pixels);
   }
   JpegAbortGuard guard(im.dec);
-  im.read_header(jpeg, max_pixels);
-  const jpeg_decompress_struct* c = im.dec.get();
-  const int W = static_cast<int>(c->image_width), H = static_cast<int>(c->image_height);
+  const bool indexed = internal::read_restart_layout(jpeg, im.layout);
+  int W, H;
+  if (indexed) {
+    check_pixel_limit(im.layout.width, im.layout.height, max_pixels);
+    W = im.layout.width;
+    H = im.layout.height;
+  } else {
+    im.read_header(jpeg, max_pixels);
+    W = static_cast<int>(im.dec.get()->image_width);
+    H = static_cast<int>(im.dec.get()->image_height);
+  }
   if (x < 0 || y < 0 || w < 1 || h < 1 || x > W - w || y > H - h) {
     throw Error(ErrorCode::kInvalidArgument,
                 "decode_region: rectangle " + std::to_string(w) + "x" + std::to_string(h) +
@@ -291,8 +338,15 @@ DecodeResult ImageDecoder::decode_region(std::span<const uint8_t> jpeg, int x, i
                                                  std::to_string(out_size) + " bytes, needs " +
                                                  std::to_string(need));
   }
-  im.prepare(1);
-  im.read_region(std::max(0, x - 1), std::min(W, x + w + 1), y, y + h, nullptr);
+  const int xs0 = std::max(0, x - 1), xs1 = std::min(W, x + w + 1);
+  int sx = 0, sy = 0;
+  if (indexed) {
+    std::tie(sx, sy) = im.open_splice(jpeg, 1, xs0, xs1, y, y + h, max_pixels);
+  } else {
+    im.prepare(1);
+  }
+  im.read_region(xs0 - sx, xs1 - sx, y - sy, y + h - sy, nullptr);
+  im.region_x += sx;
   const size_t stride = static_cast<size_t>(im.region_w) * 3;
   for (int r = 0; r < h; ++r) {
     std::memcpy(out + static_cast<size_t>(r) * w * 3,
@@ -415,54 +469,8 @@ JpegInfo probe_jpeg(std::span<const uint8_t> jpeg) {
 
 bool jpeg_is_progressive(std::span<const uint8_t> jpeg) { return probe_jpeg(jpeg).progressive; }
 
-namespace {
-struct CompressHolder {
-  jpeg_compress_struct c;
-  bool created = false;
-  unsigned char* buf = nullptr;  // jpeg_mem_dest's malloc'ed output
-  unsigned long size = 0;
-  CompressHolder() { std::memset(&c, 0, sizeof(c)); }
-  ~CompressHolder() {
-    if (created) jpeg_destroy_compress(&c);
-    std::free(buf);
-  }
-};
-
-bool marker_is(const jpeg_saved_marker_ptr m, int code, const char* tag, size_t n) {
-  return m->marker == code && m->data_length >= n && std::memcmp(m->data, tag, n) == 0;
-}
-}  // namespace
-
 std::vector<uint8_t> jpeg_to_baseline(std::span<const uint8_t> jpeg, uint64_t max_pixels) {
-  internal::require_soi(jpeg.data(), jpeg.size());
-  JpegDecompressor dec;
-  CompressHolder out;
-  jpeg_decompress_struct* s = dec.get();
-  jpeg_compress_struct* d = &out.c;
-  d->err = s->err;  // one error manager, one jump target
-  jpeg_guarded(dec.err(), "jpeg_to_baseline", [&] {
-    jpeg_create_compress(d);
-    out.created = true;
-    jpeg_mem_src(s, jpeg.data(), static_cast<unsigned long>(jpeg.size()));
-    jpeg_save_markers(s, JPEG_COM, 0xFFFF);
-    for (int m = 0; m < 16; ++m) jpeg_save_markers(s, JPEG_APP0 + m, 0xFFFF);
-    jpeg_read_header(s, TRUE);
-    check_pixel_limit(s, max_pixels);  // throws from our frame, not from inside libjpeg
-    jvirt_barray_ptr* coefs = jpeg_read_coefficients(s);
-    jpeg_copy_critical_parameters(s, d);
-    d->optimize_coding = TRUE;
-    d->arith_code = FALSE;
-    jpeg_mem_dest(d, &out.buf, &out.size);
-    jpeg_write_coefficients(d, coefs);
-    for (jpeg_saved_marker_ptr m = s->marker_list; m != nullptr; m = m->next) {
-      if (d->write_JFIF_header && marker_is(m, JPEG_APP0, "JFIF", 5)) continue;
-      if (d->write_Adobe_marker && marker_is(m, JPEG_APP0 + 14, "Adobe", 5)) continue;
-      jpeg_write_marker(d, m->marker, m->data, m->data_length);
-    }
-    jpeg_finish_compress(d);
-    jpeg_finish_decompress(s);
-  });
-  return std::vector<uint8_t>(out.buf, out.buf + out.size);
+  return internal::transcode_sequential(jpeg, 0, 0, max_pixels, nullptr);
 }
 
 // ---- pixel conversion -------------------------------------------------------------------

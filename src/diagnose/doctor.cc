@@ -20,6 +20,7 @@
 
 #include "util/json_text.h"
 #include "stoker/cpu.h"
+#include "stoker/dataset.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
@@ -627,6 +628,41 @@ Check check_gpu_clocks(int index) {
   return c;
 }
 
+// An image dataset packed without --fast-crop decodes, for every crop, the MCU rows above
+// it and the whole width of its rows.
+Check check_fast_crop(const std::optional<std::string>& dataset) {
+  Check c;
+  c.name = "fast_crop";
+  if (!dataset) {
+    c.reading = "no dataset given (--dataset PATH)";
+    return c;
+  }
+  Manifest m;
+  try {
+    m = read_manifest(*dataset);
+  } catch (const Error&) {
+    c.reading = "no readable manifest in " + *dataset;
+    return c;
+  }
+  if (std::none_of(m.schema.fields.begin(), m.schema.fields.end(),
+                   [](const Field& f) { return f.kind == FieldKind::kJpeg; })) {
+    c.reading = "not a JPEG dataset";
+    return c;
+  }
+  if (auto it = m.meta.find("fast_crop"); it != m.meta.end() && it->second == "1") {
+    c.status = CheckStatus::kOk;
+    c.reading = "packed with --fast-crop";
+    c.meaning = "crops decode only the restart intervals they cover";
+    return c;
+  }
+  c.status = CheckStatus::kWarn;
+  c.reading = "JPEGs stored as given (packed without --fast-crop)";
+  c.meaning = "each crop entropy-decodes every MCU row above it and the full width of its rows";
+  c.advice = "for a training set, repack with `stoker pack imagefolder|wds ... --fast-crop` (lossless: the same "
+             "pixels; crops decode only what they cover)";
+  return c;
+}
+
 Check check_read_probe(const std::optional<std::string>& dataset, uint64_t max_bytes, unsigned threads) {
   Check c;
   c.name = "read_probe";
@@ -756,6 +792,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
     rep.checks.push_back(c);
   }
   rep.checks.push_back(check_read_probe(o.dataset, o.probe_bytes, threads));
+  rep.checks.push_back(check_fast_crop(o.dataset));
   return rep;
 }
 

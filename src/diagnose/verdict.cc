@@ -227,8 +227,10 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
         v.advice = "every CPU unpacks tokens: pack without --zstd (rows are then copied, not decompressed), "
                    "or add CPUs";
       else
-        v.advice = "every CPU decodes: decode fewer pixels — store images nearer the training size so the "
-                   "decoder's 1/2-1/4 DCT scaling applies, use a cheaper transform, or add CPUs";
+        v.advice = "every CPU decodes: decode fewer pixels — repack JPEG training sets with `stoker pack ... "
+                   "--fast-crop` (lossless; crops then decode only what they cover) unless they are, store images "
+                   "nearer the training size so the decoder's 1/2-1/4 DCT scaling applies, use a cheaper "
+                   "transform, or add CPUs";
       break;
     }
     case Bottleneck::kCopy: {

@@ -103,7 +103,8 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   DatasetWriter writer(out, schema, wopts, options.overwrite);
   writer.manifest().class_names = classes;
   writer.manifest().meta["source"] = "imagefolder";
-  if (options.baseline) writer.manifest().meta["baseline"] = "1";
+  if (options.baseline || options.fast_crop) writer.manifest().meta["baseline"] = "1";
+  if (options.fast_crop) writer.manifest().meta["fast_crop"] = "1";
 
   const ShardWriterOptions shard_opts = writer.options().shard;
   auto produce = [&](size_t i) {
@@ -119,7 +120,10 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
         p.reason = why;
         return p;
       }
-      if (options.baseline && info.progressive) {
+      if (options.fast_crop) {
+        bytes = jpeg_for_fast_crop(bytes);
+        p.rewritten = true;
+      } else if (options.baseline && info.progressive) {
         bytes = jpeg_to_baseline(bytes);
         p.rewritten = true;
       }

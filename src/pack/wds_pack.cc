@@ -15,6 +15,7 @@
 #include "pack/tar_reader.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "stoker/image.h"
 #include "stoker/pack.h"
 
 namespace stoker {
@@ -36,6 +37,7 @@ struct Sample {
 
 struct Prepared {
   std::string bad;  // reason, empty when good
+  bool rewritten = false;
   PreparedRecord record;
 };
 
@@ -93,6 +95,10 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   DatasetWriter writer(out, schema, wopts, options.overwrite);
   writer.manifest().class_names = options.class_names;
   writer.manifest().meta["source"] = "wds";
+  if (options.fast_crop) {
+    writer.manifest().meta["baseline"] = "1";
+    writer.manifest().meta["fast_crop"] = "1";
+  }
   const ShardWriterOptions shard_opts = writer.options().shard;
   const int threads = resolve_threads(options.threads);
 
@@ -131,8 +137,18 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
       p.bad = where + ": " + why;
       return p;
     }
+    std::vector<uint8_t> fast;
+    if (options.fast_crop) {
+      try {
+        fast = jpeg_for_fast_crop(*s.jpeg);
+      } catch (const Error& e) {
+        p.bad = where + ": " + e.what();
+        return p;
+      }
+      p.rewritten = true;
+    }
     const auto lb = le64(label);
-    const std::span<const uint8_t> fields[] = {*s.jpeg, lb};
+    const std::span<const uint8_t> fields[] = {options.fast_crop ? fast : *s.jpeg, lb};
     p.record = prepare_record(schema, fields, shard_opts);
     return p;
   };
@@ -147,6 +163,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
             if (!options.skip_bad) throw_error(ErrorCode::kDataLoss, p.bad);
             summary.skipped.push_back(p.bad);
           } else {
+            if (p.rewritten) ++summary.rewritten;
             writer.add_prepared(p.record);
           }
         });
