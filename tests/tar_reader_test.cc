@@ -1,8 +1,10 @@
-// TarReader: ustar/GNU/pax members come back with their names and bytes; malformed
-// archives (bad checksum, truncation, absurd sizes, hostile names) are clear errors.
+// TarReader (libarchive): ustar/GNU/pax members, plain or compressed, come back with
+// their names and bytes; malformed archives (bad checksum, truncation, absurd sizes,
+// hostile names) are clear errors naming the archive.
 #include "pack/tar_reader.h"
 
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include "stoker/error.h"
 #include "tar_builder.h"
@@ -16,8 +18,7 @@ using stoker::testing::TarBuilder;
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
 std::vector<TarMember> read_all(const std::vector<uint8_t>& tar, TarReaderOptions o = {}, uint64_t* skipped = nullptr) {
-  MemorySource src(tar);
-  TarReader r(src, "test.tar", o);
+  TarReader r(std::span<const uint8_t>(tar), "test.tar", o);
   std::vector<TarMember> out;
   TarMember m;
   while (r.next(m)) out.push_back(m);
@@ -47,10 +48,9 @@ TEST(TarReader, ReadsUstarMembersWithPrefixInOrder) {
   ASSERT_EQ(m.size(), 3u);
   EXPECT_EQ(m[0].name, "a.bin");
   EXPECT_EQ(m[0].data, a);
-  EXPECT_EQ(m[0].header_offset, 0u);
+  EXPECT_EQ(m[0].size, 1000u);
   EXPECT_EQ(m[1].name, "some/dir/b.bin");
   EXPECT_EQ(m[1].data, b);
-  EXPECT_EQ(m[1].header_offset, 512u + 1024u);
   EXPECT_EQ(m[2].name, "empty");
   EXPECT_TRUE(m[2].data.empty());
 }
@@ -116,8 +116,7 @@ TEST(TarReader, BadHeaderChecksumIsDataLoss) {
   std::string msg;
   EXPECT_EQ(code_of(t.bytes, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("test.tar"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("checksum"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("1024"), std::string::npos) << msg;  // the header's offset
+  EXPECT_NE(msg.find("malformed tar header"), std::string::npos) << msg;
 }
 
 TEST(TarReader, NotATarIsDataLoss) {
@@ -176,12 +175,6 @@ TEST(TarReader, HugeSizeFieldIsRejectedBeforeAllocating) {
   EXPECT_EQ(code_of(t4.bytes, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 
-  // A pax header larger than the metadata limit.
-  TarBuilder t3;
-  t3.header("PaxHeaders/x", 5000, 'x');
-  TarReaderOptions o;
-  o.max_meta_size = 4096;
-  EXPECT_EQ(code_of(t3.bytes, nullptr, o), ErrorCode::kDataLoss);
 }
 
 TEST(TarReader, GarbageInNumericFieldIsDataLoss) {
@@ -240,35 +233,54 @@ TEST(TarReader, HostileNamesAreRejected) {
   EXPECT_EQ(read_all(ok.bytes).at(0).name, "a..b/c..");
 }
 
-TEST(TarReader, ParseTarNumber) {
-  struct Case {
-    std::vector<uint8_t> field;
-    uint64_t want;
-  };
-  auto f = [](const char* s, size_t n) { return std::vector<uint8_t>(s, s + n); };
-  std::vector<Case> ok = {
-      {f("00000000017\0", 12), 15},
-      {f("    17 \0", 8), 15},
-      {f("\0\0\0\0", 4), 0},
-      {f("77777777777\0", 12), 8589934591ull},
-      {{0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0x00}, 65536},
-      {{0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, (1ull << 47) - 1},
-  };
-  for (auto& c : ok) EXPECT_EQ(parse_tar_number(c.field.data(), c.field.size(), "f"), c.want);
-  std::vector<std::vector<uint8_t>> bad = {
-      f("0000008\0", 8),                                           // not octal
-      f("12 34\0\0\0", 8),                                         // digits after the end
-      {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF},            // negative base-256
-      {0x80, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},                  // >= 2^63
-      f("7777777777777777777777\0", 23),                           // octal overflow
-  };
-  for (auto& b : bad) {
-    try {
-      parse_tar_number(b.data(), b.size(), "size");
-      ADD_FAILURE() << "accepted a bad number";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
-    }
+TEST(TarReader, CompressedArchivesAreReadTransparently) {
+  // #18: `pack wds a.tar.zst` used to fail with "negative base-256 number".
+  TarBuilder t;
+  const auto a = stoker::testing::random_bytes(5000, 3);
+  t.file("k/0001.jpg", a);
+  t.file("k/0001.cls", "7");
+  t.end();
+  std::vector<uint8_t> z(ZSTD_compressBound(t.bytes.size()));
+  z.resize(ZSTD_compress(z.data(), z.size(), t.bytes.data(), t.bytes.size(), 3));
+  auto m = read_all(z);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].name, "k/0001.jpg");
+  EXPECT_EQ(m[0].data, a);
+  EXPECT_EQ(m[1].data, bytes_of("7"));
+  // A cut compressed stream is a clear error, not a short read.
+  z.resize(z.size() / 2);
+  std::string msg;
+  EXPECT_EQ(code_of(z, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("test.tar"), std::string::npos) << msg;
+}
+
+TEST(TarReader, HeaderFirstThenAPrefixOfTheData) {
+  TarBuilder t;
+  const auto a = stoker::testing::random_bytes(3000, 5), b = stoker::testing::random_bytes(700, 6);
+  t.file("a", a);
+  t.file("b", b);
+  t.end();
+  TarReader r(std::span<const uint8_t>(t.bytes), "test.tar");
+  TarMember m;
+  ASSERT_TRUE(r.next_header(m));
+  EXPECT_EQ(m.name, "a");
+  EXPECT_EQ(m.size, 3000u);
+  r.read_data(m, 100);  // only the head; the rest is skipped
+  EXPECT_EQ(m.data, std::vector<uint8_t>(a.begin(), a.begin() + 100));
+  ASSERT_TRUE(r.next_header(m));  // data not read at all: skipped
+  EXPECT_EQ(m.name, "b");
+  EXPECT_TRUE(m.data.empty());
+  EXPECT_FALSE(r.next_header(m));
+  EXPECT_GT(r.offset(), 0u);
+}
+
+TEST(TarReader, MissingFileIsNotFound) {
+  try {
+    TarReader r("/nonexistent/x.tar", "/nonexistent/x.tar");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.tar"), std::string::npos);
   }
 }
 

@@ -121,6 +121,10 @@ class DatasetWriter {
   uint64_t raw_bytes() const noexcept { return raw_bytes_; }
   /// Finishes the open shard and writes the manifest. Returns it.
   Manifest finish();
+  /// Gives up: removes every file this writer created (finished shards and the open
+  /// shard's temporary file) and returns how many. The writer is finished afterwards.
+  /// Used when a pack is cancelled or fails, so no half-written dataset is left.
+  size_t discard() noexcept;
 
  private:
   void roll();

@@ -9,12 +9,18 @@
 // make synthetic inputs (an ImageNet-like ImageFolder, a Zipf-like token stream) for
 // demos, tests and benchmarks; they are deterministic for a given seed.
 //
+// Every packer writes format version 2 (shards/FORMAT.md): image datasets and
+// WebDataset samples keep each record's source in a `__key__` text field.
+//
 // Errors are stoker::Error (see error.h) naming the offending file and reason: a bad
 // input file is kDataLoss (or kInvalidArgument for a malformed request), an OS failure
-// kIoError / kNotFound. Each function is called from one thread and blocks until done;
+// kIoError / kNotFound. An output directory that is or lies inside an input (or, for
+// directories, holds it) is kInvalidArgument before anything is written. A run stopped
+// through `cancel` removes every file it wrote and throws kCancelled. Each function is called from one thread and blocks until done;
 // distinct calls may run concurrently on distinct outputs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +38,9 @@ struct PackSummary {
   uint64_t stored_bytes = 0;  ///< sum of records' stored (possibly compressed) sizes
   uint64_t input_bytes = 0;   ///< bytes read from the input files
   uint64_t rewritten = 0;     ///< JPEGs rewritten: progressive ones (--baseline), all (fast_crop)
+  uint64_t tokens_dropped = 0;  ///< pack_tokens: trailing stream tokens that make no full row
+  /// Facts worth a line in the CLI's summary ("dropped 7 trailing tokens ...").
+  std::vector<std::string> notes;
   /// Inputs skipped with skip_bad: one "name: reason" line each, in input order.
   std::vector<std::string> skipped;
   double seconds = 0;         ///< wall time of the whole run
@@ -45,6 +54,10 @@ struct PackOptions {
   bool skip_bad = false;               ///< skip (count, list) bad inputs instead of failing
   bool overwrite = false;              ///< replace a dataset already in the output directory
   bool progress = false;               ///< draw progress on stderr (only if it is a terminal)
+  /// Polled between records; when it reads true the run stops, removes the shard files
+  /// it wrote (finished ones and the open .tmp) and throws kCancelled. May be set from a
+  /// signal handler (the CLI sets it on SIGINT/SIGTERM). nullptr: never cancelled.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// ImageFolder options.
@@ -59,13 +72,16 @@ struct ImageFolderPackOptions : PackOptions {
   uint64_t max_file_bytes = 1ull << 30;
 };
 
-/// Packs SRC/<class>/<...>/<file> into `out` with schema `jpeg:jpeg label:int64`.
-/// Classes are the sub-directories of `src` sorted byte-wise; label = class index;
-/// Manifest::class_names holds their names. Files are taken in byte-wise order of
-/// (class, relative path) and stored unchanged (unless `baseline` rewrites a
-/// progressive one, or `fast_crop` every one). A file that is not a readable JPEG (its header is probed) is
-/// kDataLoss naming it, or skipped with skip_bad. Regular files at the top level of
-/// `src` are ignored. Throws kInvalidArgument when `src` has no class directories.
+/// Packs SRC/<class>/<...>/<file> into `out` with schema
+/// `__key__:text image:image label:int64`. Classes are the sub-directories of `src`
+/// sorted byte-wise; label = class index; Manifest::class_names holds their names.
+/// Files are taken in byte-wise order of (class, relative path) and stored unchanged
+/// (unless `baseline` rewrites a progressive JPEG, or `fast_crop` every JPEG);
+/// `__key__` is the path relative to `src` ("cat/0001.png"). JPEG, PNG and WebP files
+/// are taken, told apart by their magic bytes, not their names; any other file (or a
+/// broken image header) is kDataLoss naming it, or skipped with skip_bad. Regular files
+/// at the top level of `src` are ignored. Throws kInvalidArgument when `src` has no
+/// class directories or `out` is inside `src`.
 PackSummary pack_imagefolder(const std::string& src, const std::string& out,
                              const ImageFolderPackOptions& options = {});
 
@@ -81,14 +97,18 @@ struct TokensPackOptions : PackOptions {
 
 /// Packs a token stream into `out` with schema `tokens:tokens` (Field kind kTokens,
 /// dtype, seq_len N). Row r holds stream tokens [r*N, r*N + N] (N+1 tokens), so a
-/// stream of T tokens gives floor((T-1)/N) rows; the up to N-1 trailing tokens that
-/// make no full row are dropped. Rows are grouped `rows_per_record` to a record (the
-/// last record may hold fewer).
+/// stream of T tokens gives floor((T-1)/N) rows. The up to N-1 trailing tokens that
+/// make no full row are dropped — like DistributedSampler's drop_last, nothing is
+/// invented to fill a row — and said so: summary.tokens_dropped, a note, and manifest
+/// meta "tokens_dropped". Rows are grouped `rows_per_record` to a record (the last
+/// record may hold fewer). Records have no `__key__`: a record is a chunk of rows cut
+/// from one stream, not a source item; its rows' stream positions identify it.
 /// `file` is either a flat little-endian array of `dtype` (nanoGPT's train.bin) or a
 /// Megatron-LM .bin or .idx path whose sibling .idx starts with "MMIDIDX\0\0"; the
 /// Megatron sequences are read in index order as one flat stream.
 /// Manifest meta: "seq_len", "dtype", "tokens" (tokens in the source stream), "rows",
-/// "rows_per_record" and "source" ("flat:<file name>" or "megatron:<.bin name>").
+/// "rows_per_record", "tokens_dropped" and "source" ("flat:<file name>" or
+/// "megatron:<.bin name>").
 PackSummary pack_tokens(const std::string& file, const std::string& out,
                         const TokensPackOptions& options = {});
 
@@ -100,14 +120,34 @@ struct WdsPackOptions : PackOptions {
   uint64_t max_member_bytes = 1ull << 30;  ///< larger tar members are rejected
   /// As ImageFolderPackOptions::fast_crop.
   bool fast_crop = false;
+  /// Skip (count and list in summary.skipped) samples that lack a member other samples
+  /// have, instead of failing on the first.
+  bool skip_incomplete = false;
 };
 
-/// Packs WebDataset tars, in the order given, into `out` with schema
-/// `jpeg:jpeg label:int64`. Consecutive members sharing a key (the member path up to
-/// the first '.' of its file name) form a sample; `key.jpg`/`key.jpeg` is the image,
-/// `key.cls` its label as decimal text; other extensions are ignored. A sample
-/// without both, with a bad label or with a bad JPEG is kDataLoss naming the tar and
-/// key (skipped with skip_bad). Malformed tars are kDataLoss naming tar and offset.
+/// Packs WebDataset tars (.tar, or compressed: .tar.gz, .tar.zst, .tar.xz, .tar.bz2,
+/// detected from the bytes), in the order given, into `out`. Consecutive members
+/// sharing a key (the member path up to the first '.' of its file name) form a sample;
+/// each extension (the rest of the name, lower-cased, "seg.png" kept whole) becomes a
+/// field named after it (characters outside [A-Za-z0-9_.-] turned to '_'), mapped the
+/// WebDataset way:
+///   jpg jpeg png webp (and any extension ending in .jpg/.png/...) -> image (the
+///       format is sniffed from the bytes and the header checked);
+///   cls -> int64 (decimal text; below class_names.size() when class names are given);
+///   txt json -> text (UTF-8 checked);
+///   npy -> ndarray when every sample's array has one shape, else vararray when the
+///       shapes differ only in their first dimension (dtype equal everywhere);
+///   anything else -> bytes.
+/// `__key__` holds the key. Fields are `__key__` and then the extensions in byte order.
+///
+/// The schema is discovered in a first pass over the tars (member names and .npy
+/// headers only; data is skipped), so nothing is written before it is known to fit
+/// every sample: npy shapes that fit neither rule are kInvalidArgument naming both
+/// keys and shapes, and a sample lacking a member others have is kInvalidArgument
+/// naming the key and the member (skip_incomplete skips such samples instead). The
+/// second pass reads and checks every member; a bad one is kDataLoss naming tar, key
+/// and member (skipped with skip_bad). Malformed tars are kDataLoss naming tar and
+/// offset.
 PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& out,
                      const WdsPackOptions& options = {});
 
@@ -130,17 +170,29 @@ MegatronIndex read_megatron_index(const std::string& idx_path, int64_t bin_size 
 struct ExtractOptions {
   int threads = 0;        ///< 0 = every CPU
   bool progress = false;  ///< draw progress on stderr (only if it is a terminal)
+  /// As PackOptions::cancel: stop between records and throw kCancelled (files already
+  /// extracted are kept: they are complete files).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// Writes the records of the dataset at `dataset` (a directory with a MANIFEST) under
-/// `out` (created): image datasets (a jpeg field and an int64 label) as
-/// out/<class name or label>/<global index, 8+ digits>.jpg with the stored bytes
-/// unchanged (for a --fast-crop dataset those are the rewritten JPEGs: pixel-identical
-/// to the originals, not byte-identical); token datasets as out/tokens.bin, the flat stream rebuilt from the rows
-/// (row 0 whole, then each next row without its first token, checked to overlap);
-/// other schemas as out/<index>.<field> per field. Never writes outside `out`: class
-/// names that are not plain directory names are kDataLoss, and existing symlinks are
-/// not followed. summary.records counts records, summary.bytes bytes written.
+/// `out` (created), so each traces back to its source:
+///   - v2 datasets with a `__key__`: ImageFolder packs (image + label + key) as
+///     out/<key> (the source's relative path, e.g. out/cat/0001.png); other schemas,
+///     WebDataset's way, as out/<key>.<field> per field (out/a/0001.jpg, .cls as
+///     decimal text, .npy as a NumPy file with its shape, text as UTF-8, float
+///     scalars as decimal text). Keys are checked to stay inside `out`;
+///   - v1 image datasets (a jpeg field and an int64 label) as
+///     out/<class name or label>/<global index, 8+ digits>.jpg, stored bytes unchanged;
+///   - a --fast-crop dataset's JPEGs are the rewritten ones: pixel-identical to the
+///     originals, not byte-identical;
+///   - token datasets as out/tokens.bin, the flat stream rebuilt from the rows (row 0
+///     whole, then each next row without its first token, checked to overlap);
+///   - other v1 schemas as out/<index>.<field> per field.
+/// Never writes outside `out`: class names or keys that are not plain relative paths
+/// are kDataLoss, and existing symlinks are not followed. `out` must not be, or lie
+/// inside, the dataset directory (kInvalidArgument). summary.records counts records,
+/// summary.bytes bytes written.
 PackSummary extract_dataset(const std::string& dataset, const std::string& out,
                             const ExtractOptions& options = {});
 

@@ -94,7 +94,7 @@ struct Field {
   uint32_t seq_len = 0;        ///< kTokens only: training sequence length (row = seq_len+1)
   /// kNdarray: the full shape (0..kMaxDims dims, each >= 1; [] is one element);
   /// kVarArray: the inner shape after the variable first dimension (0..kMaxDims-1 dims).
-  std::vector<uint32_t> shape;
+  std::vector<uint32_t> shape = {};
   bool operator==(const Field&) const = default;
 
   /// Exact payload size for fixed-size kinds (int64, float32, float64, ndarray), else 0.

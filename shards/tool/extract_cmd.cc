@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "stoker/dataset.h"
+#include "interrupt.h"
 #include "stoker/error.h"
 #include "stoker/pack.h"
 
@@ -18,7 +19,13 @@ int extract_cmd(const Args& args) {
   if (threads < 0 || threads > 1024) throw_error(ErrorCode::kInvalidArgument, "--threads must be 0..1024");
   o.threads = static_cast<int>(threads);
   o.progress = true;
-  PackSummary s = extract_dataset(p.positional()[0], p.positional()[1], o);
+  PackSummary s;
+  const int rc = run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    s = extract_dataset(p.positional()[0], p.positional()[1], o);
+    return 0;
+  });
+  if (rc != 0) return rc;
   const double secs = s.seconds > 1e-9 ? s.seconds : 1e-9;
   std::printf("extracted %llu records from %llu shard%s into %s (%s) in %.2f s, %.1f MB/s\n",
               static_cast<unsigned long long>(s.records), static_cast<unsigned long long>(s.shards),
@@ -35,7 +42,8 @@ int extract_cmd(const Args& args) {
 }  // namespace
 
 STOKER_COMMAND("extract", "DATASET OUT [--threads N]",
-               "Write a dataset's records back out as files (an ImageFolder tree for images, tokens.bin for tokens).",
+               "Write a dataset's records back out as files, named by their __key__ (an ImageFolder tree for images, "
+               "tokens.bin for tokens).",
                extract_cmd);
 
 }  // namespace stoker::cli

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli.h"
+#include "interrupt.h"
 #include "stoker/error.h"
 #include "stoker/pack.h"
 
@@ -46,6 +47,7 @@ int print_summary(const PackSummary& s, const std::string& out, bool fast_crop =
                 static_cast<unsigned long long>(s.rewritten));
   else if (s.rewritten)
     std::printf("  rewrote %llu progressive JPEGs as baseline\n", static_cast<unsigned long long>(s.rewritten));
+  for (const std::string& note : s.notes) std::printf("  %s\n", note.c_str());
   if (!s.skipped.empty()) {
     std::printf("  skipped %zu bad input%s:\n", s.skipped.size(), s.skipped.size() == 1 ? "" : "s");
     for (const std::string& line : s.skipped) std::printf("    %s\n", line.c_str());
@@ -66,8 +68,10 @@ int pack_imagefolder_cmd(const Args& args) {
   common_options(p, o);
   o.baseline = p.flag("baseline");
   o.fast_crop = p.flag("fast-crop");
-  return print_summary(pack_imagefolder(p.positional()[0], p.positional()[1], o), p.positional()[1],
-                       o.fast_crop);
+  return run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    return print_summary(pack_imagefolder(p.positional()[0], p.positional()[1], o), p.positional()[1], o.fast_crop);
+  });
 }
 
 int pack_tokens_cmd(const Args& args) {
@@ -89,16 +93,20 @@ int pack_tokens_cmd(const Args& args) {
   const int64_t rpr = p.get_int("rows-per-record", 0);
   if (rpr < 0 || rpr > (1 << 24)) throw_error(ErrorCode::kInvalidArgument, "--rows-per-record out of range");
   o.rows_per_record = static_cast<uint32_t>(rpr);
-  return print_summary(pack_tokens(p.positional()[0], p.positional()[1], o), p.positional()[1]);
+  return run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    return print_summary(pack_tokens(p.positional()[0], p.positional()[1], o), p.positional()[1]);
+  });
 }
 
 int pack_wds_cmd(const Args& args) {
-  ArgParser p(args, {"skip-bad", "fast-crop", "overwrite"});
-  p.check_known(with_common({"classes", "fast-crop"}));
+  ArgParser p(args, {"skip-bad", "fast-crop", "overwrite", "skip-incomplete"});
+  p.check_known(with_common({"classes", "fast-crop", "skip-incomplete"}));
   if (p.positional().size() < 2) throw_error(ErrorCode::kInvalidArgument, "usage: stoker pack wds TAR... OUT [options]");
   WdsPackOptions o;
   common_options(p, o);
   o.fast_crop = p.flag("fast-crop");
+  o.skip_incomplete = p.flag("skip-incomplete");
   if (auto classes = p.get("classes")) {
     std::ifstream in(*classes);
     if (!in) throw errno_error("open " + *classes, errno);
@@ -111,7 +119,10 @@ int pack_wds_cmd(const Args& args) {
   }
   std::vector<std::string> tars(p.positional().begin(), p.positional().end() - 1);
   const std::string out = p.positional().back();
-  return print_summary(pack_wds(tars, out, o), out, o.fast_crop);
+  return run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    return print_summary(pack_wds(tars, out, o), out, o.fast_crop);
+  });
 }
 
 }  // namespace
@@ -119,7 +130,7 @@ int pack_wds_cmd(const Args& args) {
 STOKER_COMMAND("pack imagefolder",
                "SRC OUT [--shard-size 256MiB] [--skip-bad] [--baseline] [--fast-crop] [--align 1|4096] [--threads N] "
                "[--overwrite]",
-               "Pack an ImageFolder tree (SRC/<class>/<image>.jpg) into a dataset of shards. --fast-crop: "
+               "Pack an ImageFolder tree (SRC/<class>/<image>: JPEG, PNG or WebP) into a dataset of shards. --fast-crop: "
                "lossless rewrite so training crops decode only what they cover (recommended for training sets).",
                pack_imagefolder_cmd);
 STOKER_COMMAND("pack tokens",
@@ -127,7 +138,11 @@ STOKER_COMMAND("pack tokens",
                "[--threads N] [--overwrite]",
                "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows.",
                pack_tokens_cmd);
-STOKER_COMMAND("pack wds", "TAR... OUT [--skip-bad] [--classes FILE] [--fast-crop] [--shard-size S] [--threads N] [--overwrite]",
-               "Pack WebDataset tars (key.jpg + key.cls samples) into a dataset of shards.", pack_wds_cmd);
+STOKER_COMMAND("pack wds",
+               "TAR... OUT [--skip-bad] [--skip-incomplete] [--classes FILE] [--fast-crop] [--shard-size S] "
+               "[--threads N] [--overwrite]",
+               "Pack WebDataset tars (.tar, .tar.gz, .tar.zst, .tar.xz) into a dataset of shards, one field per member "
+               "extension.",
+               pack_wds_cmd);
 
 }  // namespace stoker::cli

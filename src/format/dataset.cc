@@ -117,6 +117,21 @@ void DatasetWriter::add_prepared(const PreparedRecord& record) {
   raw_bytes_ += record.location.raw_size;
 }
 
+size_t DatasetWriter::discard() noexcept {
+  size_t removed = 0;
+  if (current_) {
+    current_.reset();  // an unfinished ShardWriter removes its temporary file
+    ++removed;
+  }
+  for (const ShardEntry& s : manifest_.shards) {
+    std::error_code ec;
+    if (std::filesystem::remove(dir_ + "/" + s.name, ec)) ++removed;
+  }
+  manifest_.shards.clear();
+  finished_ = true;
+  return removed;
+}
+
 Manifest DatasetWriter::finish() {
   if (finished_) throw_error(ErrorCode::kInvalidArgument, "dataset " + dir_ + " finished twice");
   roll();

@@ -50,7 +50,7 @@ DType dtype_from_name(const std::string& s) {
   std::string all;
   for (const auto& d : kDTypes) {
     if (s == d.name) return d.type;
-    all += all.empty() ? "" : ", ";
+    if (!all.empty()) all += ", ";
     all += d.name;
   }
   throw_error(ErrorCode::kInvalidArgument, "unknown dtype '" + s + "' (expected one of " + all + ")");
@@ -66,7 +66,7 @@ FieldKind field_kind_from_name(const std::string& s) {
   std::string all;
   for (uint8_t i = 0; i <= kMaxFieldKind; ++i) {
     if (s == kKindNames[i]) return static_cast<FieldKind>(i);
-    all += all.empty() ? "" : ", ";
+    if (!all.empty()) all += ", ";
     all += kKindNames[i];
   }
   throw_error(ErrorCode::kInvalidArgument, "unknown field kind '" + s + "' (expected one of " + all + ")");
@@ -206,7 +206,10 @@ std::string Schema::to_string() const {
       s += dtype_name(f.dtype);
       s += '/';
       std::string dims = f.kind == FieldKind::kVarArray ? "*" : "";
-      for (uint32_t d : f.shape) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+      for (uint32_t d : f.shape) {
+        if (!dims.empty()) dims += 'x';
+        dims += std::to_string(d);
+      }
       s += dims.empty() ? "scalar" : dims;
     }
   }

@@ -1,7 +1,9 @@
 // extract_dataset: a dataset's records back out as files.
 //
-// Image datasets become an ImageFolder tree, token datasets the flat token stream,
-// anything else one file per field per record. Every output name is built from
+// Records with a `__key__` (v2) are written under their key, so each traces to its
+// source: ImageFolder packs as out/<key>, other schemas WebDataset-style as
+// out/<key>.<field>. v1 image datasets become an ImageFolder tree, token datasets the
+// flat token stream, anything else one file per field per record. Every output name is built from
 // checked parts (a class name must be a plain directory name) and files are created
 // with O_NOFOLLOW, so nothing is written outside the output directory. Image and
 // generic records are read and written by worker threads (file order does not
@@ -49,6 +51,111 @@ void make_plain_dir(const std::string& path) {
     throw_error(ErrorCode::kInvalidArgument, path + " exists and is not a directory (symlinks are not followed)");
 }
 
+// A key is used as a relative path: every component must be a plain name.
+bool safe_key(std::string_view key) {
+  if (key.empty() || key.size() > 4096 || key.front() == '/') return false;
+  size_t start = 0;
+  while (start <= key.size()) {
+    size_t end = key.find('/', start);
+    if (end == std::string_view::npos) end = key.size();
+    const std::string part(key.substr(start, end - start));
+    if (!plain_name(part)) return false;
+    start = end + 1;
+  }
+  return key.find('\0') == std::string_view::npos;
+}
+
+// The NumPy dtype string of a stoker dtype (little-endian).
+const char* npy_descr(DType t) {
+  switch (t) {
+    case DType::kBool: return "|b1";
+    case DType::kUint8: return "|u1";
+    case DType::kInt8: return "|i1";
+    case DType::kInt16: return "<i2";
+    case DType::kUint16: return "<u2";
+    case DType::kInt32: return "<i4";
+    case DType::kUint32: return "<u4";
+    case DType::kInt64: return "<i8";
+    case DType::kFloat16: return "<f2";
+    case DType::kFloat32: return "<f4";
+    case DType::kFloat64: return "<f8";
+    case DType::kNone: break;
+  }
+  return "|u1";
+}
+
+// An array field as a version-1.0 .npy file (header padded to 64 bytes, as NumPy does).
+std::vector<uint8_t> to_npy(const Field& f, std::span<const uint8_t> data) {
+  std::vector<uint64_t> shape;
+  if (f.kind == FieldKind::kVarArray) {
+    const uint64_t unit = f.unit_size();
+    shape.push_back(unit ? data.size() / unit : 0);
+  }
+  for (uint32_t d : f.shape) shape.push_back(d);
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
+  std::string dict = std::string("{'descr': '") + npy_descr(f.dtype) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  const size_t total = 10 + dict.size() + 1;
+  dict.append((64 - total % 64) % 64, ' ');
+  dict += '\n';
+  std::string head = "\x93NUMPY";
+  head += '\x01';
+  head += '\x00';
+  head += static_cast<char>(dict.size() & 0xFF);
+  head += static_cast<char>(dict.size() >> 8);
+  head += dict;
+  std::vector<uint8_t> out(head.size() + data.size());
+  std::memcpy(out.data(), head.data(), head.size());
+  if (!data.empty()) std::memcpy(out.data() + head.size(), data.data(), data.size());
+  return out;
+}
+
+// How one field of a keyed record is written: WebDataset's conventions (a .cls is
+// decimal text, an array a .npy file), so `pack wds` reads the output back.
+std::vector<uint8_t> field_file(const Field& f, std::span<const uint8_t> data, std::string& suffix) {
+  suffix = "." + f.name;
+  char buf[64];
+  switch (f.kind) {
+    case FieldKind::kInt64: {
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(get_u64(data.data())));
+      return {buf, buf + std::strlen(buf)};
+    }
+    case FieldKind::kFloat32: {
+      float v;
+      std::memcpy(&v, data.data(), 4);
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+      return {buf, buf + std::strlen(buf)};
+    }
+    case FieldKind::kFloat64: {
+      double v;
+      std::memcpy(&v, data.data(), 8);
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return {buf, buf + std::strlen(buf)};
+    }
+    case FieldKind::kNdarray:
+    case FieldKind::kVarArray:
+      if (f.name.size() < 3 || f.name.compare(f.name.size() - 3, 3, "npy") != 0) suffix += ".npy";
+      return to_npy(f, data);
+    default:
+      return {data.begin(), data.end()};
+  }
+}
+
+// Creates the directories of `rel` (a checked key) under `out`, one level at a time,
+// never through a symlink.
+void make_key_dirs(const std::string& out, std::string_view rel, std::mutex& mu, std::set<std::string>& made) {
+  size_t slash = rel.find('/');
+  while (slash != std::string_view::npos) {
+    const std::string dir = out + "/" + std::string(rel.substr(0, slash));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (made.insert(dir).second) make_plain_dir(dir);
+    }
+    slash = rel.find('/', slash + 1);
+  }
+}
+
 std::string padded_index(uint64_t i, int width) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%0*llu", width, static_cast<unsigned long long>(i));
@@ -59,6 +166,7 @@ std::string padded_index(uint64_t i, int width) {
 
 PackSummary extract_dataset(const std::string& dataset, const std::string& out, const ExtractOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  check_output_outside(dataset, out, "dataset");
   auto ds = Dataset::open(dataset);
   const Schema& schema = ds->schema();
   const Manifest& m = ds->manifest();
@@ -123,6 +231,9 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
           }
           summary.raw_bytes += data.size();
           progress.update(i + 1, summary.bytes);
+          if (options.cancel && options.cancel->load(std::memory_order_relaxed))
+            throw_error(ErrorCode::kCancelled, "extract interrupted after " + std::to_string(i + 1) + " of " +
+                                                   std::to_string(n) + " records; " + path + " is incomplete");
         });
     if (::fsync(fd.get()) != 0) throw errno_error("fsync " + path, errno);
     summary.records = n;
@@ -132,25 +243,51 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
     return summary;
   }
 
-  const bool image = jpeg >= 0 && label >= 0;
+  const int key = schema.key_field();
+  // An ImageFolder pack (key, image, label): out/<key> is the source's own path.
+  auto src = m.meta.find("source");
+  const bool folder = key >= 0 && jpeg >= 0 && label >= 0 && schema.fields.size() == 3 && src != m.meta.end() &&
+                      src->second == "imagefolder";
+  const bool image = key < 0 && jpeg >= 0 && label >= 0;
   std::vector<std::string> class_dirs;
-  if (image) {
+  if (image || folder) {
     for (const std::string& c : m.class_names) {
       if (!plain_name(c))
         throw_error(ErrorCode::kDataLoss, dataset + ": class name '" + c +
                                               "' is not a plain directory name; refusing to extract");
       class_dirs.push_back(out + "/" + c);
     }
-    for (const std::string& d : class_dirs) make_plain_dir(d);
+    if (image)
+      for (const std::string& d : class_dirs) make_plain_dir(d);
   }
   std::mutex mu;
   std::set<int64_t> made;  // label directories made for labels without a class name
+  std::set<std::string> made_dirs, keys;
 
   auto produce = [&](size_t i) -> uint64_t {
     Record r = ds->read(i);
     const std::string idx = padded_index(i, width);
     uint64_t written = 0;
-    if (image) {
+    if (key >= 0) {
+      const std::string k(record_key(schema, r));
+      if (!safe_key(k))
+        throw_error(ErrorCode::kDataLoss, dataset + " record " + std::to_string(i) + ": key '" + k +
+                                              "' is not a relative path of plain names; refusing to extract");
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!keys.insert(k).second)
+          throw_error(ErrorCode::kDataLoss, dataset + " record " + std::to_string(i) + ": key '" + k +
+                                                "' is used by an earlier record; refusing to overwrite its files");
+      }
+      make_key_dirs(out, k, mu, made_dirs);
+      for (size_t f = 0; f < schema.fields.size(); ++f) {
+        if (static_cast<int>(f) == key || (folder && static_cast<int>(f) == label)) continue;
+        std::string suffix;
+        std::vector<uint8_t> bytes = field_file(schema.fields[f], r.fields[f], suffix);
+        write_whole_file(out + "/" + k + (folder ? "" : suffix), bytes);
+        written += bytes.size();
+      }
+    } else if (image) {
       const int64_t lab = r.int64_field(static_cast<size_t>(label));
       std::string dir;
       if (lab >= 0 && static_cast<uint64_t>(lab) < class_dirs.size()) {
@@ -173,6 +310,9 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
   };
   uint64_t done = 0;
   ordered_parallel_for<uint64_t>(n, threads, static_cast<size_t>(threads) * 8, produce, [&](size_t, uint64_t&& b) {
+    if (options.cancel && options.cancel->load(std::memory_order_relaxed))
+      throw_error(ErrorCode::kCancelled, "extract interrupted after " + std::to_string(done) + " of " +
+                                             std::to_string(n) + " records (the files written are complete)");
     summary.bytes += b;
     progress.update(++done, summary.bytes);
   });

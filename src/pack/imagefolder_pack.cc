@@ -1,7 +1,8 @@
-// pack_imagefolder: SRC/<class>/<...>/<file> -> `jpeg:jpeg label:int64` shards.
+// pack_imagefolder: SRC/<class>/<...>/<file> -> `__key__:text image:image label:int64`
+// shards (JPEG, PNG and WebP files, told apart by their magic bytes).
 //
 // The main thread lists the tree (sorted byte-wise, so the order never depends on the
-// file system), then worker threads read each file, probe its JPEG header, optionally
+// file system), then worker threads read each file, probe its image header, optionally
 // rewrite a progressive JPEG as baseline, and prepare the record (concatenation +
 // CRC32C). The main thread appends prepared records in list order; a bad file is
 // reported (or skipped) when its turn comes, so the outcome is the same for any
@@ -27,6 +28,7 @@ namespace {
 
 struct Item {
   std::string path;  // full path, for reading and messages
+  std::string key;   // path relative to SRC ("cat/0001.png"): the record's __key__
   int64_t label = 0;
 };
 
@@ -67,6 +69,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
     if (!fs::exists(src)) throw_error(ErrorCode::kNotFound, src + ": no such directory");
     throw_error(ErrorCode::kInvalidArgument, src + " is not a directory");
   }
+  check_output_outside(src, out, "source");
   const std::vector<std::string> classes = list_dirs(src);
   if (classes.empty())
     throw_error(ErrorCode::kInvalidArgument, src + " has no class directories (expected SRC/<class>/<image>)");
@@ -89,14 +92,15 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
     if (ec) throw_error(ErrorCode::kIoError, "list " + dir.string() + ": " + ec.message());
     std::sort(files.begin(), files.end());
     for (auto& [rel, size] : files) {
-      items.push_back(Item{(dir / rel).string(), static_cast<int64_t>(c)});
+      items.push_back(Item{(dir / rel).string(), (fs::path(classes[c]) / rel).string(), static_cast<int64_t>(c)});
       total_bytes += size;
     }
   }
   if (items.empty()) throw_error(ErrorCode::kInvalidArgument, src + " holds no files under its class directories");
 
   Schema schema;
-  schema.fields = {Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}};
+  schema.fields = {Field{"image", FieldKind::kImage}, Field{"label", FieldKind::kInt64}};
+  add_key_field(schema);
   DatasetWriterOptions wopts;
   wopts.shard_size = options.shard_size;
   wopts.shard.align = options.align;
@@ -114,21 +118,22 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
       std::vector<uint8_t> bytes = read_whole_file(item.path, options.max_file_bytes);
       p.input_bytes = bytes.size();
       JpegHeader info;
-      std::string why = check_jpeg_header(bytes, &info);
+      ImageFormat format = ImageFormat::kUnknown;
+      std::string why = check_image_header(bytes, &format, &info);
       if (!why.empty()) {
         p.bad = true;
         p.reason = why;
         return p;
       }
-      if (options.fast_crop) {
+      if (options.fast_crop && format == ImageFormat::kJpeg) {
         bytes = jpeg_for_fast_crop(bytes);
         p.rewritten = true;
-      } else if (options.baseline && info.progressive) {
+      } else if (options.baseline && format == ImageFormat::kJpeg && info.progressive) {
         bytes = jpeg_to_baseline(bytes);
         p.rewritten = true;
       }
       const auto label = le64(item.label);
-      const std::span<const uint8_t> fields[] = {bytes, label};
+      const std::span<const uint8_t> fields[] = {as_bytes(item.key), bytes, label};
       p.record = prepare_record(schema, fields, shard_opts);
     } catch (const Error& e) {
       p.bad = true;
@@ -144,6 +149,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   const int threads = resolve_threads(options.threads);
   ordered_parallel_for<Prepared>(
       items.size(), threads, static_cast<size_t>(threads) * 8, produce, [&](size_t i, Prepared&& p) {
+        check_cancel(options.cancel, writer, "pack imagefolder", out);
         summary.input_bytes += p.input_bytes;
         ++done;
         if (p.bad) {

@@ -7,12 +7,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "pack/ordered_pool.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
 
 namespace stoker::internal {
+
+namespace fs = std::filesystem;
+
+namespace {
+uint32_t get_u32_be(const uint8_t* p) {
+  return (static_cast<uint32_t>(p[0]) << 24) | (static_cast<uint32_t>(p[1]) << 16) |
+         (static_cast<uint32_t>(p[2]) << 8) | p[3];
+}
+}  // namespace
 
 int available_cpus() noexcept {
   cpu_set_t set;
@@ -99,6 +110,64 @@ std::string check_jpeg_header(std::span<const uint8_t> b, JpegHeader* info) {
     info->progressive = progressive;
   }
   return {};
+}
+
+std::string check_image_header(std::span<const uint8_t> b, ImageFormat* format, JpegHeader* jpeg) {
+  const ImageFormat f = image_format_of(b);
+  if (format) *format = f;
+  switch (f) {
+    case ImageFormat::kJpeg: return check_jpeg_header(b, jpeg);
+    case ImageFormat::kPng: {
+      // Signature, then the IHDR chunk: length 13, type, non-zero width and height.
+      if (b.size() < 8 + 8 + 13 + 4) return "truncated PNG";
+      if (get_u32_be(&b[8]) != 13 || std::memcmp(&b[12], "IHDR", 4) != 0) return "PNG without an IHDR chunk first";
+      if (get_u32_be(&b[16]) == 0 || get_u32_be(&b[20]) == 0) return "PNG with empty dimensions";
+      return {};
+    }
+    case ImageFormat::kWebp: {
+      // RIFF size covers the rest of the file; the first chunk is a VP8 variant.
+      const uint64_t riff = static_cast<uint64_t>(b[4]) | (static_cast<uint64_t>(b[5]) << 8) |
+                            (static_cast<uint64_t>(b[6]) << 16) | (static_cast<uint64_t>(b[7]) << 24);
+      if (riff + 8 > b.size()) return "truncated WebP (RIFF size " + std::to_string(riff) + ")";
+      if (b.size() < 20 || (std::memcmp(&b[12], "VP8 ", 4) != 0 && std::memcmp(&b[12], "VP8L", 4) != 0 &&
+                            std::memcmp(&b[12], "VP8X", 4) != 0))
+        return "WebP without a VP8/VP8L/VP8X chunk";
+      return {};
+    }
+    case ImageFormat::kUnknown: break;
+  }
+  return "not an image (JPEG, PNG or WebP magic bytes expected)";
+}
+
+void check_output_outside(const std::string& input, const std::string& output, const char* input_role) {
+  std::error_code ec;
+  const fs::path in = fs::weakly_canonical(fs::absolute(input, ec), ec);
+  if (ec) return;  // an input that cannot be resolved fails later with its own error
+  const fs::path out = fs::weakly_canonical(fs::absolute(output, ec), ec);
+  if (ec) return;
+  auto inside = [](const fs::path& child, const fs::path& parent) {
+    auto c = child.begin(), p = parent.begin();
+    for (; p != parent.end(); ++p, ++c) {
+      if (p->empty()) continue;  // a trailing '/' of a directory path
+      if (c == child.end() || *c != *p) return false;
+    }
+    return true;
+  };
+  if (inside(out, in))
+    throw_error(ErrorCode::kInvalidArgument, "output " + output + (out == in ? " is the " : " is inside the ") +
+                                                 input_role + " " + input +
+                                                 ": it would write into what it reads; choose an output directory "
+                                                 "outside it");
+}
+
+void check_cancel(const std::atomic<bool>* cancel, DatasetWriter& writer, const std::string& what,
+                  const std::string& out) {
+  if (!cancel || !cancel->load(std::memory_order_relaxed)) return;
+  const uint64_t records = writer.records();
+  const size_t removed = writer.discard();
+  throw_error(ErrorCode::kCancelled, what + " interrupted after " + std::to_string(records) + " records; removed " +
+                                         std::to_string(removed) + " partial shard file" + (removed == 1 ? "" : "s") +
+                                         " from " + out + ", nothing was packed");
 }
 
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {

@@ -37,8 +37,38 @@ struct JpegHeader {
 /// like a decodable JPEG, else the reason it is not. Thread-safe (per-thread handle).
 std::string check_jpeg_header(std::span<const uint8_t> bytes, JpegHeader* info);
 
+/// Probes an image file's bytes for a kImage field: the format is sniffed from the
+/// magic (JPEG, PNG, WebP; never the file name), then its header is checked (JPEG as
+/// check_jpeg_header; PNG's IHDR chunk; WebP's RIFF size and first chunk). Returns ""
+/// when it looks decodable, else the reason ("not an image (JPEG, PNG or WebP)").
+/// `jpeg` receives the JPEG header when the image is a JPEG.
+std::string check_image_header(std::span<const uint8_t> bytes, ImageFormat* format, JpegHeader* jpeg);
+
+/// Refuses an output directory that is, or lies inside, an input: packing `imgs` into
+/// `imgs` or extracting `ds` into `ds` would read what it writes (an input inside the
+/// output is fine: packers and extract only add their own files). Paths are compared
+/// after resolving symlinks and `..` (for the part that exists). Throws
+/// kInvalidArgument naming both.
+void check_output_outside(const std::string& input, const std::string& output, const char* input_role);
+
+/// When `cancel` is set and reads true: discards the writer's files and throws
+/// kCancelled ("<what> interrupted after N records; removed M partial shard files from
+/// OUT, nothing was packed").
+void check_cancel(const std::atomic<bool>* cancel, DatasetWriter& writer, const std::string& what,
+                  const std::string& out);
+
 /// Fills records/shards/bytes/raw/stored of `summary` from a finished writer.
 void fill_summary(PackSummary& summary, const Manifest& manifest, const DatasetWriter& writer);
+
+/// Adds the `__key__` field (text) to the front of `schema` (v2 datasets name each
+/// record's source there).
+inline void add_key_field(Schema& schema) {
+  schema.fields.insert(schema.fields.begin(), Field{kKeyField, FieldKind::kText});
+}
+
+inline std::span<const uint8_t> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
 
 /// Little-endian int64 as 8 bytes.
 inline std::array<uint8_t, 8> le64(int64_t v) {

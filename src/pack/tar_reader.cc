@@ -1,13 +1,11 @@
 #include "pack/tar_reader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <archive.h>
+#include <archive_entry.h>
 
-#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <optional>
 
 #include "stoker/error.h"
 
@@ -15,30 +13,9 @@ namespace stoker::internal {
 
 namespace {
 
-constexpr size_t kBlock = 512;
-constexpr uint64_t kMaxTarNumber = 1ull << 63;
-
-// ustar header field offsets.
-constexpr size_t kNameOff = 0, kNameLen = 100;
-constexpr size_t kSizeOff = 124, kSizeLen = 12;
-constexpr size_t kChksumOff = 148, kChksumLen = 8;
-constexpr size_t kTypeOff = 156;
-constexpr size_t kMagicOff = 257;
-constexpr size_t kPrefixOff = 345, kPrefixLen = 155;
-
-std::string field_string(const uint8_t* p, size_t max) {
-  size_t n = 0;
-  while (n < max && p[n] != 0) ++n;
-  return std::string(reinterpret_cast<const char*>(p), n);
-}
-
-uint64_t padded(uint64_t size) { return (size + kBlock - 1) / kBlock * kBlock; }
-
-bool all_zero(const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (p[i]) return false;
-  return true;
-}
+// libarchive's read block for files: large enough that a compressed tar is fed to the
+// decompressor in few calls.
+constexpr size_t kReadBlock = 256 << 10;
 
 std::string quoted(const std::string& s) {
   std::string out = "'";
@@ -51,78 +28,11 @@ std::string quoted(const std::string& s) {
     } else {
       out += c;
     }
-    if (out.size() > 300) {
-      out += "...";
-      break;
-    }
   }
   return out + "'";
 }
 
 }  // namespace
-
-size_t MemorySource::read(void* buf, size_t size) {
-  size_t n = std::min(size, bytes_.size() - pos_);
-  if (n) std::memcpy(buf, bytes_.data() + pos_, n);
-  pos_ += n;
-  return n;
-}
-
-FileSource::FileSource(const std::string& path) : path_(path) {
-  fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd_) throw errno_error("open " + path, errno);
-  struct stat st;
-  if (::fstat(fd_.get(), &st) != 0) throw errno_error("stat " + path, errno);
-  if (S_ISDIR(st.st_mode)) throw_error(ErrorCode::kInvalidArgument, path + " is a directory, not a tar file");
-  size_ = static_cast<uint64_t>(st.st_size);
-  regular_ = S_ISREG(st.st_mode);
-  ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-}
-
-size_t FileSource::read(void* buf, size_t size) {
-  for (;;) {
-    ssize_t n = ::read(fd_.get(), buf, size);
-    if (n >= 0) {
-      pos_ += static_cast<uint64_t>(n);
-      return static_cast<size_t>(n);
-    }
-    if (errno != EINTR) throw errno_error("read " + path_, errno);
-  }
-}
-
-int64_t FileSource::remaining() const {
-  if (!regular_) return -1;
-  return pos_ >= size_ ? 0 : static_cast<int64_t>(size_ - pos_);
-}
-
-uint64_t parse_tar_number(const uint8_t* field, size_t size, const std::string& what) {
-  if (size == 0) return 0;
-  if (field[0] & 0x80) {  // GNU base-256, big-endian; 0xFF marks a negative number
-    if (field[0] != 0x80) throw_error(ErrorCode::kDataLoss, what + ": negative base-256 number");
-    uint64_t v = 0;
-    for (size_t i = 1; i < size; ++i) {
-      if (v >> 55) throw_error(ErrorCode::kDataLoss, what + ": base-256 number overflows");
-      v = (v << 8) | field[i];
-    }
-    if (v >= kMaxTarNumber) throw_error(ErrorCode::kDataLoss, what + ": base-256 number overflows");
-    return v;
-  }
-  size_t i = 0;
-  while (i < size && field[i] == ' ') ++i;
-  uint64_t v = 0;
-  bool digits = false;
-  for (; i < size && field[i] >= '0' && field[i] <= '7'; ++i) {
-    if (v >> 60) throw_error(ErrorCode::kDataLoss, what + ": octal number overflows");
-    v = (v << 3) | static_cast<uint64_t>(field[i] - '0');
-    digits = true;
-  }
-  for (; i < size; ++i)
-    if (field[i] != 0 && field[i] != ' ')
-      throw_error(ErrorCode::kDataLoss, what + ": bad character in octal number");
-  (void)digits;
-  if (v >= kMaxTarNumber) throw_error(ErrorCode::kDataLoss, what + ": octal number overflows");
-  return v;
-}
 
 void check_member_name(const std::string& name, const std::string& where) {
   if (name.empty()) throw_error(ErrorCode::kDataLoss, where + ": member with an empty name");
@@ -140,182 +50,121 @@ void check_member_name(const std::string& name, const std::string& where) {
   }
 }
 
-TarReader::TarReader(ByteSource& source, std::string where, TarReaderOptions options)
-    : source_(source), where_(std::move(where)), options_(options) {}
-
-void TarReader::fail(const std::string& what) const {
-  throw_error(ErrorCode::kDataLoss, where_ + ": " + what);
+void TarReader::open_common() {
+  a_ = archive_read_new();
+  if (!a_) throw_error(ErrorCode::kResourceExhausted, where_ + ": cannot allocate a libarchive reader");
+  archive_read_support_filter_all(a_);
+  archive_read_support_format_tar(a_);
+  // An empty file is an empty archive (as GNU tar treats it), not a format error.
+  archive_read_support_format_empty(a_);
 }
 
-void TarReader::read_exact(void* buf, size_t size, const std::string& what) {
-  auto* p = static_cast<uint8_t*>(buf);
-  size_t got = 0;
-  while (got < size) {
-    size_t n = source_.read(p + got, size - got);
-    if (n == 0)
-      fail("truncated " + what + " at byte " + std::to_string(offset_ + got) + " (wanted " +
-           std::to_string(size) + " bytes, got " + std::to_string(got) + ")");
-    got += n;
+TarReader::TarReader(const std::string& path, std::string where, TarReaderOptions options)
+    : where_(std::move(where)), options_(options) {
+  // Open the file ourselves first: libarchive's message for a missing file does not
+  // carry errno's class, and callers tell kNotFound from the rest.
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+  } else {
+    throw errno_error("open " + path, errno);
   }
-  offset_ += size;
-}
-
-void TarReader::skip(uint64_t size, const std::string& what) {
-  uint8_t scratch[16384];
-  while (size) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(size, sizeof scratch));
-    read_exact(scratch, n, what);
-    size -= n;
+  open_common();
+  if (archive_read_open_filename(a_, path.c_str(), kReadBlock) != ARCHIVE_OK) {
+    std::string why = archive_error_string(a_) ? archive_error_string(a_) : "cannot open";
+    archive_read_free(a_);
+    a_ = nullptr;
+    throw_error(ErrorCode::kDataLoss, where_ + ": not a readable tar archive: " + why);
   }
 }
 
-void TarReader::check_available(uint64_t size, const std::string& what) {
-  const int64_t left = source_.remaining();
-  if (left >= 0 && size > static_cast<uint64_t>(left))
-    fail("truncated " + what + ": it claims " + std::to_string(size) + " bytes but only " + std::to_string(left) +
-         " remain");
-}
-
-bool TarReader::read_block(uint8_t* block) {
-  size_t got = 0;
-  while (got < kBlock) {
-    size_t n = source_.read(block + got, kBlock - got);
-    if (n == 0) {
-      if (got == 0) return false;
-      fail("truncated header at byte " + std::to_string(offset_ + got));
-    }
-    got += n;
+TarReader::TarReader(std::span<const uint8_t> bytes, std::string where, TarReaderOptions options)
+    : where_(std::move(where)), options_(options) {
+  open_common();
+  if (archive_read_open_memory(a_, bytes.data(), bytes.size()) != ARCHIVE_OK) {
+    std::string why = archive_error_string(a_) ? archive_error_string(a_) : "cannot open";
+    archive_read_free(a_);
+    a_ = nullptr;
+    throw_error(ErrorCode::kDataLoss, where_ + ": not a readable tar archive: " + why);
   }
-  offset_ += kBlock;
-  return true;
 }
 
-bool TarReader::next(TarMember& out) {
+TarReader::~TarReader() {
+  if (a_) archive_read_free(a_);
+}
+
+void TarReader::fail(const std::string& member, const std::string& what) const {
+  std::string msg = where_;
+  if (!member.empty()) msg += ": member " + quoted(member);
+  msg += ": " + what;
+  if (const char* e = archive_error_string(a_); e && *e) msg += std::string(" (") + e + ")";
+  msg += " at byte " + std::to_string(offset());
+  throw_error(ErrorCode::kDataLoss, msg);
+}
+
+uint64_t TarReader::offset() const noexcept {
+  const la_int64_t n = a_ ? archive_filter_bytes(a_, -1) : 0;
+  return n > 0 ? static_cast<uint64_t>(n) : 0;
+}
+
+bool TarReader::next_header(TarMember& out) {
+  out.data.clear();
   if (done_) return false;
-  std::optional<std::string> long_name, pax_path;
-  bool has_pax_size = false;  // (not std::optional: GCC 12 warns falsely about it)
-  uint64_t pax_size = 0;
-  uint8_t h[kBlock];
   for (;;) {
-    const uint64_t header_offset = offset_;
-    if (!read_block(h)) {
-      if (long_name || pax_path || has_pax_size)
-        fail("archive ends after an extended header, before its member");
+    struct archive_entry* e = nullptr;
+    const int r = archive_read_next_header(a_, &e);
+    if (r == ARCHIVE_EOF) {
       done_ = true;
       return false;
     }
-    const std::string at = "header at byte " + std::to_string(header_offset);
-    if (all_zero(h, kBlock)) {  // end-of-archive marker
-      if (long_name || pax_path || has_pax_size) fail("end of archive right after an extended header");
+    // ARCHIVE_WARN is a header libarchive could read with a caveat (e.g. a charset
+    // conversion): the entry is usable. Anything worse is a broken archive.
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
       done_ = true;
-      return false;
+      fail("", "malformed tar header");
     }
-    // The checksum covers the header with its own field read as spaces; historic tars
-    // summed signed chars, so both sums are accepted.
-    uint64_t usum = 0;
-    int64_t ssum = 0;
-    for (size_t i = 0; i < kBlock; ++i) {
-      const bool in_field = i >= kChksumOff && i < kChksumOff + kChksumLen;
-      const uint8_t b = in_field ? ' ' : h[i];
-      usum += b;
-      ssum += static_cast<int8_t>(b);
-    }
-    const uint64_t want = parse_tar_number(h + kChksumOff, kChksumLen, where_ + ": checksum field of " + at);
-    if (want != usum && static_cast<int64_t>(want) != ssum)
-      fail("bad header checksum in " + at + " (stored " + std::to_string(want) + ", computed " +
-           std::to_string(usum) + "): not a tar file or corrupt");
-
-    const char type = static_cast<char>(h[kTypeOff]);
-    uint64_t size = parse_tar_number(h + kSizeOff, kSizeLen, where_ + ": size field of " + at);
-    if (has_pax_size && type != 'x' && type != 'g' && type != 'L' && type != 'K') size = pax_size;
-
-    if (type == 'L' || type == 'x' || type == 'g' || type == 'K') {
-      if (size > options_.max_meta_size)
-        fail("extended header of " + std::to_string(size) + " bytes in " + at + " exceeds the limit of " +
-             std::to_string(options_.max_meta_size));
-      check_available(size, "extended header data in " + at);
-      std::string meta(static_cast<size_t>(size), '\0');
-      read_exact(meta.data(), meta.size(), "extended header data in " + at);
-      skip(padded(size) - size, "padding in " + at);
-      if (type == 'L') {
-        while (!meta.empty() && meta.back() == '\0') meta.pop_back();
-        long_name = std::move(meta);
-      } else if (type == 'x') {
-        // Records: "<len> <key>=<value>\n", len counting the whole record.
-        size_t pos = 0;
-        while (pos < meta.size()) {
-          size_t sp = meta.find(' ', pos);
-          if (sp == std::string::npos || sp == pos || sp - pos > 20) fail("bad pax record length in " + at);
-          uint64_t len = 0;
-          for (size_t i = pos; i < sp; ++i) {
-            if (meta[i] < '0' || meta[i] > '9') fail("bad pax record length in " + at);
-            len = len * 10 + static_cast<uint64_t>(meta[i] - '0');
-          }
-          if (len < sp - pos + 3 || len > meta.size() - pos || meta[pos + len - 1] != '\n')
-            fail("bad pax record in " + at);
-          std::string rec = meta.substr(sp + 1, pos + len - 1 - (sp + 1));
-          size_t eq = rec.find('=');
-          if (eq == std::string::npos || eq == 0) fail("pax record without key in " + at);
-          std::string key = rec.substr(0, eq), value = rec.substr(eq + 1);
-          if (key == "path") {
-            pax_path = value;
-          } else if (key == "size") {
-            if (value.empty() || value.size() > 19) fail("bad pax size in " + at);
-            uint64_t v = 0;
-            for (char c : value) {
-              if (c < '0' || c > '9') fail("bad pax size in " + at);
-              v = v * 10 + static_cast<uint64_t>(c - '0');
-            }
-            pax_size = v;
-            has_pax_size = true;
-          }
-          pos += len;
-        }
-      }
+    const char* p = archive_entry_pathname(e);
+    std::string name = p ? p : "";
+    if (archive_entry_filetype(e) != AE_IFREG) {
+      ++skipped_;
       continue;
     }
-
-    std::string name;
-    if (pax_path) {
-      name = *pax_path;
-    } else if (long_name) {
-      name = *long_name;
-    } else {
-      name = field_string(h + kNameOff, kNameLen);
-      const bool posix = std::memcmp(h + kMagicOff, "ustar\0", 6) == 0;
-      if (posix) {
-        std::string prefix = field_string(h + kPrefixOff, kPrefixLen);
-        if (!prefix.empty()) name = prefix + "/" + name;
-      }
-    }
-    while (name.size() >= 2 && name[0] == '.' && name[1] == '/') name.erase(0, 2);
-    const bool regular = type == '0' || type == '\0' || type == '7';
-    // Old tars mark directories as regular files whose name ends in '/'.
-    const bool dir_like = !name.empty() && name.back() == '/';
-    if (regular || !name.empty()) check_member_name(name, where_ + " " + at);
-
-    if (regular && !dir_like) {
-      if (size > options_.max_member_size)
-        throw_error(ErrorCode::kResourceExhausted,
-                    where_ + ": member " + quoted(name) + " (" + at + ") has " + std::to_string(size) +
-                        " bytes, more than the limit of " + std::to_string(options_.max_member_size));
-      check_available(size, "member " + quoted(name) + " (" + at + ")");
-      out.name = std::move(name);
-      out.header_offset = header_offset;
-      out.data.resize(static_cast<size_t>(size));
-      read_exact(out.data.data(), out.data.size(), "member " + quoted(out.name) + " (" + at + ")");
-      skip(padded(size) - size, "padding of member " + quoted(out.name));
-      return true;
-    }
-    // Not a regular file. Links, directories, devices and FIFOs carry no data (tar
-    // implementations ignore their size field); unknown types are skipped by size.
-    ++skipped_;
-    const bool no_data = type == '1' || type == '2' || type == '3' || type == '4' || type == '5' || type == '6';
-    if (!no_data && !(regular && dir_like)) skip(padded(size), "data of skipped member " + quoted(name));
-    long_name.reset();
-    pax_path.reset();
-    has_pax_size = false;
+    while (name.rfind("./", 0) == 0) name.erase(0, 2);
+    check_member_name(name, where_);
+    if (!archive_entry_size_is_set(e)) fail(name, "member without a size");
+    const la_int64_t size = archive_entry_size(e);
+    if (size < 0) fail(name, "negative member size");
+    if (static_cast<uint64_t>(size) > options_.max_member_size)
+      throw_error(ErrorCode::kResourceExhausted, where_ + ": member " + quoted(name) + " of " + std::to_string(size) +
+                                                     " bytes exceeds the limit of " +
+                                                     std::to_string(options_.max_member_size));
+    out.name = std::move(name);
+    out.size = static_cast<uint64_t>(size);
+    return true;
   }
+}
+
+void TarReader::read_data(TarMember& out, uint64_t limit) {
+  const uint64_t want = std::min<uint64_t>(out.size, limit);
+  // The buffer grows with the bytes that actually arrive (doubling from 1 MiB), so a
+  // size field larger than the archive cannot make a giant allocation.
+  out.data.clear();
+  uint64_t got = 0;
+  while (got < want) {
+    if (got == out.data.size())
+      out.data.resize(static_cast<size_t>(std::min<uint64_t>(want, std::max<uint64_t>(got * 2, 1 << 20))));
+    const la_ssize_t n = archive_read_data(a_, out.data.data() + got, static_cast<size_t>(out.data.size() - got));
+    if (n < 0) {
+      done_ = true;
+      fail(out.name, "cannot read member data (truncated or corrupt archive)");
+    }
+    if (n == 0) {
+      done_ = true;
+      fail(out.name, "truncated member: " + std::to_string(got) + " of " + std::to_string(want) + " bytes");
+    }
+    got += static_cast<uint64_t>(n);
+  }
+  out.data.resize(static_cast<size_t>(got));
+  // The rest of a partly read member is skipped by the next archive_read_next_header.
 }
 
 }  // namespace stoker::internal

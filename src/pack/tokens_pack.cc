@@ -184,6 +184,7 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   if (options.zstd_level < 0 || options.zstd_level > 19)
     throw_error(ErrorCode::kInvalidArgument, "--zstd level must be 1..19 (or 0 for none)");
   if (!std::filesystem::exists(file)) throw_error(ErrorCode::kNotFound, file + ": no such file");
+  check_output_outside(file, out, "input");
 
   // Megatron pair? (FILE.idx, or FILE.bin with a sibling FILE.idx carrying the magic.)
   std::string idx_path, bin_path = file;
@@ -237,6 +238,8 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   if (R * row_bytes > 0xFFFFFFFFull)
     throw_error(ErrorCode::kInvalidArgument, "--rows-per-record " + std::to_string(R) + " makes records over 4 GiB");
   const uint64_t records = (rows + R - 1) / R;
+  // Rows overlap by one token, so they use rows*N + 1 tokens of the stream.
+  const uint64_t dropped = T - (rows * N + 1);
 
   Schema schema;
   Field f{"tokens", FieldKind::kTokens, dtype, static_cast<uint32_t>(N)};
@@ -255,6 +258,7 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   m.meta["tokens"] = std::to_string(T);
   m.meta["rows"] = std::to_string(rows);
   m.meta["rows_per_record"] = std::to_string(R);
+  m.meta["tokens_dropped"] = std::to_string(dropped);
   m.meta["source"] = source;
 
   const ShardWriterOptions shard_opts = writer.options().shard;
@@ -274,6 +278,7 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   const int threads = resolve_threads(options.threads);
   ordered_parallel_for<PreparedRecord>(records, threads, static_cast<size_t>(threads) * 4, produce,
                                        [&](size_t k, PreparedRecord&& rec) {
+                                         check_cancel(options.cancel, writer, "pack tokens", out);
                                          writer.add_prepared(rec);
                                          progress.update(k + 1, writer.raw_bytes());
                                        });
@@ -281,6 +286,11 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   summary.input_bytes = T * elem;
   Manifest done = writer.finish();
   fill_summary(summary, done, writer);
+  summary.tokens_dropped = dropped;
+  if (dropped)
+    summary.notes.push_back("dropped the last " + std::to_string(dropped) + " of " + std::to_string(T) +
+                            " tokens: they make no full row of " + std::to_string(N + 1) + " (--seq-len " +
+                            std::to_string(N) + " + 1); manifest meta tokens_dropped");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;
 }
