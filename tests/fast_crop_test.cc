@@ -496,8 +496,9 @@ TEST(FastCropPack, ImageFolderDatasetsGiveIdenticalBatches) {
   EXPECT_EQ(ds->manifest().meta.at("fast_crop"), "1");
   for (uint64_t i = 0; i < ds->record_count(); ++i) {
     const Record r = ds->read(i);
-    EXPECT_TRUE(check_fast_crop_index(r.fields[0]).indexed) << i;
-    EXPECT_FALSE(jpeg_is_progressive(r.fields[0])) << i;
+    const auto image = r.fields[static_cast<size_t>(ds->schema().find("image"))];
+    EXPECT_TRUE(check_fast_crop_index(image).indexed) << i;
+    EXPECT_FALSE(jpeg_is_progressive(image)) << i;
   }
   EXPECT_EQ(Dataset::open(tmp.str("plain"))->manifest().meta.count("fast_crop"), 0u);
 
@@ -559,8 +560,9 @@ TEST(FastCropPack, WdsFastCropRewritesEverySample) {
   ImageDecoder dec;
   for (uint64_t i = 0; i < ds->record_count(); ++i) {
     const Record r = ds->read(i);
-    ASSERT_TRUE(check_fast_crop_index(r.fields[0]).indexed);
-    const std::vector<uint8_t> stored(r.fields[0].begin(), r.fields[0].end());
+    const auto image = r.fields[static_cast<size_t>(ds->schema().find("jpg"))];
+    ASSERT_TRUE(check_fast_crop_index(image).indexed);
+    const std::vector<uint8_t> stored(image.begin(), image.end());
     for (uint64_t seed = 0; seed < 10; ++seed) {
       expect_same_decode(dec, jpegs[i], stored, train_t(48, true), seed, "wds " + std::to_string(i));
     }

@@ -78,7 +78,15 @@ def clone_batches(loader, limit=None):
     """The loader's batches (at most `limit`), each tensor cloned so it outlives its slot."""
     out = []
     for b in loader:
-        out.append({k: v.clone() for k, v in b.items()})
+        out.append({k: v.clone() if hasattr(v, "clone") else v for k, v in b.items()})
         if limit is not None and len(out) == limit:
             break
     return out
+
+
+def same(x, y):
+    """Equal batch entries: tensors element-wise, lists of str/bytes (``__key__``, text) as lists."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return torch.equal(x, y)
+    return x == y
