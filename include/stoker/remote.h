@@ -217,6 +217,7 @@ class RemoteShard {
 
  private:
   RemoteShard() = default;
+  void load();
   std::shared_ptr<RemoteStore> store_;
   ShardEntry entry_;
   ShardHeader header_;

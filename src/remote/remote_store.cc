@@ -98,6 +98,21 @@ std::shared_ptr<const RemoteShard> RemoteShard::open(std::shared_ptr<RemoteStore
   r->store_ = std::move(store);
   r->entry_ = entry;
   r->options_ = options;
+  // Bytes that fail a checksum are fetched once more (something between us and the
+  // store may have served a bad copy), then reported.
+  try {
+    r->load();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kDataLoss) throw;
+    r->load();
+  }
+  return r;
+}
+
+void RemoteShard::load() {
+  RemoteShard* r = this;
+  const ShardEntry& entry = entry_;
+  const ShardReaderOptions& options = options_;
   const std::string where = r->store_->object_url(entry.name);
   const std::string what = "shard " + entry.name;
   const uint64_t size = entry.file_size;
@@ -128,15 +143,16 @@ std::shared_ptr<const RemoteShard> RemoteShard::open(std::shared_ptr<RemoteStore
   if (t.index_crc != entry.index_crc)
     throw_error(ErrorCode::kDataLoss, where + ": index checksum differs from the manifest's (shard replaced?)");
   std::vector<uint8_t> index(t.index_size);
-  r->store_->read(entry.name, t.index_offset, index, what);
-  if (crc32c(index.data(), index.size()) != t.index_crc)
-    throw_error(ErrorCode::kDataLoss, where + ": index: checksum mismatch");
+  for (int round = 0;; ++round) {
+    r->store_->read(entry.name, t.index_offset, index, what);
+    if (crc32c(index.data(), index.size()) == t.index_crc) break;
+    if (round == 1) throw_error(ErrorCode::kDataLoss, where + ": index: checksum mismatch (fetched twice)");
+  }
   r->locations_ = internal::decode_index(index, r->header_.schema, t.record_count, header_size, t.index_offset,
                                          r->header_.align, options.max_record_bytes, where);
   if (r->locations_.size() != entry.records)
     throw_error(ErrorCode::kDataLoss, where + ": shard has " + std::to_string(r->locations_.size()) +
                                           " records, the manifest says " + std::to_string(entry.records));
-  return r;
 }
 
 std::vector<Record> RemoteShard::read_records(std::span<const uint64_t> indices) const {
