@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/diagnose.h"
 #include "stoker/shard.h"
 
 namespace stoker {
@@ -138,6 +139,11 @@ struct CacheOptions {
   uint64_t limit = 0;       ///< bytes of shard files (and downloads) kept at most; > 0
   unsigned prefetch = 4;    ///< shards fetched ahead of the last acquire (0 = none)
   unsigned fetch_threads = 2;  ///< shards downloading at once in the background (1..64)
+  /// fdatasync each shard before it is renamed into place, so that after a power loss
+  /// no file under a shard's name holds unwritten blocks. Off: the fill runs at page
+  /// cache speed instead of the disk's durable-write speed, and a machine crash (not a
+  /// process kill: that is safe either way) may leave a shard that must be removed.
+  bool fsync = true;
   /// How long acquire() waits for room (other pins) before kResourceExhausted.
   std::chrono::milliseconds wait_for_room{120000};
 };
@@ -224,5 +230,17 @@ class RemoteShard {
   std::vector<RecordLocation> locations_;
   ShardReaderOptions options_;
 };
+
+// ---- doctor -----------------------------------------------------------------------
+
+/// `stoker doctor --dataset URL`: three checks on a remote dataset, in order:
+///  - remote_reachable: the MANIFEST arrives and parses (reading: shards, bytes, time);
+///  - remote_latency: median time of small ranged GETs on a warm connection (what each
+///    record costs when read by ranged GET instead of through the cache);
+///  - remote_bandwidth: parallel ranged GETs over up to `probe_bytes` of the shards
+///    (what a cold epoch can be fed at, at most).
+/// Never throws for network trouble: a failure is a kFail check naming it.
+std::vector<Check> check_remote_dataset(const std::string& url, uint64_t probe_bytes = 128ull << 20,
+                                        RemoteOptions options = {});
 
 }  // namespace stoker

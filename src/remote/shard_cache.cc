@@ -226,7 +226,7 @@ struct ShardCache::Impl {
       VerifyReport rep = verify_shard(part, &e);
       if (rep.ok()) {
         // Durable before it is visible under the shard's name.
-        if (::fdatasync(fd.get()) != 0) throw errno_error("fdatasync " + part, errno);
+        if (o.fsync && ::fdatasync(fd.get()) != 0) throw errno_error("fdatasync " + part, errno);
         if (::rename(part.c_str(), final_path.c_str()) != 0) throw errno_error("rename " + part, errno);
         cleanup.armed = false;
         return true;
