@@ -49,24 +49,6 @@ bool retryable_curl(CURLcode rc) {
 
 bool retryable_status(long s) { return s == 408 || s == 429 || (s >= 500 && s <= 599); }
 
-// The <Code> and <Message> of an S3 XML error, or the first line of any other body.
-// Only these two: other elements of S3 errors echo the access key and the string signed.
-std::string summarize_body(const std::string& body) {
-  auto tag = [&](const char* name) -> std::string {
-    const std::string open = std::string("<") + name + ">", close = std::string("</") + name + ">";
-    size_t a = body.find(open);
-    if (a == std::string::npos) return "";
-    a += open.size();
-    size_t b = body.find(close, a);
-    return b == std::string::npos ? "" : body.substr(a, std::min<size_t>(b - a, 200));
-  };
-  std::string code = tag("Code"), msg = tag("Message");
-  if (!code.empty()) return code + (msg.empty() ? "" : ": " + msg);
-  if (body.find('<') != std::string::npos) return "";  // an HTML page says nothing useful
-  std::string line = body.substr(0, body.find('\n'));
-  return line.substr(0, 200);
-}
-
 struct Transfer {
   Part* part = nullptr;
   CURL* easy = nullptr;
@@ -91,12 +73,10 @@ struct Transfer {
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t len = size * n;
-  std::string line(data, len);
-  if (line.size() > 14 && strncasecmp(line.c_str(), "content-range:", 14) == 0) {
-    size_t b = line.find("bytes");
-    if (b != std::string::npos) t->range_start = std::strtoll(line.c_str() + b + 5, nullptr, 10);
-  }
+  const std::string_view line(data, len);
   if (line.rfind("HTTP/", 0) == 0) t->range_start = -1;  // a new response (after a 100 or a redirect)
+  const int64_t start = content_range_start(line);
+  if (start >= 0) t->range_start = start;
   return len;
 }
 
@@ -174,6 +154,34 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
 }
 
 }  // namespace
+
+std::string summarize_error_body(const std::string& body) {
+  auto tag = [&](const char* name) -> std::string {
+    const std::string open = std::string("<") + name + ">", close = std::string("</") + name + ">";
+    size_t a = body.find(open);
+    if (a == std::string::npos) return "";
+    a += open.size();
+    size_t b = body.find(close, a);
+    return b == std::string::npos ? "" : body.substr(a, std::min<size_t>(b - a, 200));
+  };
+  std::string code = tag("Code"), msg = tag("Message");
+  if (!code.empty()) return code + (msg.empty() ? "" : ": " + msg);
+  if (body.find('<') != std::string::npos) return "";  // an HTML page says nothing useful
+  std::string line = body.substr(0, body.find('\n'));
+  return line.substr(0, 200);
+}
+
+int64_t content_range_start(std::string_view line) {
+  if (line.size() < 14 || strncasecmp(line.data(), "content-range:", 14) != 0) return -1;
+  const size_t b = line.find("bytes", 14);
+  if (b == std::string_view::npos) return -1;
+  size_t i = b + 5;
+  while (i < line.size() && line[i] == ' ') ++i;
+  int64_t v = 0;
+  size_t digits = 0;
+  for (; i < line.size() && line[i] >= '0' && line[i] <= '9' && digits < 18; ++i, ++digits) v = v * 10 + (line[i] - '0');
+  return digits && i < line.size() && line[i] == '-' ? v : -1;
+}
 
 struct Fetcher::Share {
   CURLSH* sh = nullptr;
@@ -367,7 +375,7 @@ void Fetcher::run(std::vector<Part>& parts) {
         }
         why = "body cut at " + std::to_string(t->got) + " of " + std::to_string(p.length) + " bytes";
       } else {
-        std::string detail = summarize_body(t->err_body);
+        std::string detail = summarize_error_body(t->err_body);
         why = "HTTP " + std::to_string(status) + (detail.empty() ? "" : " (" + detail + ")");
         if (!retryable_status(status)) fail(t, why, status);
       }

@@ -1,6 +1,7 @@
 // Dataset locations: http(s):// URLs and s3:// buckets with their AWS configuration.
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "remote/remote_internal.h"
@@ -38,26 +39,11 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-// Key/value pairs of one section of an AWS ini file ("" when absent or unreadable).
+// Key/value pairs of one section of an AWS ini file (empty when absent or unreadable).
 std::map<std::string, std::string> ini_section(const std::string& path, const std::string& section) {
-  std::map<std::string, std::string> out;
   std::ifstream in(path);
-  std::string line, current;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    line = trim(line);
-    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
-    if (line.front() == '[' && line.back() == ']') {
-      current = trim(line.substr(1, line.size() - 2));
-      inside = current == section;
-      continue;
-    }
-    if (!inside) continue;
-    size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
-  }
-  return out;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_ini_section(text, section);
 }
 
 // Percent-encodes an S3 key prefix, keeping '/' as the separator.
@@ -83,6 +69,28 @@ std::string strip_slashes(std::string s) {
 
 }  // namespace
 
+std::map<std::string, std::string> parse_ini_section(std::string_view text, const std::string& section) {
+  std::map<std::string, std::string> out;
+  bool inside = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string line = trim(std::string(text.substr(pos, nl - pos)));
+    pos = nl + 1;
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      inside = trim(line.substr(1, line.size() - 2)) == section;
+      continue;
+    }
+    if (!inside) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  return out;
+}
+
 Location parse_location(const std::string& url, const std::string& profile_opt) {
   Location loc;
   if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
@@ -94,6 +102,15 @@ Location parse_location(const std::string& url, const std::string& profile_opt) 
                   "remote dataset " + redact_url(url) + ": a dataset URL names a directory; no query or fragment");
     loc.base = strip_slashes(url);
     loc.display = redact_url(loc.base);
+    // A password in the URL's userinfo is a secret like any other: kept out of messages
+    // even where curl might echo it.
+    const size_t end = url.find('/', host);
+    const size_t at = url.rfind('@', end == std::string::npos ? url.size() : end);
+    if (at != std::string::npos && at > host) {
+      const std::string userinfo = url.substr(host, at - host);
+      const size_t colon = userinfo.find(':');
+      if (colon != std::string::npos) loc.secret = userinfo.substr(colon + 1);
+    }
     return loc;
   }
   if (url.rfind("s3://", 0) != 0)

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <string_view>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +28,18 @@ struct Location {
 /// Parses http(s):// or s3:// (credentials, region and endpoint from the environment and
 /// ~/.aws files, profile `profile` or $AWS_PROFILE or "default"). kInvalidArgument.
 Location parse_location(const std::string& url, const std::string& profile);
+
+/// Key/value pairs of section `section` of an AWS ini text (credentials/config file).
+std::map<std::string, std::string> parse_ini_section(std::string_view text, const std::string& section);
+
+/// The <Code> and <Message> of an S3 XML error body, or the first line of a plain-text
+/// one, at most ~400 bytes; "" for HTML. Never other elements: S3 echoes the access key
+/// and the string it signed in them.
+std::string summarize_error_body(const std::string& body);
+
+/// First byte of a "Content-Range: bytes A-B/N" header line; -1 when the line is not
+/// one or does not parse.
+int64_t content_range_start(std::string_view line);
 
 /// Replaces every occurrence of the location's secrets in `text` with "***".
 std::string redact_secrets(const Location& loc, std::string text);
