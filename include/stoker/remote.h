@@ -39,6 +39,10 @@
 //    for a global shuffle whose working set the cache cannot hold. Every record's CRC
 //    is checked before it is returned; a mismatch is fetched again once, then kDataLoss.
 //
+//    The limit counts the files of one dataset's cache directory (<dir>/<key>); each
+//    dataset kept under one `dir` has its own limit. An evicted file's blocks are freed
+//    when its last descriptor closes: close a shard's descriptors before its Pin goes.
+//
 // Loader integration: the loader opens a ShardCache, tells it the shard sequence of the
 // epoch (prefetch(), a pure function of seed and epoch), opens Dataset on local_dir()
 // (its MANIFEST is the remote one) and wraps each shard's reads in acquire(s): the Pin
