@@ -4,6 +4,8 @@
 //           (parallel ranged GETs, CRC check of every record, rename, then the read);
 //   warm  - the same again: every shard in place;
 //   local - the same files read directly, no cache API (the baseline).
+//   local O_DIRECT - the same files read with O_DIRECT, as the loader reads local
+//           shards: what the storage gives when the dataset is not in the page cache;
 //   wire  - the shards fetched into memory by the same parallel ranged GETs, nothing
 //           written or checked: what the server and the network give.
 // Ratios are per round; the median is reported. Reads go through the page cache in
@@ -20,6 +22,7 @@
 
 #include "cli.h"
 #include "stoker/error.h"
+#include "stoker/io.h"
 #include "stoker/remote.h"
 #include "util/unique_fd.h"
 
@@ -39,6 +42,22 @@ uint64_t read_whole(const std::string& path, std::vector<uint8_t>& buf) {
     if (n < 0) throw errno_error("read " + path, errno);
     if (n == 0) break;
     total += static_cast<uint64_t>(n);
+  }
+  return total;
+}
+
+// The same with O_DIRECT (how the loader reads local shards): the storage, not the page
+// cache. Returns 0 when the filesystem refuses O_DIRECT.
+uint64_t read_whole_direct(const std::string& path, uint8_t* buf, size_t size) {
+  internal::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+  if (!fd) return 0;
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t n = ::pread(fd.get(), buf, size, static_cast<off_t>(total));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return 0;
+    total += static_cast<uint64_t>(n);
+    if (static_cast<size_t>(n) < size) break;
   }
   return total;
 }
@@ -77,7 +96,9 @@ int bench_io_remote(const Args& args) {
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
   std::vector<uint8_t> buf(4u << 20);
   const double total = static_cast<double>(m.total_bytes());
-  std::vector<double> cold_r, warm_r, local_r, wire_r, cold_ratio, warm_ratio, cold_wire, fetch_r;
+  std::vector<double> cold_r, warm_r, local_r, wire_r, direct_r, cold_ratio, warm_ratio, cold_wire, cold_direct,
+      fetch_r;
+  IoBuffer direct_buf = IoBuffer::aligned(4u << 20);
   uint64_t max_shard = 0;
   for (const ShardEntry& e : m.shards) max_shard = std::max(max_shard, e.file_size);
   std::vector<std::vector<uint8_t>> wire_bufs(std::max(1u, co.fetch_threads), std::vector<uint8_t>(max_shard));
@@ -116,6 +137,16 @@ int bench_io_remote(const Args& args) {
       store->read_many(ranges);
     }
     const double wire = std::chrono::duration<double>(Clock::now() - w0).count();
+    const auto d0 = Clock::now();
+    uint64_t direct_bytes = 0;
+    for (size_t s : order)
+      direct_bytes += read_whole_direct((local_dir.empty() ? cache->local_dir() : local_dir) + "/" + m.shards[s].name,
+                                        direct_buf.data(), direct_buf.size());
+    const double direct = std::chrono::duration<double>(Clock::now() - d0).count();
+    if (direct_bytes == m.total_bytes()) {
+      direct_r.push_back(total / direct);
+      cold_direct.push_back(direct / cold);
+    }
     wire_r.push_back(total / wire);
     cold_wire.push_back(wire / cold);
     cold_r.push_back(total / cold);
@@ -138,6 +169,10 @@ int bench_io_remote(const Args& args) {
               last.hit_rate());
   std::printf("local %.1f MB/s\n", median(local_r) / 1e6);
   std::printf("wire  %.1f MB/s  (cold is %.3f of it)\n", median(wire_r) / 1e6, median(cold_wire));
+  if (!direct_r.empty())
+    std::printf("local O_DIRECT %.1f MB/s  (cold is %.3f of it)\n", median(direct_r) / 1e6, median(cold_direct));
+  else
+    std::printf("local O_DIRECT: refused by the filesystem\n");
   std::printf("requests %llu, retries %llu, %s fetched, %u connections, part %s, window %u shards, fsync %s\n",
               static_cast<unsigned long long>(rs.requests), static_cast<unsigned long long>(rs.retries),
               format_bytes(static_cast<double>(rs.bytes_fetched)).c_str(), ro.connections,
@@ -155,6 +190,8 @@ int bench_io_remote(const Args& args) {
                               {"fetch_bytes_per_s", median(fetch_r)},
                               {"wire_bytes_per_s", median(wire_r)},
                               {"cold_over_wire", median(cold_wire)},
+                              {"local_direct_bytes_per_s", median(direct_r)},
+                              {"cold_over_local_direct", median(cold_direct)},
                               {"requests", rs.requests},
                               {"retries", rs.retries},
                               {"hit_rate", last.hit_rate()}};
