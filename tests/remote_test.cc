@@ -477,6 +477,21 @@ TEST_F(RemoteHttp, AStalledBodyTimesOutAndIsRetried) {
   EXPECT_GE(store->stats().retries, 1u);
 }
 
+TEST_F(RemoteHttp, SlowAndRateLimitedBodiesArriveWhole) {
+  Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--slow", "--rate", "2000000"}));
+  CacheOptions co;
+  co.dir = cache_.str();
+  co.limit = 1ull << 30;
+  co.prefetch = 1;
+  auto cache = ShardCache::open(RemoteStore::open(proxy.url(), fast_options()), co);
+  for (size_t s : {0, 5}) {
+    auto pin = cache->acquire(s);
+    EXPECT_EQ(testing::read_file(pin.path()), testing::read_file(local(s))) << s;
+  }
+  EXPECT_EQ(cache->stats().remote.retries, 0u) << "a slow body is not a fault";
+}
+
 TEST_F(RemoteHttp, ACorruptShardIsFetchedAgainOnceThenReported) {
   {
     Proxy proxy;
