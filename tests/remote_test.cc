@@ -230,7 +230,8 @@ uint64_t dir_bytes(const std::string& dir) {
     if (!e.is_regular_file(ec)) continue;
     const std::string name = e.path().filename().string();
     if (name == kManifestName || name[0] == '.') continue;
-    n += e.file_size(ec);
+    const uint64_t size = e.file_size(ec);
+    if (!ec) n += size;  // a file evicted between listing and stat counts nothing
   }
   return n;
 }
@@ -553,6 +554,40 @@ TEST_F(RemoteHttp, PersistentFaultsAreNamedWithURLShardAndStatus) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
     EXPECT_NE(std::string(e.what()).find("HTTP 404"), std::string::npos) << e.what();
+  }
+}
+
+// Requests the proxy saw for `path` (its /__stats, fetched with our own client).
+int proxy_requests(const Proxy& proxy, const std::string& path) {
+  const std::string stats = RemoteStore::open(proxy.url(""), fast_options())->get("__stats");
+  const std::string key = "\"" + path + "\": ";
+  const size_t at = stats.find(key);
+  return at == std::string::npos ? 0 : std::atoi(stats.c_str() + at + key.size());
+}
+
+TEST_F(RemoteHttp, AFailedPrefetchIsReportedByAcquireAndNotAskedAgainAndAgain) {
+  Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--always", "503"}));
+  RemoteOptions o = fast_options();
+  o.max_attempts = 2;
+  CacheOptions co;
+  co.dir = cache_.str();
+  co.limit = 1ull << 30;
+  co.prefetch = 3;
+  auto cache = ShardCache::open(RemoteStore::open(proxy.url(), o), co);
+  cache->prefetch({0, 1, 2});
+  const std::string path = "/ds/" + manifest_.shards[1].name;
+  for (int i = 0; i < 300 && proxy_requests(proxy, path) < 2; ++i) std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(300ms);
+  const int settled = proxy_requests(proxy, path);
+  EXPECT_GE(settled, 2);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(proxy_requests(proxy, path), settled) << "the workers keep asking for a shard that fails";
+  try {
+    cache->acquire(1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HTTP 503"), std::string::npos) << e.what();
   }
 }
 

@@ -85,6 +85,7 @@ struct ShardCache::Impl {
   size_t cursor = 0;
   std::map<size_t, std::shared_ptr<Held>> window;
   std::set<size_t> fetching;
+  std::set<size_t> failed;  // prefetch gave up: left to acquire(), which reports why
   bool stop = false;
   std::vector<std::thread> workers;
 
@@ -283,7 +284,7 @@ struct ShardCache::Impl {
       size_t target = SIZE_MAX;
       for (size_t p = cursor; p < order.size() && p < cursor + window_shards; ++p) {
         const size_t s = order[p];
-        if (!window.count(s) && !fetching.count(s)) {
+        if (!window.count(s) && !fetching.count(s) && !failed.count(s)) {
           target = s;
           break;
         }
@@ -295,14 +296,17 @@ struct ShardCache::Impl {
       fetching.insert(target);
       lock.unlock();
       std::shared_ptr<Held> h;
-      bool hit = false;
+      bool hit = false, gave_up = false;
       try {
         h = obtain(target, false, &hit);
       } catch (const std::exception&) {
-        // acquire() fetches it again on the caller's thread and reports the error there.
+        // acquire() fetches it again on the caller's thread and reports the error there;
+        // the workers do not ask again (each try already retried as the options say).
+        gave_up = true;
       }
       lock.lock();
       fetching.erase(target);
+      if (gave_up) failed.insert(target);
       if (h) {
         window[target] = std::move(h);
         prune_window_locked();
@@ -388,6 +392,7 @@ void ShardCache::prefetch(std::vector<size_t> order) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->order = std::move(order);
   impl_->cursor = 0;
+  impl_->failed.clear();
   impl_->prune_window_locked();
   impl_->cv.notify_all();
 }
@@ -414,6 +419,7 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
       hit = true;
     }
     I.prune_window_locked();
+    I.failed.erase(s);
     I.cv.notify_all();
     if (!h) I.fetching.insert(s);
   }
