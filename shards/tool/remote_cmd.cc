@@ -43,7 +43,7 @@ RemoteOptions remote_options(const ArgParser& p) {
 // local command runs; problems name the URL of the shard.
 int verify_remote(const Args& args) {
   ArgParser p(args, {"quiet"});
-  p.check_known({"quiet", "connections", "part", "profile", "tmp-dir"});
+  p.check_known({"quiet", "threads", "connections", "part", "profile", "tmp-dir"});
   const bool tty = ::isatty(2) && !p.flag("quiet");
   size_t problems = 0;
   uint64_t records = 0, shards = 0, bytes = 0;
@@ -51,6 +51,15 @@ int verify_remote(const Args& args) {
   std::string tmp_dir = p.get_or("tmp-dir", "");
   if (tmp_dir.empty()) tmp_dir = fs::temp_directory_path().string();
   for (const std::string& url : p.positional()) {
+    if (!is_remote_url(url)) {  // a local path among URLs: the local check
+      VerifyReport r = verify_path(url, static_cast<unsigned>(p.get_int("threads", 0)));
+      for (const auto& pr : r.problems) std::cout << "FAIL " << pr.to_string() << "\n";
+      problems += r.problems.size();
+      records += r.records;
+      shards += r.shards;
+      bytes += r.bytes;
+      continue;
+    }
     auto store = RemoteStore::open(url, remote_options(p));
     Manifest m;
     try {
