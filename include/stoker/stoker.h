@@ -11,5 +11,6 @@
 #include "stoker/loader.h"
 #include "stoker/order.h"
 #include "stoker/pack.h"
+#include "stoker/remote.h"
 #include "stoker/shard.h"
 #include "stoker/verify.h"

@@ -51,6 +51,11 @@ uint64_t parse_size(const std::string& text);
 /// Human-readable byte count ("85.3 KiB").
 std::string format_bytes(double bytes);
 
+/// The remote forms of verify, inspect, bench io and doctor (remote_cmd.cc): runs the
+/// command when `words` is one of them and it names an http(s):// or s3:// dataset;
+/// nullopt otherwise (the local command runs).
+std::optional<int> run_remote(const std::string& words, const Args& args);
+
 }  // namespace stoker::cli
 
 #define STOKER_CLI_CONCAT2(a, b) a##b

@@ -184,6 +184,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (auto rc = run_remote(best->words, rest)) return *rc;
     return best->run(rest);
   } catch (const stoker::Error& e) {
     std::cerr << "stoker: " << stoker::error_code_name(e.code()) << ": " << e.what() << "\n";

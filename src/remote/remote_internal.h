@@ -1,0 +1,93 @@
+// Private pieces of the remote layer (include/stoker/remote.h): where a dataset lives,
+// the credentials it is fetched with, and the curl multi fetch loop.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string_view>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "stoker/remote.h"
+
+namespace stoker::internal {
+
+/// A parsed dataset location. `base` + "/" + object name is the request URL.
+struct Location {
+  bool s3 = false;
+  std::string base;     ///< request prefix, no trailing '/'
+  std::string display;  ///< what errors print (redacted)
+  // s3:// only. Never printed: see redact_secrets().
+  std::string region, key_id, secret, token;
+};
+
+/// Parses http(s):// or s3:// (credentials, region and endpoint from the environment and
+/// ~/.aws files, profile `profile` or $AWS_PROFILE or "default"). kInvalidArgument.
+Location parse_location(const std::string& url, const std::string& profile);
+
+/// Key/value pairs of section `section` of an AWS ini text (credentials/config file).
+std::map<std::string, std::string> parse_ini_section(std::string_view text, const std::string& section);
+
+/// The <Code> and <Message> of an S3 XML error body, or the first line of a plain-text
+/// one, at most ~400 bytes; "" for HTML. Never other elements: S3 echoes the access key
+/// and the string it signed in them.
+std::string summarize_error_body(const std::string& body);
+
+/// First byte of a "Content-Range: bytes A-B/N" header line; -1 when the line is not
+/// one or does not parse.
+int64_t content_range_start(std::string_view line);
+
+/// Replaces every occurrence of the location's secrets in `text` with "***".
+std::string redact_secrets(const Location& loc, std::string text);
+
+/// One ranged GET: `length` bytes at `offset` of `url`, into `mem` or (when mem is null)
+/// into `fd` at the same offset. `whole` asks for the entire object into `out`.
+struct Part {
+  std::string url;     ///< full request URL (may hold userinfo: never printed)
+  std::string shown;   ///< printable URL
+  std::string what;    ///< "shard shard-00003.stk"
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint8_t* mem = nullptr;
+  int fd = -1;
+  bool whole = false;
+  std::string* out = nullptr;
+};
+
+/// The curl side: a share handle (connections, DNS, TLS sessions) reused across calls,
+/// counters, and run(), which fetches parts with up to `connections` in flight.
+class Fetcher {
+ public:
+  Fetcher(Location loc, RemoteOptions options);
+  ~Fetcher();
+  Fetcher(const Fetcher&) = delete;
+  Fetcher& operator=(const Fetcher&) = delete;
+
+  /// Fetches every part (retrying as the options say) or throws the first persistent
+  /// failure, with the others cancelled.
+  void run(std::vector<Part>& parts);
+  RemoteStats stats() const;
+  const Location& location() const noexcept { return loc_; }
+  const RemoteOptions& options() const noexcept { return options_; }
+
+  // Counters, updated by run() (public for its helpers).
+  void begin_request();
+  void end_request();
+  std::atomic<uint64_t> bytes{0}, requests{0}, retries{0}, failures{0};
+
+ private:
+  struct Share;
+  Location loc_;
+  RemoteOptions options_;
+  std::unique_ptr<Share> share_;
+  mutable std::mutex busy_mu_;
+  uint64_t inflight_ = 0;
+  std::chrono::steady_clock::time_point busy_since_;
+  double busy_s_ = 0;
+};
+
+}  // namespace stoker::internal

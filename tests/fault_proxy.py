@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""A fault-injecting HTTP proxy for the remote-dataset tests (loopback only).
+
+Forwards GETs (headers verbatim, Host included, so S3 signatures still verify) to
+--upstream and breaks responses on purpose:
+  --fail-first N --kinds K1,K2  the first N requests of each path get fault
+                                 K[i % len] in turn: 503, 429, reset (connection closed
+                                 before a status line), cut (half the body, then close),
+                                 stall (half the body, then silence for --stall-s)
+  --always KIND                  every request to a shard (*.stk) gets KIND
+  --corrupt-first N              the first N answers of each (path, Range) get one byte
+                                 flipped
+  --slow                         bodies trickle out in 16 KiB pieces, 2 ms apart
+  --rate B                       a token bucket of B bytes/s over all bodies
+Prints "PORT <n>" once listening on 127.0.0.1. GET /__stats answers a JSON object
+{path: requests} and POST-less GET /__reset clears it. Exits when stdin closes.
+"""
+import argparse
+import http.client
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+args = None
+lock = threading.Lock()
+seen = {}      # (path, range) -> requests so far
+per_path = {}  # path -> requests
+bucket = {"tokens": 0.0, "t": time.monotonic()}
+
+
+def take(n):
+    """Blocks until the token bucket grants n bytes."""
+    if not args.rate:
+        return
+    while True:
+        with lock:
+            now = time.monotonic()
+            bucket["tokens"] = min(args.rate * 0.1, bucket["tokens"] + (now - bucket["t"]) * args.rate)
+            bucket["t"] = now
+            if bucket["tokens"] >= n or bucket["tokens"] >= args.rate * 0.1:
+                bucket["tokens"] -= n
+                return
+            need = (n - bucket["tokens"]) / args.rate
+        time.sleep(min(need, 0.05))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def send_json(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        path = self.path.split("?")[0]
+        if path == "/__stats":
+            with lock:
+                return self.send_json(dict(per_path))
+        if path == "/__reset":
+            with lock:
+                seen.clear()
+                per_path.clear()
+            return self.send_json({})
+        key = (path, self.headers.get("Range", ""))
+        with lock:
+            n = seen.get(key, 0)
+            seen[key] = n + 1
+            per_path[path] = per_path.get(path, 0) + 1
+            n_path = per_path[path] - 1
+        fault = None
+        if args.always and path.endswith(".stk"):
+            fault = args.always
+        elif n_path < args.fail_first and args.kinds:
+            fault = args.kinds[n_path % len(args.kinds)]
+        corrupt = n < args.corrupt_first and path.endswith(".stk")
+
+        if fault == "reset":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if fault in ("503", "429", "500"):
+            body = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+            self.send_response(int(fault))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+
+        up = urlparse(args.upstream)
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+        conn.putrequest("GET", self.path, skip_host=True, skip_accept_encoding=True)
+        for k, v in self.headers.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        if corrupt and body and resp.status in (200, 206):
+            b = bytearray(body)
+            b[len(b) // 2] ^= 0xFF
+            body = bytes(b)
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if fault in ("cut", "stall"):
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            if fault == "stall":
+                time.sleep(args.stall_s)
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        piece = 16384 if (args.slow or args.rate) else len(body) or 1
+        for i in range(0, len(body), piece):
+            chunk = body[i : i + piece]
+            take(len(chunk))
+            self.wfile.write(chunk)
+            if args.slow:
+                time.sleep(0.002)
+
+
+def main():
+    global args
+    p = argparse.ArgumentParser()
+    p.add_argument("--upstream", required=True)
+    p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--kinds", type=lambda s: [k for k in s.split(",") if k], default=[])
+    p.add_argument("--always", default="")
+    p.add_argument("--corrupt-first", type=int, default=0)
+    p.add_argument("--slow", action="store_true")
+    p.add_argument("--rate", type=float, default=0)
+    p.add_argument("--stall-s", type=float, default=5)
+    args = p.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    print("PORT", srv.server_address[1], flush=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    # The test holds our stdin; when it goes (test done or crashed) we go too.
+    sys.stdin.read()
+    srv.shutdown()
+
+
+if __name__ == "__main__":
+    main()
