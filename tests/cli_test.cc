@@ -40,10 +40,16 @@ struct Result {
   std::string out, err;
 };
 
+// The tool built with this test; STOKER_TEST_TOOL runs the suite against another build.
+std::string tool() {
+  const char* e = std::getenv("STOKER_TEST_TOOL");
+  return e && *e ? e : STOKER_TOOL;
+}
+
 // Runs `stoker ARGS` (ARGS as shell words) and captures what it printed where.
 Result stoker(const std::string& args) {
   TempDir d;
-  const std::string cmd = std::string(STOKER_TOOL) + " " + args + " >" + d.str("out") + " 2>" + d.str("err") + " </dev/null";
+  const std::string cmd = tool() + " " + args + " >" + d.str("out") + " 2>" + d.str("err") + " </dev/null";
   const int status = std::system(cmd.c_str());
   Result r;
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -12,7 +12,7 @@ copy); a tensor keeps its memory alive until it is freed. See `Loader` for the o
 `stoker.transforms` for the image transforms and `pack_imagefolder` / `pack_tokens` to
 make datasets.
 
-The library's messages (a refused O_DIRECT, a fallback IO engine, skipped records) go
+The library's messages (a refused O_DIRECT, an IO engine falling back, ...) go
 to the `logging` logger "stoker": silence them with
 ``logging.getLogger("stoker").setLevel(logging.ERROR)``, or route them with handlers.
 STOKER_LOG=error|warn|info|debug (default warn) sets what the library emits at all.
