@@ -9,6 +9,7 @@ PYBIND11_MODULE(_stoker, m) {
   m.attr("has_cuda") = false;
 #endif
   stoker::python::init_errors(m);
+  stoker::python::init_log(m);
   stoker::python::init_image(m);
   stoker::python::init_dataset(m);
   stoker::python::init_loader(m);

@@ -11,7 +11,15 @@ Batches are torch tensors that view the loader's batch memory directly (DLPack, 
 copy); a tensor keeps its memory alive until it is freed. See `Loader` for the options,
 `stoker.transforms` for the image transforms and `pack_imagefolder` / `pack_tokens` to
 make datasets.
+
+The library's messages (a refused O_DIRECT, an IO engine falling back, ...) go
+to the `logging` logger "stoker": silence them with
+``logging.getLogger("stoker").setLevel(logging.ERROR)``, or route them with handlers.
+STOKER_LOG=error|warn|info|debug (default warn) sets what the library emits at all.
 """
+
+import atexit as _atexit
+import logging as _logging
 
 from . import _stoker
 from ._stoker import (  # noqa: F401  (re-exported)
@@ -41,6 +49,20 @@ from .transforms import CenterCrop, Follow, RandomResizedCrop  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
 
 __version__ = "0.1.0"
+
+#: The logger the library's messages go to.
+logger = _logging.getLogger("stoker")
+_LOG_LEVELS = (_logging.ERROR, _logging.WARNING, _logging.INFO, _logging.DEBUG)
+
+
+def _log_record(level, message):
+    logger.log(_LOG_LEVELS[level], message)
+
+
+_stoker._route_log(_log_record)
+# Before the interpreter goes: queued messages are flushed, the library's stderr sink
+# is back for threads still running.
+_atexit.register(_stoker._unroute_log)
 
 #: True when the native library was built with CUDA (device="cuda" needs it).
 has_cuda = bool(_stoker.has_cuda)

@@ -1,6 +1,7 @@
 // `stoker doctor`: the platform checks a careful SRE runs on a GPU node, each with its
 // reading, what it means and the decision (library: include/stoker/diagnose.h).
 #include <cstdio>
+#include <memory>
 
 #include "cli.h"
 #include "stoker/diagnose.h"
@@ -9,22 +10,21 @@
 namespace stoker::cli {
 namespace {
 
-int doctor_cmd(const Args& args) {
-  ArgParser p(args, {"json"});
-  p.check_known({"json", "device", "dataset", "root", "threads", "pinned", "probe"});
-  if (!p.positional().empty())
-    throw_error(ErrorCode::kInvalidArgument, "usage: stoker doctor [--device N] [--dataset PATH] [--json] [--root DIR]");
+struct DoctorArgs {
   DoctorOptions o;
-  o.root = p.get_or("root", "/");
-  o.dataset = p.get("dataset");
-  o.device = static_cast<int>(p.get_int("device", -1));
-  const int64_t threads = p.get_int("threads", 0);
-  if (threads < 0 || threads > 4096) throw_error(ErrorCode::kInvalidArgument, "--threads must be 0..4096");
-  o.threads = static_cast<unsigned>(threads);
-  if (auto v = p.get("pinned")) o.pinned_bytes = parse_size(*v);
-  if (auto v = p.get("probe")) o.probe_bytes = parse_size(*v);
+  std::string dataset, pinned, probe;
+  int64_t threads = 0;
+  bool json = false;
+};
+
+int doctor_cmd(const DoctorArgs& a) {
+  DoctorOptions o = a.o;
+  if (!a.dataset.empty()) o.dataset = a.dataset;
+  o.threads = static_cast<unsigned>(a.threads);
+  if (!a.pinned.empty()) o.pinned_bytes = parse_size(a.pinned);
+  if (!a.probe.empty()) o.probe_bytes = parse_size(a.probe);
   const DoctorReport r = run_doctor(o);
-  if (p.flag("json")) {
+  if (a.json) {
     std::printf("%s\n", r.to_json().c_str());
   } else {
     std::printf("%s", r.to_text().c_str());
@@ -38,11 +38,27 @@ int doctor_cmd(const Args& args) {
   return r.failed() ? 1 : 0;
 }
 
+void setup(CLI::App& tool) {
+  auto a = std::make_shared<DoctorArgs>();
+  a->o.root = "/";
+  a->o.device = -1;
+  CLI::App* c = tool.add_subcommand(
+      "doctor",
+      "Platform checks for a fast feed (io_uring, O_DIRECT, governor, quota, NUMA, PCIe, memlock, memory, GPU "
+      "clocks, read probe); exit 1 when one fails.");
+  c->add_option("--device", a->o.device, "NVIDIA GPU to check (-1: LOCAL_RANK, else 0)")->capture_default_str();
+  c->add_option("--dataset", a->dataset, "dataset whose storage the read probe measures");
+  c->add_option("--threads", a->threads, "decode threads planned (0: the CPUs allowed)")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_option("--pinned", a->pinned, "host memory the loader pins (default: the defaults' estimate)")->check(byte_size());
+  c->add_option("--probe", a->probe, "bytes the read probe reads at most (default 128MiB)")->check(byte_size());
+  c->add_flag("--json", a->json, "one JSON object instead of text");
+  c->add_option("--root", a->o.root, "directory standing for / when reading /proc and /sys")->capture_default_str();
+  on_run(c, [a] { return doctor_cmd(*a); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("doctor", "[--device N] [--dataset PATH] [--threads T] [--pinned BYTES] [--probe BYTES] [--json] [--root DIR]",
-               "Platform checks for a fast feed (io_uring, O_DIRECT, governor, quota, NUMA, PCIe, memlock, memory, "
-               "GPU clocks, read probe); exit 1 when one fails.",
-               doctor_cmd);
+STOKER_COMMAND("doctor", setup);
 
 }  // namespace stoker::cli

@@ -11,31 +11,10 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
+#include "util/json.h"
 
 namespace stoker::cli {
 namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 struct Facts {
   std::string path, kind;
@@ -57,12 +36,9 @@ void add_shard(Facts& f, const ShardReader& r) {
   ++f.shards;
 }
 
-int inspect_cmd(const Args& args) {
-  ArgParser p(args, {"json"});
-  p.check_known({"json"});
-  if (p.positional().size() != 1) throw_error(ErrorCode::kInvalidArgument, "usage: stoker inspect PATH [--json]");
+int inspect_cmd(const std::string& path, bool json) {
   Facts f;
-  f.path = p.positional()[0];
+  f.path = path;
   struct stat st;
   if (::stat(f.path.c_str(), &st) != 0) throw errno_error("stat " + f.path, errno);
   if (S_ISDIR(st.st_mode)) {
@@ -82,36 +58,35 @@ int inspect_cmd(const Args& args) {
   const double mean = f.records ? static_cast<double>(f.stored) / static_cast<double>(f.records) : 0.0;
   const double mean_raw = f.records ? static_cast<double>(f.raw) / static_cast<double>(f.records) : 0.0;
 
-  if (p.flag("json")) {
-    std::string o = "{";
-    o += "\"path\":" + json_string(f.path) + ",\"kind\":" + json_string(f.kind);
-    o += ",\"schema\":" + json_string(f.schema.to_string()) + ",\"fields\":[";
-    for (size_t i = 0; i < f.schema.fields.size(); ++i) {
-      const Field& fl = f.schema.fields[i];
-      if (i) o += ",";
-      o += "{\"name\":" + json_string(fl.name) + ",\"kind\":" + json_string(field_kind_name(fl.kind));
-      if (fl.kind == FieldKind::kTokens)
-        o += ",\"dtype\":" + json_string(dtype_name(fl.dtype)) + ",\"seq_len\":" + std::to_string(fl.seq_len);
-      o += "}";
+  if (json) {
+    internal::Json fields = internal::Json::array();
+    for (const Field& fl : f.schema.fields) {
+      internal::Json x = {{"name", fl.name}, {"kind", field_kind_name(fl.kind)}};
+      if (fl.kind == FieldKind::kTokens) {
+        x["dtype"] = dtype_name(fl.dtype);
+        x["seq_len"] = fl.seq_len;
+      }
+      fields.push_back(std::move(x));
     }
-    o += "],\"shards\":" + std::to_string(f.shards) + ",\"records\":" + std::to_string(f.records) +
-         ",\"bytes\":" + std::to_string(f.bytes) + ",\"raw_bytes\":" + std::to_string(f.raw) +
-         ",\"stored_bytes\":" + std::to_string(f.stored) +
-         ",\"compressed_records\":" + std::to_string(f.compressed_records);
-    char buf[128];
-    std::snprintf(buf, sizeof buf, ",\"compression_ratio\":%.4f,\"mean_record_bytes\":%.1f,\"mean_raw_record_bytes\":%.1f",
-                  ratio, mean, mean_raw);
-    o += buf;
-    o += ",\"classes\":" + std::to_string(f.class_names.size()) + ",\"class_names\":[";
-    for (size_t i = 0; i < f.class_names.size(); ++i) o += (i ? "," : "") + json_string(f.class_names[i]);
-    o += "],\"meta\":{";
-    bool first = true;
-    for (auto& [k, v] : f.meta) {
-      o += (first ? "" : ",") + json_string(k) + ":" + json_string(v);
-      first = false;
-    }
-    o += "}}";
-    std::cout << o << "\n";
+    internal::Json meta = internal::Json::object();
+    for (auto& [k, v] : f.meta) meta[k] = v;
+    const internal::Json o = {{"path", f.path},
+                              {"kind", f.kind},
+                              {"schema", f.schema.to_string()},
+                              {"fields", std::move(fields)},
+                              {"shards", f.shards},
+                              {"records", f.records},
+                              {"bytes", f.bytes},
+                              {"raw_bytes", f.raw},
+                              {"stored_bytes", f.stored},
+                              {"compressed_records", f.compressed_records},
+                              {"compression_ratio", internal::figure(ratio)},
+                              {"mean_record_bytes", internal::figure(mean)},
+                              {"mean_raw_record_bytes", internal::figure(mean_raw)},
+                              {"classes", f.class_names.size()},
+                              {"class_names", f.class_names},
+                              {"meta", std::move(meta)}};
+    std::cout << internal::json_text(o) << "\n";
     return 0;
   }
   std::printf("%-10s %s (%s)\n", "path", f.path.c_str(), f.kind.c_str());
@@ -133,9 +108,17 @@ int inspect_cmd(const Args& args) {
   return 0;
 }
 
+void setup(CLI::App& tool) {
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* c = tool.add_subcommand("inspect", "Show a dataset's (or shard's) schema, counts, sizes and compression ratio.");
+  c->add_option("PATH", *path, "dataset directory or shard file")->required();
+  c->add_flag("--json", *json, "one JSON object instead of text");
+  on_run(c, [path, json] { return inspect_cmd(*path, *json); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("inspect", "PATH [--json]",
-               "Show a dataset's (or shard's) schema, counts, sizes and compression ratio.", inspect_cmd);
+STOKER_COMMAND("inspect", setup);
 
 }  // namespace stoker::cli

@@ -1,101 +1,108 @@
-#include <cstdio>
-#include <cstdlib>
-#include <iostream>
-#include <sstream>
+// main() of the `stoker` tool: builds the CLI11 app from the registered commands, parses,
+// and maps every outcome to the exit codes cli.h promises.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "cli.h"
 #include "stoker/error.h"
 
-namespace stoker::cli {
+#ifndef STOKER_VERSION
+#error "STOKER_VERSION is set by CMake from the project version"
+#endif
 
-static std::vector<Command>& registry() {
-  static std::vector<Command> r;
+namespace stoker::cli {
+namespace {
+
+std::vector<std::pair<std::string, Setup>>& registry() {
+  static std::vector<std::pair<std::string, Setup>> r;
   return r;
 }
 
-bool register_command(Command c) {
-  registry().push_back(std::move(c));
+std::map<const CLI::App*, Run>& runs() {
+  static std::map<const CLI::App*, Run> r;
+  return r;
+}
+
+// "stoker pack imagefolder": the words that reach `app`.
+std::string words(const CLI::App* app) {
+  std::string w;
+  for (const CLI::App* a = app; a; a = a->get_parent()) w = a->get_name() + (w.empty() ? "" : " " + w);
+  return w;
+}
+
+// The deepest command given: the tool, a group, or a command.
+CLI::App* given(CLI::App& tool) {
+  CLI::App* app = &tool;
+  for (;;) {
+    auto subs = app->get_subcommands();
+    if (subs.empty()) return app;
+    app = subs.front();
+  }
+}
+
+std::string kinds(const CLI::App* app) {
+  std::string k;
+  for (const CLI::App* s : app->get_subcommands([](const CLI::App*) { return true; }))
+    k += (k.empty() ? "" : ", ") + s->get_name();
+  return k;
+}
+
+int usage_error(const CLI::App* app, const std::string& message) {
+  std::cerr << words(app) << ": " << message << "\nRun '" << words(app) << " --help' for usage.\n";
+  return 2;
+}
+
+// Arguments no command took: the first one decides the message.
+int leftover_error(const CLI::App* app, const std::vector<std::string>& left) {
+  const std::string& a = left.front();
+  if (a.size() > 1 && a[0] == '-') return usage_error(app, "unknown option " + a.substr(0, a.find('=')));
+  if (!app->get_parent()) return usage_error(app, "unknown command '" + a + "' (commands: " + kinds(app) + ")");
+  if (!app->get_subcommands([](const CLI::App*) { return true; }).empty())
+    return usage_error(app, "unknown kind '" + a + "' (kinds: " + kinds(app) + ")");
+  return usage_error(app, "unexpected argument '" + a + "'");
+}
+
+void allow_extras_everywhere(CLI::App* app) {
+  // Left-overs are reported by leftover_error, with the messages cli.h promises.
+  app->allow_extras();
+  for (CLI::App* s : app->get_subcommands([](const CLI::App*) { return true; })) allow_extras_everywhere(s);
+}
+
+// `stoker help [COMMAND...]`: the help of the tool or of a command, on stdout.
+int help_cmd(CLI::App& tool, const std::vector<std::string>& which) {
+  CLI::App* app = &tool;
+  for (const std::string& w : which) {
+    CLI::App* next = nullptr;
+    for (CLI::App* s : app->get_subcommands([](const CLI::App*) { return true; }))
+      if (s->get_name() == w) next = s;
+    if (!next) return leftover_error(app, {w});
+    app = next;
+  }
+  // The formatter, not App::help: the tool's help would follow the command given (help).
+  std::cout << app->get_formatter()->make_help(app, words(app), CLI::AppFormatMode::Normal);
+  return 0;
+}
+
+}  // namespace
+
+bool register_command(const char* name, Setup setup) {
+  registry().emplace_back(name, setup);
   return true;
 }
 
-const std::vector<Command>& commands() { return registry(); }
+void on_run(CLI::App* cmd, Run run) { runs()[cmd] = std::move(run); }
 
-ArgParser::ArgParser(const Args& args, std::vector<std::string> flags_without_value) {
-  auto is_flag = [&](const std::string& n) {
-    return std::find(flags_without_value.begin(), flags_without_value.end(), n) !=
-           flags_without_value.end();
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.size() > 2 && a.rfind("--", 0) == 0) {
-      std::string name = a.substr(2);
-      auto eq = name.find('=');
-      if (eq != std::string::npos) {
-        options_.emplace_back(name.substr(0, eq), name.substr(eq + 1));
-      } else if (is_flag(name)) {
-        flags_.push_back(name);
-      } else if (i + 1 < args.size()) {
-        options_.emplace_back(name, args[++i]);
-      } else {
-        throw_error(ErrorCode::kInvalidArgument, "option --" + name + " needs a value");
-      }
-    } else {
-      positional_.push_back(a);
-    }
-  }
-}
-
-std::optional<std::string> ArgParser::get(const std::string& name) const {
-  std::optional<std::string> v;
-  for (auto& [k, val] : options_)
-    if (k == name) v = val;
-  return v;
-}
-
-std::string ArgParser::get_or(const std::string& name, const std::string& fallback) const {
-  auto v = get(name);
-  return v ? *v : fallback;
-}
-
-int64_t ArgParser::get_int(const std::string& name, int64_t fallback) const {
-  auto v = get(name);
-  if (!v) return fallback;
-  try {
-    size_t pos = 0;
-    int64_t r = std::stoll(*v, &pos);
-    if (pos != v->size()) throw std::invalid_argument("trailing");
-    return r;
-  } catch (const std::exception&) {
-    throw_error(ErrorCode::kInvalidArgument, "--" + name + " expects an integer, got '" + *v + "'");
-  }
-}
-
-double ArgParser::get_double(const std::string& name, double fallback) const {
-  auto v = get(name);
-  if (!v) return fallback;
-  try {
-    size_t pos = 0;
-    double r = std::stod(*v, &pos);
-    if (pos != v->size()) throw std::invalid_argument("trailing");
-    return r;
-  } catch (const std::exception&) {
-    throw_error(ErrorCode::kInvalidArgument, "--" + name + " expects a number, got '" + *v + "'");
-  }
-}
-
-bool ArgParser::flag(const std::string& name) const {
-  if (std::find(flags_.begin(), flags_.end(), name) != flags_.end()) return true;
-  auto v = get(name);
-  return v && (*v == "1" || *v == "true" || *v == "yes");
-}
-
-void ArgParser::check_known(const std::vector<std::string>& known) const {
-  auto ok = [&](const std::string& n) { return std::find(known.begin(), known.end(), n) != known.end(); };
-  for (auto& [k, v] : options_)
-    if (!ok(k)) throw_error(ErrorCode::kInvalidArgument, "unknown option --" + k);
-  for (auto& f : flags_)
-    if (!ok(f)) throw_error(ErrorCode::kInvalidArgument, "unknown option --" + f);
+CLI::App* group(CLI::App& tool, const std::string& name, const std::string& help) {
+  for (CLI::App* s : tool.get_subcommands([](const CLI::App*) { return true; }))
+    if (s->get_name() == name) return s;
+  // One kind per call: a later word is an argument ("pack tokens in.bin tokens"), never a
+  // second kind.
+  return tool.add_subcommand(name, help)->require_subcommand(0, 1);
 }
 
 uint64_t parse_size(const std::string& text) {
@@ -104,9 +111,9 @@ uint64_t parse_size(const std::string& text) {
   try {
     v = std::stod(text, &pos);
   } catch (const std::exception&) {
-    throw_error(ErrorCode::kInvalidArgument, "bad size '" + text + "'");
+    throw UsageError("bad size '" + text + "' (e.g. 4096, 64KiB, 256MiB, 1G)");
   }
-  std::string unit = text.substr(pos);
+  const std::string unit = text.substr(pos);
   double mul = 1;
   if (unit.empty() || unit == "B") mul = 1;
   else if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
@@ -115,9 +122,22 @@ uint64_t parse_size(const std::string& text) {
   else if (unit == "KB") mul = 1e3;
   else if (unit == "MB") mul = 1e6;
   else if (unit == "GB") mul = 1e9;
-  else throw_error(ErrorCode::kInvalidArgument, "bad size unit in '" + text + "'");
-  if (v < 0) throw_error(ErrorCode::kInvalidArgument, "negative size '" + text + "'");
+  else throw UsageError("bad size unit in '" + text + "' (B, KiB, MiB, GiB, KB, MB, GB)");
+  if (v < 0 || !std::isfinite(v)) throw UsageError("size '" + text + "' must be a finite number >= 0");
   return static_cast<uint64_t>(v * mul);
+}
+
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_size(s);
+          return {};
+        } catch (const UsageError& e) {
+          return e.what();
+        }
+      },
+      "BYTES", "byte size");
 }
 
 std::string format_bytes(double b) {
@@ -132,60 +152,51 @@ std::string format_bytes(double b) {
   return buf;
 }
 
-static void print_usage() {
-  std::cerr << "usage: stoker <command> [args]\n\ncommands:\n";
-  auto cmds = commands();
-  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.words < b.words; });
-  for (auto& c : cmds) std::cerr << "  stoker " << c.words << " " << c.usage << "\n      " << c.help << "\n";
-}
-
 }  // namespace stoker::cli
 
 int main(int argc, char** argv) {
   using namespace stoker::cli;
-  Args args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-    print_usage();
-    return args.empty() ? 2 : 0;
-  }
-  // Longest match of command words.
-  const Command* best = nullptr;
-  size_t best_words = 0;
-  for (auto& c : commands()) {
-    std::istringstream in(c.words);
-    std::string w;
-    size_t n = 0;
-    bool match = true;
-    while (in >> w) {
-      if (n >= args.size() || args[n] != w) { match = false; break; }
-      ++n;
-    }
-    if (match && n > best_words) { best = &c; best_words = n; }
-  }
-  if (!best) {
-    // A command group ("stoker pack", "stoker bench --help"): list its commands.
-    bool group = false;
-    for (auto& c : commands())
-      if (c.words.rfind(args[0] + " ", 0) == 0) {
-        if (!group) std::cerr << "usage:\n";
-        group = true;
-        std::cerr << "  stoker " << c.words << " " << c.usage << "\n      " << c.help << "\n";
-      }
-    if (group) return args.size() > 1 && (args[1] == "-h" || args[1] == "--help") ? 0 : 2;
-    std::cerr << "stoker: unknown command '" << args[0] << "'\n";
-    print_usage();
+  CLI::App tool("stoker " STOKER_VERSION ": checksummed shards, a fast input pipeline and its diagnosis.", "stoker");
+  tool.set_version_flag("--version", "stoker " STOKER_VERSION);
+  tool.require_subcommand(0, 1);  // one command; later words are its arguments
+  auto reg = registry();
+  std::stable_sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  for (auto& [name, setup] : reg) setup(tool);
+  std::vector<std::string> help_words;
+  CLI::App* help = tool.add_subcommand("help", "Show the help of the tool or of a command (stoker help pack wds).");
+  help->add_option("COMMAND", help_words, "command words");
+  allow_extras_everywhere(&tool);
+  // Set last: subcommands made after it would repeat it.
+  tool.footer("Run 'stoker COMMAND --help' for a command's options. Exit codes: 0 ok, 1 runtime error or failed "
+              "check, 2 usage error.");
+
+  if (argc < 2) {
+    std::cerr << tool.help();
     return 2;
   }
-  Args rest(args.begin() + static_cast<long>(best_words), args.end());
-  for (auto& a : rest) {
-    if (a == "-h" || a == "--help") {
-      std::cout << "usage: stoker " << best->words << " " << best->usage << "\n" << best->help << "\n";
-      return 0;
-    }
+  try {
+    tool.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version: stdout, exit 0
+    return tool.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(given(tool), e.what());
+  }
+  CLI::App* cmd = given(tool);
+  for (CLI::App* a = cmd; a; a = a->get_parent()) {
+    auto left = a->remaining(false);
+    if (!left.empty()) return leftover_error(a, left);
+  }
+  if (cmd == help) return help_cmd(tool, help_words);
+  auto run = runs().find(cmd);
+  if (run == runs().end()) {
+    // The tool or a group alone: which command, or which kind?
+    std::cerr << tool.help();  // follows the command given: "Usage: stoker pack ..."
+    return usage_error(cmd, cmd == &tool ? "name a command" : "name a kind: " + kinds(cmd));
   }
   try {
-    if (auto rc = run_remote(best->words, rest)) return *rc;
-    return best->run(rest);
+    return run->second();
+  } catch (const UsageError& e) {
+    return usage_error(cmd, e.what());
   } catch (const stoker::Error& e) {
     std::cerr << "stoker: " << stoker::error_code_name(e.code()) << ": " << e.what() << "\n";
     return 1;

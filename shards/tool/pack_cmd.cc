@@ -13,24 +13,30 @@
 namespace stoker::cli {
 namespace {
 
-void common_options(const ArgParser& p, PackOptions& o) {
-  o.shard_size = parse_size(p.get_or("shard-size", "256MiB"));
-  const int64_t align = p.get_int("align", 1);
-  if (align != 1 && align != 4096) throw_error(ErrorCode::kInvalidArgument, "--align must be 1 or 4096");
-  o.align = static_cast<uint32_t>(align);
-  const int64_t threads = p.get_int("threads", 0);
-  if (threads < 0 || threads > 1024) throw_error(ErrorCode::kInvalidArgument, "--threads must be 0..1024");
-  o.threads = static_cast<int>(threads);
-  o.skip_bad = p.flag("skip-bad");
-  o.overwrite = p.flag("overwrite");
-  o.progress = true;  // drawn only when stderr is a terminal
-}
+// Options every kind takes.
+struct CommonArgs {
+  std::string shard_size = "256MiB";
+  int align = 1;
+  int threads = 0;
+  bool skip_bad = false, overwrite = false;
 
-const std::vector<std::string> kCommon = {"shard-size", "align", "threads", "skip-bad", "overwrite"};
-std::vector<std::string> with_common(std::vector<std::string> v) {
-  v.insert(v.end(), kCommon.begin(), kCommon.end());
-  return v;
-}
+  void declare(CLI::App* c) {
+    c->add_option("--shard-size", shard_size, "target shard size")->check(byte_size())->capture_default_str();
+    c->add_option("--align", align, "record alignment in the shard files (4096: O_DIRECT reads without slack)")
+        ->check(CLI::IsMember({1, 4096}))->capture_default_str();
+    c->add_option("--threads", threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
+    c->add_flag("--skip-bad", skip_bad, "skip inputs that cannot be packed (listed at the end) instead of stopping");
+    c->add_flag("--overwrite", overwrite, "replace an existing dataset at OUT");
+  }
+  void apply(PackOptions& o) const {
+    o.shard_size = parse_size(shard_size);
+    o.align = static_cast<uint32_t>(align);
+    o.threads = threads;
+    o.skip_bad = skip_bad;
+    o.overwrite = overwrite;
+    o.progress = true;  // drawn only when stderr is a terminal
+  }
+};
 
 int print_summary(const PackSummary& s, const std::string& out, bool fast_crop = false) {
   const double secs = s.seconds > 1e-9 ? s.seconds : 1e-9;
@@ -56,93 +62,116 @@ int print_summary(const PackSummary& s, const std::string& out, bool fast_crop =
   return 0;
 }
 
-void need_positional(const ArgParser& p, size_t n, const std::string& usage) {
-  if (p.positional().size() != n) throw_error(ErrorCode::kInvalidArgument, "usage: stoker " + usage);
-}
+struct ImageFolderArgs {
+  std::string src, out;
+  CommonArgs common;
+  bool baseline = false, fast_crop = false;
+};
 
-int pack_imagefolder_cmd(const Args& args) {
-  ArgParser p(args, {"skip-bad", "baseline", "fast-crop", "overwrite"});
-  p.check_known(with_common({"baseline", "fast-crop"}));
-  need_positional(p, 2, "pack imagefolder SRC OUT [options]");
+int pack_imagefolder_cmd(const ImageFolderArgs& a) {
   ImageFolderPackOptions o;
-  common_options(p, o);
-  o.baseline = p.flag("baseline");
-  o.fast_crop = p.flag("fast-crop");
+  a.common.apply(o);
+  o.baseline = a.baseline;
+  o.fast_crop = a.fast_crop;
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
-    return print_summary(pack_imagefolder(p.positional()[0], p.positional()[1], o), p.positional()[1], o.fast_crop);
+    return print_summary(pack_imagefolder(a.src, a.out, o), a.out, o.fast_crop);
   });
 }
 
-int pack_tokens_cmd(const Args& args) {
-  ArgParser p(args, {"skip-bad", "overwrite"});
-  p.check_known(with_common({"dtype", "seq-len", "zstd", "rows-per-record"}));
-  need_positional(p, 2, "pack tokens FILE OUT --dtype uint16|uint32 --seq-len N [options]");
+struct TokensArgs {
+  std::string file, out, dtype;
+  CommonArgs common;
+  int64_t seq_len = 0, zstd = 0, rows_per_record = 0;
+};
+
+int pack_tokens_cmd(const TokensArgs& a) {
   TokensPackOptions o;
-  common_options(p, o);
-  auto dt = p.get("dtype");
-  o.dtype = dt ? dtype_from_name(*dt) : DType::kNone;  // kNone: a Megatron index says
-  auto seq = p.get("seq-len");
-  if (!seq) throw_error(ErrorCode::kInvalidArgument, "pack tokens needs --seq-len N");
-  const int64_t n = p.get_int("seq-len", 0);
-  if (n < 1 || n > (1 << 24)) throw_error(ErrorCode::kInvalidArgument, "--seq-len must be 1..16777216");
-  o.seq_len = static_cast<uint32_t>(n);
-  const int64_t level = p.get_int("zstd", 0);
-  if (level < 0 || level > 19) throw_error(ErrorCode::kInvalidArgument, "--zstd LEVEL must be 1..19");
-  o.zstd_level = static_cast<int>(level);
-  const int64_t rpr = p.get_int("rows-per-record", 0);
-  if (rpr < 0 || rpr > (1 << 24)) throw_error(ErrorCode::kInvalidArgument, "--rows-per-record out of range");
-  o.rows_per_record = static_cast<uint32_t>(rpr);
+  a.common.apply(o);
+  o.dtype = a.dtype.empty() ? DType::kNone : dtype_from_name(a.dtype);  // kNone: a Megatron index says
+  o.seq_len = static_cast<uint32_t>(a.seq_len);
+  o.zstd_level = static_cast<int>(a.zstd);
+  o.rows_per_record = static_cast<uint32_t>(a.rows_per_record);
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
-    return print_summary(pack_tokens(p.positional()[0], p.positional()[1], o), p.positional()[1]);
+    return print_summary(pack_tokens(a.file, a.out, o), a.out);
   });
 }
 
-int pack_wds_cmd(const Args& args) {
-  ArgParser p(args, {"skip-bad", "fast-crop", "overwrite", "skip-incomplete"});
-  p.check_known(with_common({"classes", "fast-crop", "skip-incomplete"}));
-  if (p.positional().size() < 2) throw_error(ErrorCode::kInvalidArgument, "usage: stoker pack wds TAR... OUT [options]");
+struct WdsArgs {
+  std::vector<std::string> paths;  // TAR... OUT
+  std::string classes;
+  CommonArgs common;
+  bool fast_crop = false, skip_incomplete = false;
+};
+
+int pack_wds_cmd(const WdsArgs& a) {
   WdsPackOptions o;
-  common_options(p, o);
-  o.fast_crop = p.flag("fast-crop");
-  o.skip_incomplete = p.flag("skip-incomplete");
-  if (auto classes = p.get("classes")) {
-    std::ifstream in(*classes);
-    if (!in) throw errno_error("open " + *classes, errno);
+  a.common.apply(o);
+  o.fast_crop = a.fast_crop;
+  o.skip_incomplete = a.skip_incomplete;
+  if (!a.classes.empty()) {
+    std::ifstream in(a.classes);
+    if (!in) throw errno_error("open " + a.classes, errno);
     std::string line;
     while (std::getline(in, line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (!line.empty()) o.class_names.push_back(line);
     }
-    if (o.class_names.empty()) throw_error(ErrorCode::kInvalidArgument, *classes + " lists no class names");
+    if (o.class_names.empty()) throw_error(ErrorCode::kInvalidArgument, a.classes + " lists no class names");
   }
-  std::vector<std::string> tars(p.positional().begin(), p.positional().end() - 1);
-  const std::string out = p.positional().back();
+  std::vector<std::string> tars(a.paths.begin(), a.paths.end() - 1);
+  const std::string& out = a.paths.back();
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
     return print_summary(pack_wds(tars, out, o), out, o.fast_crop);
   });
 }
 
+void setup(CLI::App& tool) {
+  CLI::App* pack = group(tool, "pack", "Pack inputs (an ImageFolder, a token file, WebDataset tars) into a dataset of shards.");
+
+  auto im = std::make_shared<ImageFolderArgs>();
+  CLI::App* c = pack->add_subcommand(
+      "imagefolder", "Pack an ImageFolder tree (SRC/<class>/<image>: JPEG, PNG or WebP) into a dataset of shards.");
+  c->add_option("SRC", im->src, "ImageFolder root")->required();
+  c->add_option("OUT", im->out, "dataset directory to write")->required();
+  im->common.declare(c);
+  c->add_flag("--baseline", im->baseline, "rewrite progressive JPEGs as baseline (lossless) so crops decode fast");
+  c->add_flag("--fast-crop", im->fast_crop,
+              "rewrite every JPEG losslessly with a restart-interval index, so training crops decode only what they "
+              "cover (recommended for training sets; extract then gives pixel-identical, not byte-identical, files)");
+  on_run(c, [im] { return pack_imagefolder_cmd(*im); });
+
+  auto tk = std::make_shared<TokensArgs>();
+  c = pack->add_subcommand("tokens",
+                           "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows.");
+  c->add_option("FILE", tk->file, "token file (.bin; a Megatron .idx beside it is read)")->required();
+  c->add_option("OUT", tk->out, "dataset directory to write")->required();
+  c->add_option("--dtype", tk->dtype, "token type of a flat file (a Megatron index names its own)")
+      ->check(named_by(dtype_from_name, "uint16|uint32|int32|int64"));
+  c->add_option("--seq-len", tk->seq_len, "training sequence length N (rows hold N+1 tokens)")->required()->check(CLI::Range(1, 1 << 24));
+  c->add_option("--zstd", tk->zstd, "zstd level of the records (0: stored raw)")->check(CLI::Range(0, 19))->capture_default_str();
+  c->add_option("--rows-per-record", tk->rows_per_record, "rows in a record (0: chosen from the shard size)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  tk->common.declare(c);
+  on_run(c, [tk] { return pack_tokens_cmd(*tk); });
+
+  auto wd = std::make_shared<WdsArgs>();
+  c = pack->add_subcommand("wds",
+                           "Pack WebDataset tars (.tar, .tar.gz, .tar.zst, .tar.xz) into a dataset of shards, one field "
+                           "per member extension (jpg/png/webp: image, cls: int64, txt/json: text, npy: array, else bytes).");
+  c->add_option("PATH", wd->paths, "TAR... OUT: the WebDataset tars, then the dataset directory to write")->required()->expected(2, -1);
+  c->add_option("--classes", wd->classes, "file of class names, one a line (the labels' names)");
+  c->add_flag("--fast-crop", wd->fast_crop, "as for imagefolder: rewrite JPEGs for fast crops (lossless)");
+  c->add_flag("--skip-incomplete", wd->skip_incomplete,
+              "skip samples lacking a member other samples have (listed at the end) instead of stopping");
+  wd->common.declare(c);
+  on_run(c, [wd] { return pack_wds_cmd(*wd); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("pack imagefolder",
-               "SRC OUT [--shard-size 256MiB] [--skip-bad] [--baseline] [--fast-crop] [--align 1|4096] [--threads N] "
-               "[--overwrite]",
-               "Pack an ImageFolder tree (SRC/<class>/<image>: JPEG, PNG or WebP) into a dataset of shards. --fast-crop: "
-               "lossless rewrite so training crops decode only what they cover (recommended for training sets).",
-               pack_imagefolder_cmd);
-STOKER_COMMAND("pack tokens",
-               "FILE OUT --dtype uint16|uint32 --seq-len N [--zstd LEVEL] [--rows-per-record R] [--shard-size S] "
-               "[--threads N] [--overwrite]",
-               "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows.",
-               pack_tokens_cmd);
-STOKER_COMMAND("pack wds",
-               "TAR... OUT [--skip-bad] [--skip-incomplete] [--classes FILE] [--fast-crop] [--shard-size S] "
-               "[--threads N] [--overwrite]",
-               "Pack WebDataset tars (.tar, .tar.gz, .tar.zst, .tar.xz) into a dataset of shards, one field per member "
-               "extension.",
-               pack_wds_cmd);
+STOKER_COMMAND("pack", setup);
 
 }  // namespace stoker::cli

@@ -1,5 +1,7 @@
 // `stoker sample imagefolder|tokens`: synthetic inputs for demos, tests and benchmarks.
 #include <cstdio>
+#include <limits>
+#include <memory>
 
 #include "cli.h"
 #include "stoker/error.h"
@@ -8,59 +10,77 @@
 namespace stoker::cli {
 namespace {
 
-int sample_imagefolder_cmd(const Args& args) {
-  ArgParser p(args);
-  p.check_known({"images", "classes", "seed", "quality", "progressive-frac", "threads"});
-  if (p.positional().size() != 1)
-    throw_error(ErrorCode::kInvalidArgument, "usage: stoker sample imagefolder OUT --images N [--classes C] [--seed S]");
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+struct ImageFolderArgs {
+  std::string out;
+  int64_t images = 1000, classes = 10, seed = 0, threads = 0;
+  int quality = 90;
+  double progressive_frac = SampleImageFolderOptions{}.progressive_frac;
+};
+
+int sample_imagefolder_cmd(const ImageFolderArgs& a) {
   SampleImageFolderOptions o;
-  const int64_t images = p.get_int("images", 1000), classes = p.get_int("classes", 10);
-  const int64_t quality = p.get_int("quality", 90), threads = p.get_int("threads", 0);
-  if (images < 1) throw_error(ErrorCode::kInvalidArgument, "--images must be at least 1");
-  if (classes < 1 || classes > 100000) throw_error(ErrorCode::kInvalidArgument, "--classes must be 1..100000");
-  if (threads < 0 || threads > 1024) throw_error(ErrorCode::kInvalidArgument, "--threads must be 0..1024");
-  o.images = static_cast<uint64_t>(images);
-  o.classes = static_cast<uint32_t>(classes);
-  o.seed = static_cast<uint64_t>(p.get_int("seed", 0));
-  o.quality = static_cast<int>(quality);
-  o.progressive_frac = p.get_double("progressive-frac", o.progressive_frac);
-  if (o.progressive_frac < 0 || o.progressive_frac > 1)
-    throw_error(ErrorCode::kInvalidArgument, "--progressive-frac must be in [0, 1]");
-  o.threads = static_cast<int>(threads);
+  o.images = static_cast<uint64_t>(a.images);
+  o.classes = static_cast<uint32_t>(a.classes);
+  o.seed = static_cast<uint64_t>(a.seed);
+  o.quality = a.quality;
+  o.progressive_frac = a.progressive_frac;
+  o.threads = static_cast<int>(a.threads);
   o.progress = true;
-  PackSummary s = make_sample_imagefolder(p.positional()[0], o);
+  PackSummary s = make_sample_imagefolder(a.out, o);
   std::printf("wrote %llu JPEGs in %u classes to %s: %s, mean %s, %.2f s\n", static_cast<unsigned long long>(s.records),
-              o.classes, p.positional()[0].c_str(), format_bytes(static_cast<double>(s.bytes)).c_str(),
+              o.classes, a.out.c_str(), format_bytes(static_cast<double>(s.bytes)).c_str(),
               format_bytes(static_cast<double>(s.bytes) / static_cast<double>(s.records)).c_str(), s.seconds);
   return 0;
 }
 
-int sample_tokens_cmd(const Args& args) {
-  ArgParser p(args);
-  p.check_known({"tokens", "vocab", "dtype", "seed"});
-  if (p.positional().size() != 1)
-    throw_error(ErrorCode::kInvalidArgument, "usage: stoker sample tokens OUT.bin --tokens N --vocab V [--dtype uint16]");
+struct TokensArgs {
+  std::string out, dtype = "uint16";
+  int64_t tokens = 1 << 20, vocab = 50257, seed = 0;
+};
+
+int sample_tokens_cmd(const TokensArgs& a) {
   SampleTokensOptions o;
-  const int64_t tokens = p.get_int("tokens", 1 << 20), vocab = p.get_int("vocab", 50257);
-  if (tokens < 1) throw_error(ErrorCode::kInvalidArgument, "--tokens must be at least 1");
-  if (vocab < 2 || vocab > 0xFFFFFFFFll) throw_error(ErrorCode::kInvalidArgument, "--vocab must be 2..4294967295");
-  o.tokens = static_cast<uint64_t>(tokens);
-  o.vocab = static_cast<uint32_t>(vocab);
-  o.dtype = dtype_from_name(p.get_or("dtype", "uint16"));
-  o.seed = static_cast<uint64_t>(p.get_int("seed", 0));
-  PackSummary s = make_sample_tokens(p.positional()[0], o);
+  o.tokens = static_cast<uint64_t>(a.tokens);
+  o.vocab = static_cast<uint32_t>(a.vocab);
+  o.dtype = dtype_from_name(a.dtype);
+  o.seed = static_cast<uint64_t>(a.seed);
+  PackSummary s = make_sample_tokens(a.out, o);
   std::printf("wrote %llu %s tokens (vocab %u) to %s: %s in %.2f s\n", static_cast<unsigned long long>(s.records),
-              dtype_name(o.dtype), o.vocab, p.positional()[0].c_str(), format_bytes(static_cast<double>(s.bytes)).c_str(),
+              dtype_name(o.dtype), o.vocab, a.out.c_str(), format_bytes(static_cast<double>(s.bytes)).c_str(),
               s.seconds);
   return 0;
 }
 
+void setup(CLI::App& tool) {
+  CLI::App* sample = group(tool, "sample", "Generate synthetic inputs (an ImageFolder of JPEGs, a token file).");
+
+  auto im = std::make_shared<ImageFolderArgs>();
+  CLI::App* c = sample->add_subcommand("imagefolder", "Generate an ImageNet-like synthetic ImageFolder of JPEGs (~85 KiB mean).");
+  c->add_option("OUT", im->out, "directory to write")->required();
+  c->add_option("--images", im->images, "images in all")->check(CLI::Range(int64_t{1}, kMax))->capture_default_str();
+  c->add_option("--classes", im->classes, "class directories")->check(CLI::Range(1, 100000))->capture_default_str();
+  c->add_option("--seed", im->seed, "same seed, byte-identical files")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--quality", im->quality, "JPEG quality")->check(CLI::Range(1, 100))->capture_default_str();
+  c->add_option("--progressive-frac", im->progressive_frac, "fraction written as progressive JPEGs")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  c->add_option("--threads", im->threads, "threads (0: every CPU)")->check(CLI::Range(0, 1024))->capture_default_str();
+  on_run(c, [im] { return sample_imagefolder_cmd(*im); });
+
+  auto tk = std::make_shared<TokensArgs>();
+  c = sample->add_subcommand("tokens", "Generate a Zipf-like token stream (a flat nanoGPT-style token file).");
+  c->add_option("OUT", tk->out, "token file to write (OUT.bin)")->required();
+  c->add_option("--tokens", tk->tokens, "stream length")->check(CLI::Range(int64_t{1}, kMax))->capture_default_str();
+  c->add_option("--vocab", tk->vocab, "token values are < vocab")
+      ->check(CLI::Range(int64_t{2}, int64_t{0xFFFFFFFF}))->capture_default_str();
+  c->add_option("--dtype", tk->dtype, "token type")->check(CLI::IsMember({"uint16", "uint32"}))->capture_default_str();
+  c->add_option("--seed", tk->seed, "same seed, same stream")->check(CLI::NonNegativeNumber)->capture_default_str();
+  on_run(c, [tk] { return sample_tokens_cmd(*tk); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("sample imagefolder",
-               "OUT --images N [--classes C] [--seed S] [--quality 90] [--progressive-frac 0.004] [--threads N]",
-               "Generate an ImageNet-like synthetic ImageFolder of JPEGs (~85 KiB mean).", sample_imagefolder_cmd);
-STOKER_COMMAND("sample tokens", "OUT.bin --tokens N --vocab V [--dtype uint16|uint32] [--seed S]",
-               "Generate a Zipf-like token stream (a flat nanoGPT-style token file).", sample_tokens_cmd);
+STOKER_COMMAND("sample", setup);
 
 }  // namespace stoker::cli

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "cli.h"
 #include "stoker/verify.h"
@@ -11,19 +12,19 @@
 namespace stoker::cli {
 namespace {
 
-int run_verify(const Args& args) {
-  ArgParser p(args, {"quiet"});
-  p.check_known({"quiet", "threads"});
-  if (p.positional().empty()) {
-    std::cerr << "usage: stoker verify PATH... (dataset directories or shard files)\n";
-    return 2;
-  }
-  const bool tty = ::isatty(2) && !p.flag("quiet");
-  const unsigned threads = static_cast<unsigned>(p.get_int("threads", 0));
+struct VerifyArgs {
+  std::vector<std::string> paths;
+  unsigned threads = 0;
+  bool quiet = false;
+};
+
+int run_verify(const VerifyArgs& a) {
+  const bool tty = ::isatty(2) && !a.quiet;
+  const unsigned threads = a.threads;
   size_t problems = 0;
   uint64_t records = 0, shards = 0, bytes = 0, fast_crop = 0;
   auto t0 = std::chrono::steady_clock::now();
-  for (const std::string& path : p.positional()) {
+  for (const std::string& path : a.paths) {
     auto last = std::chrono::steady_clock::now();
     VerifyReport r = verify_path(path, threads, [&](uint64_t done) {
       if (!tty) return;
@@ -52,10 +53,18 @@ int run_verify(const Args& args) {
   return problems ? 1 : 0;
 }
 
+void setup(CLI::App& tool) {
+  auto a = std::make_shared<VerifyArgs>();
+  CLI::App* c = tool.add_subcommand(
+      "verify", "Check every checksum of datasets or shard files; exit 1 and one line per problem when any is found.");
+  c->add_option("PATH", a->paths, "dataset directories or shard files")->required();
+  c->add_option("--threads", a->threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
+  c->add_flag("--quiet", a->quiet, "no progress line on a terminal");
+  on_run(c, [a] { return run_verify(*a); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("verify", "PATH... [--threads N] [--quiet]",
-               "Check every checksum of datasets or shard files; exit 1 and one line per problem when any is found.",
-               run_verify);
+STOKER_COMMAND("verify", setup);
 
 }  // namespace stoker::cli

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "util/json_text.h"
+#include "util/json.h"
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
 #include "stoker/diagnose.h"
@@ -30,8 +30,6 @@ namespace fs = std::filesystem;
 
 namespace stoker {
 
-using internal::json_num;
-using internal::json_str;
 
 const char* check_status_name(CheckStatus s) noexcept {
   switch (s) {
@@ -43,30 +41,39 @@ const char* check_status_name(CheckStatus s) noexcept {
   return "skip";
 }
 
-std::string Check::to_json() const {
-  return "{\"name\":" + json_str(name) + ",\"status\":" + json_str(check_status_name(status)) +
-         ",\"reading\":" + json_str(reading) + ",\"meaning\":" + json_str(meaning) + ",\"advice\":" + json_str(advice) +
-         "}";
-}
-
 bool DoctorReport::failed() const noexcept {
   return std::any_of(checks.begin(), checks.end(), [](const Check& c) { return c.status == CheckStatus::kFail; });
 }
 
-std::string DoctorReport::to_json() const {
+namespace internal {
+
+Json to_json_value(const Check& c) {
+  return Json{{"name", c.name},
+              {"status", check_status_name(c.status)},
+              {"reading", c.reading},
+              {"meaning", c.meaning},
+              {"advice", c.advice}};
+}
+
+Json to_json_value(const DoctorReport& r) {
   std::map<CheckStatus, int> n;
-  std::string j = "{\"checks\":[";
-  for (size_t i = 0; i < checks.size(); ++i) {
-    if (i) j += ",";
-    j += checks[i].to_json();
-    n[checks[i].status]++;
+  Json checks = Json::array();
+  for (const Check& c : r.checks) {
+    checks.push_back(to_json_value(c));
+    n[c.status]++;
   }
-  j += "]";
+  Json j = {{"checks", std::move(checks)}};
   for (CheckStatus s : {CheckStatus::kOk, CheckStatus::kWarn, CheckStatus::kFail, CheckStatus::kSkip})
-    j += ",\"" + std::string(check_status_name(s)) + "\":" + std::to_string(n[s]);
-  j += ",\"failed\":" + std::string(failed() ? "true" : "false") + "}";
+    j[check_status_name(s)] = n[s];
+  j["failed"] = r.failed();
   return j;
 }
+
+}  // namespace internal
+
+std::string Check::to_json() const { return internal::json_text(internal::to_json_value(*this)); }
+
+std::string DoctorReport::to_json() const { return internal::json_text(internal::to_json_value(*this)); }
 
 std::string DoctorReport::to_text() const {
   std::string t;

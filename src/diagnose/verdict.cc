@@ -4,14 +4,12 @@
 #include <string>
 #include <thread>
 
-#include "util/json_text.h"
+#include "util/json.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 
 namespace stoker {
 
-using internal::json_num;
-using internal::json_str;
 
 const char* bottleneck_name(Bottleneck b) noexcept {
   switch (b) {
@@ -261,29 +259,33 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   return v;
 }
 
-std::string Verdict::to_json() const {
-  const FeedFigures& f = figures;
-  std::string j = "{\"bottleneck\":" + json_str(bottleneck_name(bottleneck));
-  j += ",\"raw\":" + json_str(bottleneck_name(raw));
-  j += ",\"evidence\":" + json_str(evidence);
-  j += ",\"advice\":" + json_str(advice);
-  j += ",\"interval_s\":" + json_num(f.wall_s);
-  j += ",\"samples_per_s\":" + json_num(f.samples_per_s());
-  j += ",\"consumer_wait_frac\":" + json_num(f.consumer_wait_frac());
-  j += ",\"decode_threads\":" + std::to_string(f.decode.threads);
-  j += ",\"decode_busy_frac\":" + json_num(std::min(1.0, f.decode.busy_frac(f.wall_s)));
-  j += ",\"decode_queue_avg\":" + json_num(f.decode_queue_avg);
-  j += ",\"io_busy_frac\":" + json_num(std::min(1.0, f.io.busy_frac(f.wall_s)));
-  j += ",\"io_engine_busy_frac\":" + json_num(f.wall_s > 0 ? std::min(1.0, f.io_engine_busy_s / f.wall_s) : 0);
-  j += ",\"read_bytes_per_s\":" + json_num(f.wall_s > 0 ? f.bytes_read / f.wall_s : 0);
-  j += ",\"copy_busy_frac\":" + (f.copy ? json_num(std::min(1.0, f.copy->busy_frac(f.wall_s))) : std::string("null"));
-  j += ",\"slots_ready_avg\":" + json_num(f.slots_ready_avg);
-  j += ",\"slots_free_avg\":" + json_num(f.slots_free_avg);
-  j += ",\"slots\":" + std::to_string(f.slots);
-  j += ",\"intervals\":" + std::to_string(intervals);
-  j += "}";
-  return j;
+namespace internal {
+
+Json to_json_value(const Verdict& v) {
+  const FeedFigures& f = v.figures;
+  return Json{{"bottleneck", bottleneck_name(v.bottleneck)},
+              {"raw", bottleneck_name(v.raw)},
+              {"evidence", v.evidence},
+              {"advice", v.advice},
+              {"interval_s", figure(f.wall_s)},
+              {"samples_per_s", figure(f.samples_per_s())},
+              {"consumer_wait_frac", figure(f.consumer_wait_frac())},
+              {"decode_threads", f.decode.threads},
+              {"decode_busy_frac", figure(std::min(1.0, f.decode.busy_frac(f.wall_s)))},
+              {"decode_queue_avg", figure(f.decode_queue_avg)},
+              {"io_busy_frac", figure(std::min(1.0, f.io.busy_frac(f.wall_s)))},
+              {"io_engine_busy_frac", figure(f.wall_s > 0 ? std::min(1.0, f.io_engine_busy_s / f.wall_s) : 0)},
+              {"read_bytes_per_s", figure(f.wall_s > 0 ? f.bytes_read / f.wall_s : 0)},
+              {"copy_busy_frac", f.copy ? Json(figure(std::min(1.0, f.copy->busy_frac(f.wall_s)))) : Json(nullptr)},
+              {"slots_ready_avg", figure(f.slots_ready_avg)},
+              {"slots_free_avg", figure(f.slots_free_avg)},
+              {"slots", f.slots},
+              {"intervals", v.intervals}};
 }
+
+}  // namespace internal
+
+std::string Verdict::to_json() const { return internal::json_text(internal::to_json_value(*this)); }
 
 std::string Verdict::summary() const { return evidence + (advice.empty() ? "" : " -> next: " + advice); }
 

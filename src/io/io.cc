@@ -11,6 +11,7 @@
 #include "io/pread_engine.h"
 #include "io/uring_engine.h"
 #include "stoker/error.h"
+#include "util/log.h"
 
 namespace stoker {
 
@@ -123,7 +124,7 @@ std::unique_ptr<IoEngine> make_io_engine(const IoOptions& options) {
   const std::string reason = internal::uring_refusal_text(
       err, options.queue_depth,
       "the pread engine (" + std::to_string(options.pread_threads) + " threads)");
-  internal::report_once("uring", reason);
+  internal::log_warn_once("uring", reason);
   return internal::make_pread_engine(options, reason);
 }
 

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <system_error>
 
 #include "stoker/error.h"
+#include "util/log.h"
 
 namespace stoker::internal {
 
@@ -135,7 +135,7 @@ uint32_t FileTable::add(const std::string& path) {
                             "buffered through the page cache instead; to read direct, keep "
                             "the dataset on a filesystem that supports O_DIRECT (ext4, xfs)";
     add_reason(msg);
-    report_once("odirect", msg);
+    log_warn_once("odirect", msg);
   }
   files_.push_back(std::move(f));
   return static_cast<uint32_t>(files_.size() - 1);
@@ -174,14 +174,6 @@ int FileTable::fd_for(const ReadRequest& r, bool* unaligned) {
 std::string read_error_text(const std::string& path, uint64_t offset, uint64_t length, int err) {
   return "read " + path + " offset " + std::to_string(offset) + " length " +
          std::to_string(length) + ": " + errno_text(err);
-}
-
-void report_once(const std::string& key, const std::string& msg) {
-  static std::mutex mu;
-  static std::set<std::string> seen;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!seen.insert(key).second) return;
-  std::fprintf(stderr, "stoker: %s\n", msg.c_str());
 }
 
 void BusyClock::update(size_t inflight_now) noexcept {

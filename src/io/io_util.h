@@ -91,9 +91,6 @@ class FileTable {
 /// "read PATH offset O length L: <strerror> (errno N)".
 std::string read_error_text(const std::string& path, uint64_t offset, uint64_t length, int err);
 
-/// Prints "stoker: <msg>" to stderr the first time `key` is seen in this process.
-void report_once(const std::string& key, const std::string& msg);
-
 /// Accumulates the time during which something is in flight.
 class BusyClock {
  public:

@@ -12,6 +12,7 @@
 
 #include "io/io_util.h"
 #include "stoker/error.h"
+#include "util/log.h"
 
 namespace stoker::internal {
 namespace {
@@ -114,7 +115,7 @@ class UringEngine final : public IoEngine {
             "buffers raise the memlock limit (ulimit -l unlimited, docker --ulimit "
             "memlock=-1) or lower IoOptions::slab_bytes";
         files_.add_reason(msg);
-        report_once("fixedbuf", msg);
+        log_warn_once("fixedbuf", msg);
       }
     }
     return 0;

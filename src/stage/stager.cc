@@ -22,7 +22,6 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "stage/copy_backend.h"
@@ -30,6 +29,7 @@
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/stage.h"
+#include "util/json.h"
 
 namespace stoker {
 namespace internal {
@@ -817,15 +817,27 @@ StageBackend Stager::backend() const noexcept { return core_->backend().kind(); 
 int Stager::device() const noexcept { return core_->backend().device(); }
 StagerStats Stager::stats() const { return core_->stats(); }
 
-std::string StagerStats::to_json() const {
-  std::ostringstream o;
-  o << "{\"backend\":\"" << backend << "\",\"device\":" << device << ",\"device_slots\":" << device_slots
-    << ",\"slot_bytes\":" << slot_bytes << ",\"host_memory\":\"" << host_memory << "\",\"batches\":" << batches
-    << ",\"bytes_copied\":" << bytes_copied << ",\"host_released\":" << host_released
-    << ",\"source_wait_s\":" << source_wait_s << ",\"slot_wait_s\":" << slot_wait_s
-    << ",\"copy_busy_s\":" << copy_busy_s << ",\"device_wait_s\":" << device_wait_s << ",\"wall_s\":" << wall_s
-    << ",\"consumer_wait_s\":" << consumer_wait_s << "}";
-  return o.str();
+namespace internal {
+
+Json to_json_value(const StagerStats& s) {
+  return Json{{"backend", s.backend},
+              {"device", s.device},
+              {"device_slots", s.device_slots},
+              {"slot_bytes", s.slot_bytes},
+              {"host_memory", s.host_memory},
+              {"batches", s.batches},
+              {"bytes_copied", s.bytes_copied},
+              {"host_released", s.host_released},
+              {"source_wait_s", figure(s.source_wait_s)},
+              {"slot_wait_s", figure(s.slot_wait_s)},
+              {"copy_busy_s", figure(s.copy_busy_s)},
+              {"device_wait_s", figure(s.device_wait_s)},
+              {"wall_s", figure(s.wall_s)},
+              {"consumer_wait_s", figure(s.consumer_wait_s)}};
 }
+
+}  // namespace internal
+
+std::string StagerStats::to_json() const { return internal::json_text(internal::to_json_value(*this)); }
 
 }  // namespace stoker

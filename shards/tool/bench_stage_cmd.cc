@@ -29,6 +29,7 @@
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/stage.h"
+#include "util/json.h"
 
 namespace stoker::cli {
 namespace {
@@ -107,31 +108,29 @@ LoopResult consume(Stager& st, internal::BenchOps& ops, void* stream, double us,
   return r;
 }
 
-int bench_stage_cmd(const Args& args) {
-  ArgParser p(args, {"json"});
-  p.check_known({"json", "bytes", "slots", "host-slots", "iters", "consumer-us", "source-us", "backend", "device",
-                 "dataset", "batch", "threads", "copy-limit-mbps"});
-  if (!p.positional().empty())
-    throw_error(ErrorCode::kInvalidArgument, "usage: stoker bench stage [options] (no positional arguments)");
-  const uint64_t bytes = parse_size(p.get_or("bytes", "32MiB"));
-  const int64_t slots = p.get_int("slots", 3);
-  const int64_t host_slots = p.get_int("host-slots", slots + 1);
-  const int64_t iters = p.get_int("iters", 50);
-  const double consumer_us = p.get_double("consumer-us", 1000);
-  const double source_us = p.get_double("source-us", consumer_us / 1.1);
-  const bool json = p.flag("json");
-  if (bytes < 1 || bytes > (16ull << 30)) throw_error(ErrorCode::kInvalidArgument, "--bytes must be 1 B..16 GiB");
-  if (slots < 1 || slots > 64) throw_error(ErrorCode::kInvalidArgument, "--slots must be 1..64");
-  if (host_slots < 1 || host_slots > 64) throw_error(ErrorCode::kInvalidArgument, "--host-slots must be 1..64");
-  if (iters < 1 || iters > 1000000) throw_error(ErrorCode::kInvalidArgument, "--iters must be 1..1000000");
-  if (consumer_us < 0 || source_us < 0) throw_error(ErrorCode::kInvalidArgument, "--consumer-us/--source-us must be >= 0");
+struct StageArgs {
+  std::string bytes = "32MiB", backend = "auto", dataset;
+  int64_t slots = 3, host_slots = 0, iters = 50, device = -1, batch = 256, threads = 0;
+  double consumer_us = 1000, source_us = -1, copy_limit_mbps = 0;
+  bool json = false;
+};
 
-  StageBackend kind = stage_backend_from_name(p.get_or("backend", "auto"));
+int bench_stage_cmd(const StageArgs& a) {
+  const uint64_t bytes = parse_size(a.bytes);
+  const int64_t slots = a.slots;
+  const int64_t host_slots = a.host_slots > 0 ? a.host_slots : slots + 1;
+  const int64_t iters = a.iters;
+  const double consumer_us = a.consumer_us;
+  const double source_us = a.source_us >= 0 ? a.source_us : consumer_us / 1.1;
+  const bool json = a.json;
+  if (bytes < 1 || bytes > (16ull << 30)) throw UsageError("--bytes must be 1 B..16 GiB");
+
+  StageBackend kind = stage_backend_from_name(a.backend);
   if (kind == StageBackend::kAuto) kind = cuda_device_count() > 0 ? StageBackend::kCuda : StageBackend::kHost;
   if (kind == StageBackend::kCuda && cuda_device_count() == 0)
     throw_error(ErrorCode::kUnavailable, "no CUDA device: " + cuda_unavailable_reason());
   const int device =
-      kind == StageBackend::kCuda ? select_device(static_cast<int>(p.get_int("device", -1)), cuda_device_count()) : -1;
+      kind == StageBackend::kCuda ? select_device(static_cast<int>(a.device), cuda_device_count()) : -1;
   auto ops = internal::make_bench_ops(kind, device);
   auto alloc = kind == StageBackend::kCuda ? pinned_slot_allocator(device) : host_slot_allocator();
 
@@ -179,23 +178,24 @@ int bench_stage_cmd(const Args& args) {
   }
   LoopResult fed;
   StagerStats fed_stats;
-  std::string loader_json, verdict_line;
+  internal::Json loader_json;
+  std::string verdict_line;
   // The fed loop only: rehearses a copy-bound feed (the ring measurement stays a yardstick).
   StagerOptions fed_so = so;
-  fed_so.copy_limit_bytes_per_s = p.get_double("copy-limit-mbps", 0) * 1e6;
-  const std::string dataset = p.get_or("dataset", "");
+  fed_so.copy_limit_bytes_per_s = a.copy_limit_mbps * 1e6;
+  const std::string& dataset = a.dataset;
   if (!dataset.empty()) {
     LoaderOptions lo;
     lo.path = dataset;
-    lo.batch_size = static_cast<uint64_t>(p.get_int("batch", 256));
-    lo.threads = static_cast<unsigned>(p.get_int("threads", 0));
+    lo.batch_size = static_cast<uint64_t>(a.batch);
+    lo.threads = static_cast<unsigned>(a.threads);
     Stager st(lo, fed_so);
     fed = consume(st, *ops, stream, consumer_us, warmup, static_cast<uint64_t>(iters));
     fed_stats = st.stats();
     LoaderStats ls = st.loader()->stats();
     const Verdict v = diagnose(FeedFigures::from(ls, fed_stats));
     record_verdict(ls, v);
-    loader_json = ls.to_json();
+    loader_json = internal::parse_json(ls.to_json(), "the loader's stats");
     verdict_line = v.summary();
   } else {
     PacedSource src(alloc, sz, static_cast<unsigned>(host_slots), source_us, warmup + static_cast<uint64_t>(iters));
@@ -223,28 +223,60 @@ int bench_stage_cmd(const Args& args) {
               fed_stats.wall_s > 0 ? 100 * std::min(1.0, fed_stats.copy_busy_s / fed_stats.wall_s) : 0.0);
   if (!verdict_line.empty()) std::printf("verdict: %s\n", verdict_line.c_str());
   if (json) {
-    std::printf(
-        "{\"backend\":\"%s\",\"device\":%d,\"bytes\":%llu,\"device_slots\":%lld,\"host_slots\":%lld,"
-        "\"host_memory\":\"%s\",\"iters\":%lld,\"h2d_bytes_per_s\":%.1f,\"peak_bytes_per_s\":%.1f,"
-        "\"pageable_bytes_per_s\":%.1f,\"ring_vs_peak\":%.4f,\"consumer_us\":%.1f,\"source_us\":%.1f,"
-        "\"consumer_batches\":%llu,\"consumer_loop_s\":%.6f,\"consumer_kernels_s\":%.6f,"
-        "\"consumer_wait_frac\":%.5f,\"ring_stager\":%s,\"fed_stager\":%s%s%s}\n",
-        stage_backend_name(kind), device, static_cast<unsigned long long>(bytes), static_cast<long long>(slots),
-        static_cast<long long>(host_slots), alloc->name(), static_cast<long long>(iters), h2d_bps, peak_bps,
-        pageable_bps, peak_bps > 0 ? h2d_bps / peak_bps : 0, consumer_us, dataset.empty() ? source_us : 0.0,
-        static_cast<unsigned long long>(fed.batches), fed.loop_s, want_s, wait_frac, ring_stats.to_json().c_str(),
-        fed_stats.to_json().c_str(), loader_json.empty() ? "" : ",\"loader\":", loader_json.c_str());
+    internal::Json j = {{"backend", stage_backend_name(kind)},
+                        {"device", device},
+                        {"bytes", bytes},
+                        {"device_slots", slots},
+                        {"host_slots", host_slots},
+                        {"host_memory", alloc->name()},
+                        {"iters", iters},
+                        {"h2d_bytes_per_s", internal::figure(h2d_bps)},
+                        {"peak_bytes_per_s", internal::figure(peak_bps)},
+                        {"pageable_bytes_per_s", internal::figure(pageable_bps)},
+                        {"ring_vs_peak", internal::figure(peak_bps > 0 ? h2d_bps / peak_bps : 0)},
+                        {"consumer_us", internal::figure(consumer_us)},
+                        {"source_us", internal::figure(dataset.empty() ? source_us : 0.0)},
+                        {"consumer_batches", fed.batches},
+                        {"consumer_loop_s", internal::figure(fed.loop_s)},
+                        {"consumer_kernels_s", internal::figure(want_s)},
+                        {"consumer_wait_frac", internal::figure(wait_frac)},
+                        {"ring_stager", internal::to_json_value(ring_stats)},
+                        {"fed_stager", internal::to_json_value(fed_stats)}};
+    if (!loader_json.is_null()) j["loader"] = std::move(loader_json);
+    std::printf("%s\n", internal::json_text(j).c_str());
   }
   return 0;
 }
 
+void setup(CLI::App& tool) {
+  CLI::App* bench = group(tool, "bench", "Measure the feed, its stages and the machine's limits.");
+  auto a = std::make_shared<StageArgs>();
+  CLI::App* c = bench->add_subcommand(
+      "stage", "Host-to-device staging: ring throughput vs a plain pinned copy, and how long a consumer stream waits on input.");
+  c->add_option("--bytes", a->bytes, "bytes of one batch (1 B..16 GiB)")->check(byte_size())->capture_default_str();
+  c->add_option("--slots", a->slots, "device slots")->check(CLI::Range(1, 64))->capture_default_str();
+  c->add_option("--host-slots", a->host_slots, "host slots (default: slots + 1)")->check(CLI::Range(1, 64));
+  c->add_option("--iters", a->iters, "batches timed")->check(CLI::Range(1, 1000000))->capture_default_str();
+  c->add_option("--consumer-us", a->consumer_us, "the consumer's kernel time per batch")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--source-us", a->source_us, "one batch made every P us (default: 10% faster than the consumer)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--copy-limit-mbps", a->copy_limit_mbps, "throttle the fed loop's copies (rehearses a copy-bound feed)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--backend", a->backend, "copy backend")->check(named_by(stage_backend_from_name, "auto|cuda|host"))
+      ->capture_default_str();
+  c->add_option("--device", a->device, "CUDA device (-1: LOCAL_RANK, else 0)")->capture_default_str();
+  c->add_option("--dataset", a->dataset, "feed the consumer from a real loader on this dataset");
+  c->add_option("--batch", a->batch, "batch size of the loader (--dataset)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();
+  c->add_option("--threads", a->threads, "decode threads of the loader (--dataset; 0: the CPU plan)")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_flag("--json", a->json, "a JSON object after the text");
+  on_run(c, [a] { return bench_stage_cmd(*a); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("bench stage",
-               "[--bytes N] [--slots S] [--host-slots H] [--iters I] [--consumer-us U] [--source-us P] [--copy-limit-mbps M] "
-               "[--backend auto|cuda|host] [--device D] [--dataset PATH [--batch B] [--threads T]] [--json]",
-               "Host-to-device staging: ring throughput vs a plain pinned copy, and how long a consumer "
-               "stream waits on input.",
-               bench_stage_cmd);
+STOKER_COMMAND("bench stage", setup);
 
 }  // namespace stoker::cli

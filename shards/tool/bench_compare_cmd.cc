@@ -11,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -54,22 +56,22 @@ std::string find_python() {
   return "python3";
 }
 
-int bench_compare_cmd(const Args& args) {
-  ArgParser p(args);
-  p.check_known({"images", "tokens", "tokens-bin", "threads", "out", "seconds", "batch", "python"});
-  if (p.positional().size() != 1)
-    throw_error(ErrorCode::kInvalidArgument,
-                "usage: stoker bench compare DATASET [--images DIR] [--tokens DATASET] [--tokens-bin FILE] "
-                "[--threads 1,2] [--seconds S] [--out DIR]");
+struct CompareArgs {
+  std::string dataset, out = "compare", python;
+  // Passed on to bench/compare.py as given, in this order.
+  std::vector<std::pair<const char*, std::string>> pass{
+      {"images", ""}, {"tokens", ""}, {"tokens-bin", ""}, {"threads", ""}, {"seconds", ""}, {"batch", ""}};
+};
+
+int bench_compare_cmd(const CompareArgs& a) {
   const std::string exe = self_exe();
   const std::string script = find_script(exe);
-  const std::string python = p.get_or("python", find_python());
-  std::vector<std::string> argv = {python, script, p.positional()[0], "--stoker", exe.empty() ? "stoker" : exe,
-                                   "--out", p.get_or("out", "compare")};
-  for (const char* k : {"images", "tokens", "tokens-bin", "threads", "seconds", "batch"})
-    if (auto v = p.get(k)) {
+  const std::string python = a.python.empty() ? find_python() : a.python;
+  std::vector<std::string> argv = {python, script, a.dataset, "--stoker", exe.empty() ? "stoker" : exe, "--out", a.out};
+  for (const auto& [k, v] : a.pass)
+    if (!v.empty()) {
       argv.push_back(std::string("--") + k);
-      argv.push_back(*v);
+      argv.push_back(v);
     }
   std::cout.flush();
   const pid_t pid = fork();
@@ -91,13 +93,29 @@ int bench_compare_cmd(const Args& args) {
   return 1;
 }
 
+void setup(CLI::App& tool) {
+  CLI::App* bench = group(tool, "bench", "Measure the feed, its stages and the machine's limits.");
+  auto a = std::make_shared<CompareArgs>();
+  CLI::App* c = bench->add_subcommand(
+      "compare",
+      "Feed rates of stoker next to torch DataLoader+PIL, nanoGPT memmap and the machine's limits; writes "
+      "compare.json, compare.md and compare.png into --out.");
+  c->add_option("DATASET", a->dataset, "image dataset (packed)")->required();
+  const char* help[] = {"the ImageFolder the dataset was packed from (for the torch baselines)",
+                        "a token dataset (packed)",
+                        "the flat token file it was packed from (for the memmap baseline)",
+                        "decode thread counts, comma-separated (e.g. 1,2)",
+                        "seconds per measurement",
+                        "batch size"};
+  size_t i = 0;
+  for (auto& [k, v] : a->pass) c->add_option(std::string("--") + k, v, help[i++]);
+  c->add_option("--out", a->out, "directory for compare.json, compare.md, compare.png")->capture_default_str();
+  c->add_option("--python", a->python, "Python with torch (default: $STOKER_PYTHON, /usr/bin/python3, python3)");
+  on_run(c, [a] { return bench_compare_cmd(*a); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("bench compare",
-               "DATASET [--images DIR] [--tokens DATASET] [--tokens-bin FILE] [--threads 1,2] [--seconds S] "
-               "[--batch B] [--out DIR]",
-               "Feed rates of stoker next to torch DataLoader+PIL, nanoGPT memmap and the machine's limits; writes "
-               "compare.json, compare.md and compare.png into --out.",
-               bench_compare_cmd);
+STOKER_COMMAND("bench compare", setup);
 
 }  // namespace stoker::cli

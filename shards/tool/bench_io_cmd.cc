@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -18,40 +19,35 @@
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/shard.h"
-#include "util/json_text.h"
+#include "util/json.h"
 
 namespace stoker::cli {
 namespace {
 
 
-int bench_io_cmd(const Args& args) {
-  ArgParser p(args, {"json", "verify", "buffered", "drop-caches"});
-  p.check_known({"json", "verify", "buffered", "drop-caches", "order", "qd", "engine", "seed",
-                 "limit", "max-request", "threads"});
-  if (p.positional().size() != 1) {
-    throw_error(ErrorCode::kInvalidArgument, "usage: stoker bench io DATASET [options]");
-  }
-  const std::string order = p.get_or("order", "shuffled");
-  if (order != "sequential" && order != "shuffled") {
-    throw_error(ErrorCode::kInvalidArgument,
-                "--order must be sequential or shuffled, got '" + order + "'");
-  }
-  const int64_t qd = p.get_int("qd", 64);
-  if (qd < 1 || qd > 4096) throw_error(ErrorCode::kInvalidArgument, "--qd must be 1..4096");
-  const uint64_t seed = static_cast<uint64_t>(p.get_int("seed", 0));
-  const bool json = p.flag("json"), verify = p.flag("verify");
-  const uint64_t max_request = parse_size(p.get_or("max-request", "1MiB"));
+struct IoArgs {
+  std::string dataset, order = "shuffled", engine, max_request = "1MiB";
+  int64_t qd = 64, seed = 0, limit = -1, threads = IoOptions{}.pread_threads;
+  bool json = false, verify = false, buffered = false, drop_caches = false;
+};
 
-  if (p.flag("drop-caches")) {
+int bench_io_cmd(const IoArgs& a) {
+  const std::string& order = a.order;
+  const int64_t qd = a.qd;
+  const uint64_t seed = static_cast<uint64_t>(a.seed);
+  const bool json = a.json, verify = a.verify;
+  const uint64_t max_request = parse_size(a.max_request);
+
+  if (a.drop_caches) {
     std::ofstream dc("/proc/sys/vm/drop_caches");
     dc << "3\n";
     dc.flush();
     if (!dc) std::cerr << "stoker: could not drop the page cache (needs root); continuing\n";
   }
 
-  auto ds = Dataset::open(p.positional()[0]);
+  auto ds = Dataset::open(a.dataset);
   const uint64_t total = ds->record_count();
-  const uint64_t n = std::min<uint64_t>(total, static_cast<uint64_t>(p.get_int("limit", static_cast<int64_t>(total))));
+  const uint64_t n = a.limit < 0 ? total : std::min<uint64_t>(total, static_cast<uint64_t>(a.limit));
   std::vector<std::shared_ptr<const ShardReader>> shards(ds->shard_count());
   for (size_t s = 0; s < shards.size(); ++s) shards[s] = ds->shard(s);
 
@@ -69,12 +65,10 @@ int bench_io_cmd(const Args& args) {
 
   // Largest record decides the slab size: qd buffers of the largest planned read.
   IoOptions o;
-  if (auto e = p.get("engine")) o.engine = io_engine_kind_from_name(*e);
+  if (!a.engine.empty()) o.engine = io_engine_kind_from_name(a.engine);
   o.queue_depth = static_cast<unsigned>(qd);
-  o.direct = !p.flag("buffered");
-  const int64_t threads = p.get_int("threads", o.pread_threads);
-  if (threads < 1 || threads > 256) throw_error(ErrorCode::kInvalidArgument, "--threads must be 1..256");
-  o.pread_threads = static_cast<unsigned>(threads);
+  o.direct = !a.buffered;
+  o.pread_threads = static_cast<unsigned>(a.threads);
   o.slab_bytes = 0;  // sized below, once the plan is known
   std::vector<RecordRange> ranges(n);
   std::vector<const RecordLocation*> locs(n);
@@ -179,31 +173,50 @@ int bench_io_cmd(const Args& args) {
               static_cast<long long>(qd), order.c_str(), verify ? ", CRCs verified" : "");
   if (!st.fallback_reason.empty()) std::printf("fallback: %s\n", st.fallback_reason.c_str());
   if (json) {
-    char buf[1024];
-    std::snprintf(buf, sizeof buf,
-                  "{\"records\":%llu,\"payload_bytes\":%llu,\"read_bytes\":%llu,\"reads\":%zu,"
-                  "\"seconds\":%.6f,\"records_per_s\":%.1f,\"bytes_per_s\":%.1f,"
-                  "\"read_bytes_per_s\":%.1f,\"reads_per_s\":%.1f,\"engine\":\"%s\",\"direct\":%s,"
-                  "\"qd\":%lld,\"order\":\"%s\",\"fixed_buffers\":%s,\"verified\":%s,",
-                  static_cast<unsigned long long>(n), static_cast<unsigned long long>(payload),
-                  static_cast<unsigned long long>(read_bytes), plan.reads.size(), secs, rps, bps,
-                  rbps, iops, st.engine.c_str(), st.direct ? "true" : "false",
-                  static_cast<long long>(qd), order.c_str(), st.fixed_buffers ? "true" : "false",
-                  verify ? "true" : "false");
-    std::printf("%s\"fallback_reason\":%s}\n", buf, internal::json_str(st.fallback_reason).c_str());
+    const internal::Json j = {{"records", n},
+                              {"payload_bytes", payload},
+                              {"read_bytes", read_bytes},
+                              {"reads", plan.reads.size()},
+                              {"seconds", internal::figure(secs)},
+                              {"records_per_s", internal::figure(rps)},
+                              {"bytes_per_s", internal::figure(bps)},
+                              {"read_bytes_per_s", internal::figure(rbps)},
+                              {"reads_per_s", internal::figure(iops)},
+                              {"engine", st.engine},
+                              {"direct", st.direct},
+                              {"qd", qd},
+                              {"order", order},
+                              {"fixed_buffers", st.fixed_buffers},
+                              {"verified", verify},
+                              {"fallback_reason", st.fallback_reason}};
+    std::printf("%s\n", internal::json_text(j).c_str());
   }
   return 0;
 }
 
+void setup(CLI::App& tool) {
+  CLI::App* bench = group(tool, "bench", "Measure the feed, its stages and the machine's limits.");
+  auto a = std::make_shared<IoArgs>();
+  CLI::App* c = bench->add_subcommand(
+      "io", "Read every record of a dataset through the IO engine (no decode); print records/s and GB/s.");
+  c->add_option("DATASET", a->dataset, "dataset (packed)")->required();
+  c->add_option("--order", a->order, "read order")->check(CLI::IsMember({"sequential", "shuffled"}))->capture_default_str();
+  c->add_option("--qd", a->qd, "reads in flight")->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_option("--engine", a->engine, "IO engine (default: auto)")->check(named_by(io_engine_kind_from_name, "auto|uring|pread"));
+  c->add_option("--seed", a->seed, "shuffle seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--limit", a->limit, "read only the first N records of the order")->check(CLI::NonNegativeNumber);
+  c->add_option("--max-request", a->max_request, "largest read (neighbours coalesce up to it)")
+      ->check(byte_size())->capture_default_str();
+  c->add_option("--threads", a->threads, "threads of the pread engine")->check(CLI::Range(1, 256))->capture_default_str();
+  c->add_flag("--buffered", a->buffered, "buffered reads (no O_DIRECT)");
+  c->add_flag("--verify", a->verify, "check every record's CRC");
+  c->add_flag("--drop-caches", a->drop_caches, "drop the page cache first (needs root)");
+  c->add_flag("--json", a->json, "a JSON object after the text");
+  on_run(c, [a] { return bench_io_cmd(*a); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("bench io",
-               "DATASET [--order sequential|shuffled] [--qd N] [--engine auto|uring|pread] "
-               "[--seed S] [--limit N] [--max-request BYTES] [--threads N (pread)] [--buffered] "
-               "[--verify] "
-               "[--drop-caches] [--json]",
-               "Read every record of a dataset through the IO engine (no decode); print "
-               "records/s and GB/s.",
-               bench_io_cmd);
+STOKER_COMMAND("bench io", setup);
 
 }  // namespace stoker::cli

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "cli.h"
@@ -16,7 +17,7 @@
 #include "stoker/error.h"
 #include "stoker/cpu.h"
 #include "stoker/loader.h"
-#include "util/json_text.h"
+#include "util/json.h"
 
 namespace stoker::cli {
 namespace {
@@ -27,51 +28,48 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
-std::string num(double v) { return internal::json_num(v); }
+struct FeedArgs {
+  std::string dataset, transform = "train", order = "shuffled", engine = "auto", on_error = "error";
+  int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
+          epochs = 1, limit_records = 2000;
+  double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
+  bool no_direct = false, json = false;
+};
 
-int run_feed(const Args& args) {
-  ArgParser p(args, {"json", "no-direct"});
-  p.check_known({"threads", "transform", "consumer-ms", "batch", "size", "epochs", "json", "order", "seed", "engine",
-                 "qd", "slots", "window-chunks", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
-                 "report", "max-seconds"});
-  if (p.positional().size() != 1) {
-    std::cerr << "usage: stoker bench feed DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] ...\n";
-    return 2;
-  }
+int run_feed(const FeedArgs& a) {
   LoaderOptions o;
-  o.path = p.positional()[0];
-  o.batch_size = static_cast<uint64_t>(p.get_int("batch", 64));
-  o.transform.size = static_cast<int>(p.get_int("size", 224));
-  const std::string tf = p.get_or("transform", "train");
+  o.path = a.dataset;
+  o.batch_size = static_cast<uint64_t>(a.batch);
+  o.transform.size = static_cast<int>(a.size);
+  const std::string& tf = a.transform;
   if (tf == "train") o.transform.kind = ImageTransform::Kind::kTrain;
   else if (tf == "eval") o.transform.kind = ImageTransform::Kind::kEval;
-  else if (tf == "none") o.transform.kind = ImageTransform::Kind::kNone;
-  else throw_error(ErrorCode::kInvalidArgument, "--transform must be train, eval or none");
-  o.threads = static_cast<unsigned>(p.get_int("threads", 0));
-  o.order.kind = parse_order_kind(p.get_or("order", "shuffled"));
-  o.order.seed = static_cast<uint64_t>(p.get_int("seed", 0));
-  o.order.window_chunks = static_cast<uint64_t>(p.get_int("window-chunks", static_cast<int64_t>(o.order.window_chunks)));
-  o.slots = static_cast<unsigned>(p.get_int("slots", 0));  // 0: the loader's default
-  o.io.engine = io_engine_kind_from_name(p.get_or("engine", "auto"));
-  o.io.queue_depth = static_cast<unsigned>(p.get_int("qd", 64));
-  o.io.direct = !p.flag("no-direct");
-  o.on_error = on_error_from_name(p.get_or("on-error", "error"));
+  else o.transform.kind = ImageTransform::Kind::kNone;
+  o.threads = static_cast<unsigned>(a.threads);
+  o.order.kind = parse_order_kind(a.order);
+  o.order.seed = static_cast<uint64_t>(a.seed);
+  o.order.window_chunks = static_cast<uint64_t>(a.window_chunks);
+  o.slots = static_cast<unsigned>(a.slots);  // 0: the loader's default
+  o.io.engine = io_engine_kind_from_name(a.engine);
+  o.io.queue_depth = static_cast<unsigned>(a.qd);
+  o.io.direct = !a.no_direct;
+  o.on_error = on_error_from_name(a.on_error);
   o.rank = 0;
   o.world_size = 1;
-  const double io_limit_mbps = p.get_double("io-limit-mbps", 0);
+  const double io_limit_mbps = a.io_limit_mbps;
   if (io_limit_mbps > 0)
     o.wrap_io = [io_limit_mbps](std::unique_ptr<IoEngine> e) {
       return make_throttled_engine(std::move(e), io_limit_mbps * 1e6);
     };
-  const double consumer_ms = p.get_double("consumer-ms", 0);
-  const int epochs = static_cast<int>(p.get_int("epochs", 1));
-  const bool json = p.flag("json");
+  const double consumer_ms = a.consumer_ms;
+  const int epochs = static_cast<int>(a.epochs);
+  const bool json = a.json;
   // Verdict snapshots every `report` seconds (printed as JSON lines on stderr when given).
-  const double report_s = p.get_double("report", 0);
+  const double report_s = a.report;
   const double snapshot_s = report_s > 0 ? report_s : 0.5;
   // Stops after this many seconds in all (the epoch running then ends early, later epochs
   // are skipped); 0: whole epochs. Bounds the measurements of `stoker bench compare`.
-  const double max_seconds = p.get_double("max-seconds", 0);
+  const double max_seconds = a.max_seconds;
 
   Loader loader(o);
   DiagnoseOptions dopt;
@@ -161,8 +159,7 @@ int run_feed(const Args& args) {
 
   // In-memory limit of the same code on the same threads.
   auto limit = internal::measure_decode_limit(o.path, o.transform, dec_total.threads,
-                                              p.get_double("limit-seconds", 3.0),
-                                              static_cast<uint64_t>(p.get_int("limit-records", 2000)), o.order.seed);
+                                              a.limit_seconds, static_cast<uint64_t>(a.limit_records), o.order.seed);
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
   if (tokens) {
@@ -197,42 +194,86 @@ int run_feed(const Args& args) {
               dec_total.threads, threads_word, static_cast<unsigned long long>(limit.records_in_memory), ratio);
   std::printf("verdict: %s\n", verdict.summary().c_str());
   if (json) {
+    using internal::Json;
     auto stage = [&](const StageStats& s) {
-      return "{\"threads\":" + std::to_string(s.threads) + ",\"busy_frac\":" + num(s.busy_frac(wall)) +
-             ",\"busy_s\":" + num(s.busy_s) + ",\"wait_s\":" + num(s.wait_s) + ",\"items\":" + std::to_string(s.items) + "}";
+      return Json{{"threads", s.threads}, {"busy_frac", internal::figure(s.busy_frac(wall))}, {"busy_s", internal::figure(s.busy_s)},
+                  {"wait_s", internal::figure(s.wait_s)}, {"items", s.items}};
     };
-    std::string j = "{\"dataset\":" + internal::json_str(o.path);
-    j += ",\"transform\":\"" + tf + "\",\"threads\":" + std::to_string(dec_total.threads);
-    j += ",\"batch\":" + std::to_string(o.batch_size) + ",\"size\":" + std::to_string(o.transform.size);
-    j += ",\"epochs\":" + std::to_string(epochs_run) + ",\"consumer_ms\":" + num(consumer_ms);
-    j += ",\"unit\":\"" + unit + "\"";
-    j += ",\"samples\":" + std::to_string(samples) + ",\"batches\":" + std::to_string(batches);
-    j += ",\"wall_s\":" + num(wall);
-    j += ",\"samples_per_s\":" + num(rate);
-    j += ",\"bytes_per_s\":" + num(bytes / std::max(wall, 1e-9));
-    j += ",\"limit_samples_per_s\":" + num(limit_rate);
-    j += ",\"ratio\":" + num(ratio);
-    j += ",\"consumer_wait_frac\":" + num(wait_frac);
-    j += ",\"first_batch_s\":" + num(first_batch);
-    j += ",\"peak_rss_bytes\":" + std::to_string(rss);
-    j += ",\"io_engine\":\"" + last.io_engine.engine + "\",\"io_direct\":" + (last.io_engine.direct ? "true" : "false");
-    j += ",\"slots\":" + std::to_string(last.slots);
-    j += ",\"bottleneck\":\"" + std::string(bottleneck_name(verdict.bottleneck)) + "\"";
-    j += ",\"verdict\":" + verdict.to_json();
-    j += ",\"stages\":{\"io\":" + stage(io_total) + ",\"decode\":" + stage(dec_total) +
-         ",\"consumer\":{\"wait_s\":" + num(consumer_wait) + ",\"wait_frac\":" + num(wait_frac) + "}}";
-    j += "}";
-    std::printf("%s\n", j.c_str());
+    const Json j = {{"dataset", o.path},
+                    {"transform", tf},
+                    {"threads", dec_total.threads},
+                    {"batch", o.batch_size},
+                    {"size", o.transform.size},
+                    {"epochs", epochs_run},
+                    {"consumer_ms", internal::figure(consumer_ms)},
+                    {"unit", unit},
+                    {"samples", samples},
+                    {"batches", batches},
+                    {"wall_s", internal::figure(wall)},
+                    {"samples_per_s", internal::figure(rate)},
+                    {"bytes_per_s", internal::figure(bytes / std::max(wall, 1e-9))},
+                    {"limit_samples_per_s", internal::figure(limit_rate)},
+                    {"ratio", internal::figure(ratio)},
+                    {"consumer_wait_frac", internal::figure(wait_frac)},
+                    {"first_batch_s", internal::figure(first_batch)},
+                    {"peak_rss_bytes", rss},
+                    {"io_engine", last.io_engine.engine},
+                    {"io_direct", last.io_engine.direct},
+                    {"slots", last.slots},
+                    {"bottleneck", bottleneck_name(verdict.bottleneck)},
+                    {"verdict", internal::to_json_value(verdict)},
+                    {"stages",
+                     {{"io", stage(io_total)},
+                      {"decode", stage(dec_total)},
+                      {"consumer", {{"wait_s", internal::figure(consumer_wait)}, {"wait_frac", internal::figure(wait_frac)}}}}}};
+    std::printf("%s\n", internal::json_text(j).c_str());
   }
   return 0;
 }
 
+void setup(CLI::App& tool) {
+  CLI::App* bench = group(tool, "bench", "Measure the feed, its stages and the machine's limits.");
+  auto a = std::make_shared<FeedArgs>();
+  CLI::App* c = bench->add_subcommand(
+      "feed", "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.");
+  c->add_option("DATASET", a->dataset, "dataset (packed)")->required();
+  c->add_option("--threads", a->threads, "decode threads (0: the CPU plan)")->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_option("--transform", a->transform, "image transform")->check(CLI::IsMember({"train", "eval", "none"}))
+      ->capture_default_str();
+  c->add_option("--consumer-ms", a->consumer_ms, "a consumer taking this long per batch")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--batch", a->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();
+  c->add_option("--size", a->size, "output image side")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  c->add_option("--epochs", a->epochs, "epochs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  c->add_option("--order", a->order, "sample order")->check(named_by(parse_order_kind, "shuffled|sequential|chunk_local"))
+      ->capture_default_str();
+  c->add_option("--seed", a->seed, "order seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--window-chunks", a->window_chunks, "chunks in a chunk_local window")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
+  c->add_option("--slots", a->slots, "batch slots in the ring (0: the loader's default)")
+      ->check(CLI::Range(0, 1 << 16))->capture_default_str();
+  c->add_option("--engine", a->engine, "IO engine")->check(named_by(io_engine_kind_from_name, "auto|uring|pread"))
+      ->capture_default_str();
+  c->add_option("--qd", a->qd, "IO queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_flag("--no-direct", a->no_direct, "buffered reads (no O_DIRECT)");
+  c->add_option("--io-limit-mbps", a->io_limit_mbps, "throttle reads to this many MB/s (rehearses slow storage)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--on-error", a->on_error, "a bad record stops the run, or is skipped")
+      ->check(named_by(on_error_from_name, "error|skip"))->capture_default_str();
+  c->add_option("--limit-seconds", a->limit_seconds, "time spent measuring the in-memory limit")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--limit-records", a->limit_records, "records held in memory for the limit")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))->capture_default_str();
+  c->add_option("--report", a->report, "print the verdict as a JSON line on stderr every SECONDS")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--max-seconds", a->max_seconds, "stop after this long in all (0: whole epochs)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--json", a->json, "a JSON object after the text");
+  on_run(c, [a] { return run_feed(*a); });
+}
+
 }  // namespace
 
-STOKER_COMMAND("bench feed",
-               "DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] [--batch B] [--size S] "
-               "[--epochs E] [--order shuffled|sequential|chunk_local] [--window-chunks W] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
-               "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.",
-               run_feed);
+STOKER_COMMAND("bench feed", setup);
 
 }  // namespace stoker::cli

@@ -1,0 +1,41 @@
+// JSON in stoker: nlohmann::json, and one writer for everything stoker prints or returns
+// as JSON (the tool's --json outputs, stats, verdicts, the doctor's report).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace stoker {
+struct Verdict;
+struct Check;
+struct DoctorReport;
+struct StagerStats;
+}  // namespace stoker
+
+namespace stoker::internal {
+
+/// Keys stay in the order they were set: a reader scanning the text sees the headline
+/// figures first, and the text of one run reads like the next.
+using Json = nlohmann::ordered_json;
+
+/// The one writer: compact, one line; NaN and infinities as null; bytes that are not
+/// UTF-8 (paths are bytes) replaced by U+FFFD rather than throwing.
+inline std::string json_text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+/// A measured figure as it is reported: 6 significant digits (a rate of 640 samples/s
+/// reads 640, not 639.99999999999989); NaN and infinities stay as they are (null).
+double figure(double v);
+
+/// The JSON of the library's reports, as values a caller can embed in its own (the
+/// public to_json() methods are json_text of these).
+Json to_json_value(const Verdict& v);       // diagnose/verdict.cc
+Json to_json_value(const Check& c);         // diagnose/doctor.cc
+Json to_json_value(const DoctorReport& r);  // diagnose/doctor.cc
+Json to_json_value(const StagerStats& s);   // stage/stager.cc
+
+/// Parses JSON text; a syntax error throws stoker::Error kInvalidArgument naming `what`
+/// and the byte where the text stops making sense.
+Json parse_json(const std::string& text, const std::string& what);
+
+}  // namespace stoker::internal

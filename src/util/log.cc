@@ -1,0 +1,114 @@
+#include "util/log.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string_view>
+
+namespace stoker::internal {
+namespace {
+
+struct Logger {
+  std::mutex mu;
+  bool level_set = false;
+  LogLevel level = LogLevel::kWarn;
+  std::shared_ptr<const LogSink> sink;  // null: stderr
+  std::set<std::string> once;
+};
+
+// Leaked: messages from threads still running at exit must find it alive.
+Logger& logger() {
+  static Logger* l = new Logger;
+  return *l;
+}
+
+void write_stderr(LogLevel level, const std::string& message) {
+  const char* tag = level == LogLevel::kError  ? "error: "
+                    : level == LogLevel::kWarn ? "warning: "
+                    : level == LogLevel::kInfo ? ""
+                                               : "debug: ";
+  // One call, so lines from several threads do not interleave.
+  std::fprintf(stderr, "stoker: %s%s\n", tag, message.c_str());
+}
+
+// The threshold from STOKER_LOG; `bad` gets the value when it names no level.
+LogLevel level_from_env(std::string* bad) {
+  const char* e = std::getenv("STOKER_LOG");
+  if (!e || !*e) return LogLevel::kWarn;
+  const std::string_view v(e);
+  for (LogLevel l : {LogLevel::kError, LogLevel::kWarn, LogLevel::kInfo, LogLevel::kDebug})
+    if (v == log_level_name(l)) return l;
+  if (v == "warning") return LogLevel::kWarn;
+  *bad = e;
+  return LogLevel::kWarn;
+}
+
+}  // namespace
+
+const char* log_level_name(LogLevel level) noexcept {
+  switch (level) {
+    case LogLevel::kError: return "error";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: break;
+  }
+  return "debug";
+}
+
+LogLevel log_level() {
+  Logger& l = logger();
+  std::string bad;
+  LogLevel level;
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    if (!l.level_set) {
+      l.level = level_from_env(&bad);
+      l.level_set = true;
+    }
+    level = l.level;
+  }
+  if (!bad.empty())
+    log_warn("STOKER_LOG='" + bad + "' names no level (error, warn, info, debug); logging at warn");
+  return level;
+}
+
+void set_log_level(LogLevel level) {
+  Logger& l = logger();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.level = level;
+  l.level_set = true;
+}
+
+bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(log_level()); }
+
+void set_log_sink(LogSink sink) {
+  Logger& l = logger();
+  auto s = sink ? std::make_shared<const LogSink>(std::move(sink)) : nullptr;
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.sink = std::move(s);
+}
+
+void log_message(LogLevel level, const std::string& message) {
+  if (!log_enabled(level)) return;
+  std::shared_ptr<const LogSink> sink;
+  {
+    Logger& l = logger();
+    std::lock_guard<std::mutex> lock(l.mu);
+    sink = l.sink;
+  }
+  if (sink) (*sink)(level, message);
+  else write_stderr(level, message);
+}
+
+void log_warn_once(const std::string& key, const std::string& message) {
+  {
+    Logger& l = logger();
+    std::lock_guard<std::mutex> lock(l.mu);
+    if (!l.once.insert(key).second) return;
+  }
+  log_warn(message);
+}
+
+}  // namespace stoker::internal

@@ -1,0 +1,309 @@
+// The `stoker` tool, run as a user runs it: the binary, its stdout, stderr and exit code.
+// Help and --version on stdout with exit 0; usage errors (unknown command, kind or option,
+// a missing or malformed argument) named on stderr with exit 2; runtime errors exit 1.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "util/test_util.h"
+
+#ifndef STOKER_TOOL
+#error "STOKER_TOOL (the path of build/stoker) is set by CMake"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace stoker {
+namespace {
+
+using testing::TempDir;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+// The tool built with this test; STOKER_TEST_TOOL runs the suite against another build.
+std::string tool() {
+  const char* e = std::getenv("STOKER_TEST_TOOL");
+  return e && *e ? e : STOKER_TOOL;
+}
+
+// Runs `stoker ARGS` (ARGS as shell words) and captures what it printed where.
+Result stoker(const std::string& args) {
+  TempDir d;
+  const std::string cmd = tool() + " " + args + " >" + d.str("out") + " 2>" + d.str("err") + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(d.str("out"));
+  r.err = slurp(d.str("err"));
+  return r;
+}
+
+std::string shown(const Result& r) { return "rc " + std::to_string(r.rc) + "\nstdout:\n" + r.out + "\nstderr:\n" + r.err; }
+
+// ---- help and version ---------------------------------------------------------------------
+
+TEST(CliHelp, ToolHelpGoesToStdoutWithExitZero) {
+  for (const char* flag : {"--help", "-h", "help"}) {
+    const Result r = stoker(flag);
+    EXPECT_EQ(r.rc, 0) << flag << "\n" << shown(r);
+    EXPECT_TRUE(r.err.empty()) << flag << "\n" << shown(r);
+    EXPECT_TRUE(has(r.out, "Usage: stoker")) << shown(r);
+    for (const char* cmd : {"pack", "sample", "verify", "inspect", "extract", "doctor", "bench"})
+      EXPECT_TRUE(has(r.out, std::string("\n  ") + cmd + " ")) << cmd << "\n" << shown(r);
+  }
+}
+
+TEST(CliHelp, VersionIsTheProjectVersion) {
+  const Result r = stoker("--version");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  EXPECT_EQ(r.out, "stoker " STOKER_VERSION "\n") << shown(r);
+  EXPECT_TRUE(r.err.empty()) << shown(r);
+}
+
+TEST(CliHelp, EveryCommandHasItsOwnHelp) {
+  struct Row {
+    const char* words;
+    std::vector<const char*> mentions;  // options and arguments its help must name
+  };
+  const Row rows[] = {
+      {"pack", {"imagefolder", "tokens", "wds"}},
+      {"pack imagefolder", {"SRC", "OUT", "--shard-size", "--skip-bad", "--baseline", "--align", "--threads", "--overwrite"}},
+      {"pack tokens", {"FILE", "OUT", "--dtype", "--seq-len", "--zstd", "--rows-per-record", "--shard-size"}},
+      {"pack wds", {"TAR... OUT", "--classes", "--skip-bad"}},
+      {"sample", {"imagefolder", "tokens"}},
+      {"sample imagefolder", {"OUT", "--images", "--classes", "--seed", "--quality", "--progressive-frac"}},
+      {"sample tokens", {"--tokens", "--vocab", "--dtype", "--seed"}},
+      {"verify", {"PATH", "--threads", "--quiet"}},
+      {"inspect", {"PATH", "--json"}},
+      {"extract", {"DATASET", "OUT", "--threads"}},
+      {"doctor", {"--device", "--dataset", "--threads", "--pinned", "--probe", "--json", "--root"}},
+      {"bench", {"feed", "io", "stage", "compare"}},
+      {"bench feed", {"DATASET", "--transform", "--consumer-ms", "--order", "--no-direct", "--io-limit-mbps", "--max-seconds"}},
+      {"bench io", {"DATASET", "--order", "--qd", "--engine", "--verify", "--drop-caches", "--json"}},
+      {"bench stage", {"--bytes", "--slots", "--host-slots", "--backend", "--copy-limit-mbps", "--dataset"}},
+      {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out"}},
+  };
+  for (const Row& row : rows) {
+    for (const std::string& args : {std::string(row.words) + " --help", "help " + std::string(row.words)}) {
+      const Result r = stoker(args);
+      EXPECT_EQ(r.rc, 0) << args << "\n" << shown(r);
+      EXPECT_TRUE(r.err.empty()) << args << "\n" << shown(r);
+      EXPECT_TRUE(has(r.out, std::string("Usage: stoker ") + row.words + " ")) << args << "\n" << shown(r);
+      for (const char* m : row.mentions) EXPECT_TRUE(has(r.out, m)) << args << ": no " << m << "\n" << shown(r);
+    }
+  }
+}
+
+// ---- usage errors: exit 2, named ----------------------------------------------------------
+
+TEST(CliUsage, UnknownOptionIsNamedWithExitTwo) {
+  TempDir d;
+  const std::string p = d.str();
+  for (const std::string& args : std::vector<std::string>{
+           "doctor --frob", "doctor --frob 3", "verify " + p + " --frob", "pack imagefolder " + p + " " + p + "/o --frob",
+        "inspect " + p + " --frob=1", "bench io " + p + " --frob", "sample tokens " + p + "/t.bin --frob",
+        "--frob"}) {
+    const Result r = stoker(args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << shown(r);
+    EXPECT_TRUE(has(r.err, "unknown option --frob")) << args << "\n" << shown(r);
+    EXPECT_FALSE(has(r.err, "needs a value")) << args << "\n" << shown(r);
+    EXPECT_TRUE(r.out.empty()) << args << "\n" << shown(r);
+  }
+}
+
+TEST(CliUsage, UnknownKindOrCommandListsTheChoices) {
+  Result r = stoker("pack foo");
+  EXPECT_EQ(r.rc, 2) << shown(r);
+  EXPECT_TRUE(has(r.err, "unknown kind 'foo'")) << shown(r);
+  EXPECT_TRUE(has(r.err, "imagefolder, tokens, wds")) << shown(r);
+
+  r = stoker("bench frob");
+  EXPECT_EQ(r.rc, 2) << shown(r);
+  EXPECT_TRUE(has(r.err, "unknown kind 'frob'")) << shown(r);
+  EXPECT_TRUE(has(r.err, "compare")) << shown(r);
+
+  r = stoker("frobnicate");
+  EXPECT_EQ(r.rc, 2) << shown(r);
+  EXPECT_TRUE(has(r.err, "unknown command 'frobnicate'")) << shown(r);
+
+  r = stoker("help frobnicate");
+  EXPECT_EQ(r.rc, 2) << shown(r);
+  EXPECT_TRUE(has(r.err, "unknown command 'frobnicate'")) << shown(r);
+}
+
+TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
+  TempDir d;
+  const std::string p = d.str();
+  struct Row {
+    std::string args, says;
+  };
+  const Row rows[] = {
+      {"", "Usage: stoker"},                                          // no command: the usage, on stderr
+      {"pack", "name a kind: imagefolder, tokens, wds"},              // a group alone
+      {"pack imagefolder " + p, "OUT is required"},                   // a positional missing
+      {"pack tokens a.bin " + p + "/o", "--seq-len is required"},     // a required option missing
+      {"pack tokens a.bin " + p + "/o --seq-len abc", "--seq-len"},   // not a number
+      {"pack tokens a.bin " + p + "/o --seq-len 0", "--seq-len"},     // out of range
+      {"pack imagefolder a " + p + "/o --align 3", "--align"},        // not a choice
+      {"pack imagefolder a " + p + "/o --shard-size 12XB", "bad size unit in '12XB'"},
+      {"pack tokens a.bin " + p + "/o --seq-len 8 --dtype float", "unknown dtype 'float'"},
+      {"verify", "PATH is required"},
+      {"doctor --threads", "--threads"},                              // a value missing
+      {"extract " + p + " " + p + "/o extra", "unexpected argument 'extra'"},
+      {"bench feed " + p + " --transform blur", "--transform"},
+      {"bench io " + p + " --engine warp", "--engine"},
+  };
+  for (const Row& row : rows) {
+    const Result r = stoker(row.args);
+    EXPECT_EQ(r.rc, 2) << row.args << "\n" << shown(r);
+    EXPECT_TRUE(has(r.err, row.says)) << row.args << ": wants " << row.says << "\n" << shown(r);
+  }
+}
+
+TEST(CliUsage, RuntimeErrorsExitOneWithTheirCode) {
+  TempDir d;
+  const Result r = stoker("inspect " + d.str("missing"));
+  EXPECT_EQ(r.rc, 1) << shown(r);
+  EXPECT_TRUE(has(r.err, "stoker: not_found: ")) << shown(r);
+  EXPECT_TRUE(has(r.err, d.str("missing"))) << shown(r);
+}
+
+// ---- commands end to end -------------------------------------------------------------------
+
+TEST(CliCommands, AnArgumentNamedLikeACommandIsAnArgument) {
+  // "tokens" is a pack kind and "bench" a command: as paths they are just paths.
+  TempDir d;
+  const fs::path cwd = fs::current_path();
+  fs::current_path(d.path());
+  Result r = stoker("sample tokens tokens.bin --tokens 5000 --vocab 100");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  r = stoker("pack tokens tokens.bin tokens --dtype uint16 --seq-len 64");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  r = stoker("inspect tokens --json");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  r = stoker("extract tokens bench");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  EXPECT_TRUE(fs::exists(d.path() / "bench")) << shown(r);
+  fs::current_path(cwd);
+}
+
+TEST(CliCommands, InspectJsonIsValidEvenForPathsThatAreNotUtf8) {
+  TempDir d;
+  // A quote, a newline and a byte that is not UTF-8: the one JSON writer escapes or
+  // replaces each, so any JSON reader takes the output.
+  const std::string name = "ds \"q\"\n\xff";
+  ASSERT_EQ(stoker("sample imagefolder " + d.str("imgs") + " --images 6 --classes 2").rc, 0);
+  const std::string quoted = "'" + d.str(name) + "'";
+  Result r = stoker("pack imagefolder " + d.str("imgs") + " " + quoted);
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  r = stoker("inspect " + quoted + " --json");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  EXPECT_EQ(j["kind"], "dataset");
+  EXPECT_EQ(j["records"], 6);
+  EXPECT_EQ(j["classes"], 2);
+  EXPECT_EQ(j["class_names"].size(), 2u);
+  EXPECT_EQ(j["fields"][0]["name"], "jpeg");
+  const std::string path = j["path"];
+  EXPECT_TRUE(has(path, "ds \"q\"\n\xEF\xBF\xBD")) << path;  // U+FFFD for the stray byte
+}
+
+TEST(CliCommands, DoctorExitsOneWhenACheckFails) {
+  TempDir root;
+  auto meminfo = [&](uint64_t avail_kb) {
+    fs::create_directories(root.path() / "proc");
+    std::ofstream(root.path() / "proc/meminfo") << "MemTotal:       16777216 kB\nMemFree:         1000 kB\nMemAvailable:   "
+                                                 << avail_kb << " kB\nHugePages_Total:    0\nHugePages_Free:     0\n"
+                                                 << "Hugepagesize:       2048 kB\n";
+  };
+  meminfo(50 << 10);  // 50 MiB available: the memory check fails
+  Result r = stoker("doctor --json --root " + root.str());
+  EXPECT_EQ(r.rc, 1) << shown(r);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  bool memory_failed = false;
+  for (const auto& c : j["checks"]) memory_failed |= c["name"] == "memory" && c["status"] == "fail";
+  EXPECT_TRUE(memory_failed) << r.out;
+  EXPECT_EQ(j["failed"], true);
+  // Fixed: warnings alone exit 0.
+  meminfo(12 << 20);
+  r = stoker("doctor --root " + root.str());
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  EXPECT_TRUE(has(r.out, "0 checks failed")) << shown(r);
+}
+
+TEST(CliCommands, BenchCompareWritesJsonMarkdownAndPlot) {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
+  TempDir d;
+  auto ok = [](const std::string& args) {
+    const Result r = stoker(args);
+    EXPECT_EQ(r.rc, 0) << args << "\n" << shown(r);
+    return r.rc == 0;
+  };
+  ASSERT_TRUE(ok("sample imagefolder " + d.str("imgs") + " --images 48 --classes 3 --seed 2"));
+  ASSERT_TRUE(ok("pack imagefolder " + d.str("imgs") + " " + d.str("ds")));
+  ASSERT_TRUE(ok("sample tokens " + d.str("tokens.bin") + " --tokens 300000 --vocab 1000"));
+  ASSERT_TRUE(ok("pack tokens " + d.str("tokens.bin") + " " + d.str("tokens") + " --dtype uint16 --seq-len 256"));
+  ASSERT_TRUE(ok("bench compare " + d.str("ds") + " --images " + d.str("imgs") + " --tokens " + d.str("tokens") +
+                 " --threads 1 --seconds 1 --batch 16 --out " + d.str("cmp")));
+
+  const std::string text = slurp(d.str("cmp/compare.json"));
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
+  for (const char* key : {"limits", "results"}) EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["limits"]["read"]["samples_per_s"].get<double>(), 0);
+  EXPECT_EQ(j["limits"]["decode"][0]["threads"], 1);
+  EXPECT_GT(j["limits"]["decode"][0]["samples_per_s"].get<double>(), 0);
+  std::set<std::string> feeders;
+  bool stoker_verdict = false;
+  for (const auto& x : j["results"]) {
+    for (const char* k : {"workload", "feeder", "threads"}) EXPECT_TRUE(x.contains(k)) << x.dump();
+    // Every row has a rate or says why not.
+    EXPECT_TRUE(x.value("samples_per_s", 0.0) > 0 || x.contains("status")) << x.dump();
+    feeders.insert(x["workload"].get<std::string>() + "/" + x["feeder"].get<std::string>());
+    if (x["feeder"] == "stoker" && x.contains("bottleneck"))
+      stoker_verdict |= std::set<std::string>{"storage", "decode", "copy", "consumer"}.count(x["bottleneck"]) > 0;
+  }
+  for (const char* f : {"images/stoker", "tokens/stoker", "images/torch DataLoader+PIL", "tokens/nanoGPT memmap get_batch"})
+    EXPECT_TRUE(feeders.count(f)) << f;
+  bool wds = false, ffcv = false;
+  for (const std::string& f : feeders) {
+    wds |= has(f, "/WebDataset");
+    ffcv |= has(f, "/FFCV");
+  }
+  EXPECT_TRUE(wds && ffcv) << text;
+  EXPECT_TRUE(stoker_verdict) << text;
+  const std::string md = slurp(d.str("cmp/compare.md"));
+  EXPECT_TRUE(has(md, "| workload | feeder | threads | samples/s | after 1st batch | ratio to limit | note |")) << md;
+  EXPECT_TRUE(has(md, "| images | stoker | 1 |")) << md;
+  std::error_code ec;
+  const auto png = fs::file_size(d.str("cmp/compare.png"), ec);
+  ASSERT_FALSE(ec) << "compare.png missing";
+  EXPECT_GT(png, 1000u);
+  EXPECT_EQ(slurp(d.str("cmp/compare.png")).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+}  // namespace
+}  // namespace stoker
