@@ -224,7 +224,8 @@ TEST(CliCommands, InspectJsonIsValidEvenForPathsThatAreNotUtf8) {
   EXPECT_EQ(j["records"], 6);
   EXPECT_EQ(j["classes"], 2);
   EXPECT_EQ(j["class_names"].size(), 2u);
-  EXPECT_EQ(j["fields"][0]["name"], "jpeg");
+  EXPECT_EQ(j["fields"][0]["name"], "__key__");
+  EXPECT_EQ(j["fields"][1]["name"], "image");
   const std::string path = j["path"];
   EXPECT_TRUE(has(path, "ds \"q\"\n\xEF\xBF\xBD")) << path;  // U+FFFD for the stray byte
 }
