@@ -29,15 +29,19 @@ token_file="$out/tokens-$tokens.bin"
 
 echo "== pack"
 $stoker pack imagefolder "$out/images" "$out/dataset" --overwrite
+$stoker pack imagefolder "$out/images" "$out/dataset-fast-crop" --fast-crop --overwrite
 $stoker pack tokens "$token_file" "$out/tokens" --dtype uint16 --seq-len 1024 --zstd 3 --overwrite
 
 echo "== verify"
-$stoker verify "$out/dataset" "$out/tokens"
+$stoker verify "$out/dataset" "$out/dataset-fast-crop" "$out/tokens"
 $stoker inspect "$out/dataset"
 $stoker inspect "$out/tokens"
 
 echo "== feed rate: images, train transform to 224, $jobs decode threads"
 $stoker bench feed "$out/dataset" --threads "$jobs" --transform train --epochs 2 --json | tee "$out/feed_images.txt"
+echo "== feed rate: the same images packed plainly and with --fast-crop, alternating"
+STOKER=$stoker bash "$(dirname "$0")/fast_crop_feed.sh" "$out/dataset" "$out/dataset-fast-crop" 2 "$jobs" |
+  tee "$out/feed_fast_crop.txt"
 echo "== feed rate: tokens, seq_len 1024"
 $stoker bench feed "$out/tokens" --threads "$jobs" --batch 32 --epochs 3 --json | tee "$out/feed_tokens.txt"
 

@@ -381,6 +381,21 @@ TEST_F(Damage, WrongGeometryIsNamed) {
   expect_named(with_edited_index([](uint8_t* p) { p[7] = 9; }), "unsupported version 9");
 }
 
+TEST_F(Damage, HugeDeclaredIntervalCountIsRefusedBeforeAllocating) {
+  // Frame and index agree on 16000x16000 (a million MCUs), but the index holds far fewer
+  // sizes than that: refused from the segment's size, before anything is allocated.
+  std::vector<uint8_t> f = with_edited_index([](uint8_t* p) {
+    p[10] = 1000 & 0xFF, p[11] = 1000 >> 8, p[12] = 1000 & 0xFF, p[13] = 1000 >> 8;
+    const uint32_t n = 1000u * 1000u;
+    for (int i = 0; i < 4; ++i) p[18 + i] = static_cast<uint8_t>(n >> (8 * i));
+  });
+  uint8_t* sof = f.data() + l.sof_offset;
+  sof[5] = sof[7] = 16000 >> 8;
+  sof[6] = sof[8] = 16000 & 0xFF;
+  const std::string m = data_loss_message([&] { check_fast_crop_index(f); });
+  EXPECT_NE(m.find("1000000 intervals cannot fit"), std::string::npos) << m;
+}
+
 TEST_F(Damage, ShiftedOffsetsDoNotMatchTheData) {
   // Move one byte from an interval in the middle rows to its neighbour: sizes still add
   // up, the CRC is right, but that boundary no longer sits after an RST marker.

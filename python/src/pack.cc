@@ -39,10 +39,11 @@ void init_pack(py::module_& m) {
   m.def(
       "pack_imagefolder",
       [](const std::string& src, const std::string& out, uint64_t shard_size, uint32_t align, int threads,
-         bool skip_bad, bool overwrite, bool progress, bool baseline, uint64_t max_file_bytes) {
+         bool skip_bad, bool overwrite, bool progress, bool baseline, bool fast_crop, uint64_t max_file_bytes) {
         ImageFolderPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
         o.baseline = baseline;
+        o.fast_crop = fast_crop;
         o.max_file_bytes = max_file_bytes;
         PackSummary s;
         {
@@ -53,7 +54,7 @@ void init_pack(py::module_& m) {
       },
       py::arg("src"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("overwrite") = false,
-      py::arg("progress") = false, py::arg("baseline") = false,
+      py::arg("progress") = false, py::arg("baseline") = false, py::arg("fast_crop") = false,
       py::arg("max_file_bytes") = ImageFolderPackOptions{}.max_file_bytes);
 
   m.def(

@@ -26,6 +26,24 @@ def test_pack_imagefolder_stores_files_unchanged_with_labels(tmp_path):
     assert s["input_bytes"] == sum(os.path.getsize(f) for f, _ in files)
 
 
+def test_pack_imagefolder_fast_crop_gives_the_same_batches(tmp_path):
+    src = make_imagefolder(str(tmp_path / "f"), per_class=3)
+    plain, fast = str(tmp_path / "plain"), str(tmp_path / "fast")
+    stoker.pack_imagefolder(src, plain, threads=1)
+    s = stoker.pack_imagefolder(src, fast, threads=1, fast_crop=True)
+    assert s["rewritten"] == 9
+    assert stoker.read_manifest(fast)["meta"]["fast_crop"] == "1"
+    assert stoker.read_record(fast, 0)["jpeg"] != stoker.read_record(plain, 0)["jpeg"]
+
+    def batches(path):
+        loader = stoker.Loader(path, batch_size=4, transform="train", size=64, threads=1, seed=5,
+                               rank=0, world_size=1, numpy=True)
+        return [(b["image"].copy(), b["label"].copy()) for b in loader]
+
+    for (ia, la), (ib, lb) in zip(batches(plain), batches(fast), strict=True):
+        assert np.array_equal(ia, ib) and np.array_equal(la, lb)
+
+
 def test_pack_imagefolder_skip_bad_lists_the_bad_file(tmp_path):
     src = make_imagefolder(str(tmp_path / "f"), per_class=2)
     with open(os.path.join(src, CLASS_NAMES[1], "zz_not_a_jpeg.jpg"), "wb") as f:

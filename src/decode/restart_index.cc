@@ -197,9 +197,14 @@ bool read_restart_layout(std::span<const uint8_t> jpeg, RestartLayout& out) {
     index_error("no EOI marker after the " + std::to_string(scan_bytes) +
                 " entropy-coded bytes it records");
   }
-  out.starts.resize(intervals + 1);
   size_t q = kFixedBytes;
   const size_t end = pl - 4;
+  // Each size takes at least a byte: bounds the allocation below by the segment's size.
+  if (intervals > end - q) {
+    index_error(std::to_string(intervals) + " intervals cannot fit " + std::to_string(end - q) +
+                " bytes of sizes");
+  }
+  out.starts.resize(intervals + 1);
   uint64_t at = 0;
   for (uint64_t i = 0; i < intervals; ++i) {
     uint32_t v = 0;
