@@ -19,6 +19,8 @@ py::dict to_dict(const PackSummary& s) {
   d["input_bytes"] = s.input_bytes;
   d["rewritten"] = s.rewritten;
   d["skipped"] = s.skipped;
+  d["tokens_dropped"] = s.tokens_dropped;
+  d["notes"] = s.notes;
   d["seconds"] = s.seconds;
   return d;
 }
@@ -77,6 +79,43 @@ void init_pack(py::module_& m) {
       py::arg("file"), py::arg("out"), py::kw_only(), py::arg("dtype") = "uint16", py::arg("seq_len") = 1024,
       py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false);
+
+  m.def(
+      "pack_wds",
+      [](const std::vector<std::string>& tars, const std::string& out, uint64_t shard_size, uint32_t align,
+         int threads, bool skip_bad, bool skip_incomplete, bool overwrite, bool progress,
+         const std::vector<std::string>& class_names) {
+        WdsPackOptions o;
+        set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
+        o.skip_incomplete = skip_incomplete;
+        o.class_names = class_names;
+        PackSummary s;
+        {
+          py::gil_scoped_release nogil;
+          s = pack_wds(tars, out, o);
+        }
+        return to_dict(s);
+      },
+      py::arg("tars"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
+      py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("skip_incomplete") = false,
+      py::arg("overwrite") = false, py::arg("progress") = false,
+      py::arg("class_names") = std::vector<std::string>{},
+      "Packs WebDataset tars (plain or compressed): one field per member extension, plus __key__.");
+
+  m.def(
+      "extract",
+      [](const std::string& dataset, const std::string& out, int threads) {
+        ExtractOptions o;
+        o.threads = threads;
+        PackSummary s;
+        {
+          py::gil_scoped_release nogil;
+          s = extract_dataset(dataset, out, o);
+        }
+        return to_dict(s);
+      },
+      py::arg("dataset"), py::arg("out"), py::kw_only(), py::arg("threads") = 0,
+      "Writes a dataset's records back out as files, under their __key__ names.");
 
   m.def(
       "make_sample_imagefolder",

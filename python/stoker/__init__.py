@@ -26,10 +26,12 @@ from ._stoker import (  # noqa: F401  (re-exported)
     ResourceExhaustedError,
     UnavailableError,
     decode_image,
+    extract,
     make_sample_imagefolder,
     make_sample_tokens,
     pack_imagefolder,
     pack_tokens,
+    pack_wds,
     probe_jpeg,
     read_manifest,
     read_record,
@@ -38,6 +40,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
 )
 from . import transforms  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
+from .writer import Writer  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -50,6 +53,9 @@ __all__ = [
     "ImageTransform",
     "pack_imagefolder",
     "pack_tokens",
+    "pack_wds",
+    "extract",
+    "Writer",
     "make_sample_imagefolder",
     "make_sample_tokens",
     "read_manifest",

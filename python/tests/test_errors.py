@@ -61,7 +61,7 @@ def test_a_corrupt_jpeg_with_a_valid_crc_fails_in_decode_naming_the_record(tmp_p
     path = str(tmp_path / "ds")
     stoker.pack_imagefolder(src, path)
     victim = 2  # cls_a_red has 2 images, then cls_b_green/img_000
-    assert stoker.read_record(path, victim)["jpeg"] == bad
+    assert stoker.read_record(path, victim)["image"] == bad
     loc = stoker.record_location(path, victim)
     with pytest.raises(stoker.DataLossError) as e:
         for _ in stoker.Loader(path, batch_size=2, transform="eval", size=S, shuffle=False):

@@ -59,7 +59,7 @@ def test_samples_equal_a_direct_decode_of_their_record(image_dataset, transform,
     for b in loader:
         for j, idx in enumerate(b["index"].tolist()):
             rec = stoker.read_record(path, idx)
-            want = stoker.decode_image(rec["jpeg"], t, stoker.sample_seed(seed, epoch, idx))
+            want = stoker.decode_image(rec["image"], t, stoker.sample_seed(seed, epoch, idx))
             np.testing.assert_array_equal(b["image"][j].numpy(), want)
             assert b["label"][j].item() == rec["label"]
             checked += 1
