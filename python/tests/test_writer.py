@@ -167,3 +167,21 @@ def test_pack_tokens_reports_the_dropped_tail(tmp_path):
     assert s["tokens_dropped"] == 100 - (12 * 8 + 1)
     assert "dropped the last 3 of 100 tokens" in s["notes"][0]
     assert stoker.read_manifest(str(tmp_path / "ds"))["meta"]["tokens_dropped"] == "3"
+
+
+def test_ctrl_c_during_a_pack_raises_keyboardinterrupt_and_leaves_nothing(tmp_path):
+    import signal
+    import threading
+    f = tmp_path / "t.bin"
+    f.write_bytes(np.random.default_rng(1).integers(0, 65535, 12 << 20, dtype=np.uint16).tobytes())
+    out = tmp_path / "ds"
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            # Incompressible tokens at zstd 19 on one thread: far longer than a second.
+            stoker.pack_tokens(str(f), str(out), dtype="uint16", seq_len=1024, zstd=19, threads=1,
+                               shard_size=1 << 20)
+    finally:
+        timer.cancel()
+    assert not out.exists() or not any(out.iterdir())  # no .tmp, no shard, no MANIFEST
