@@ -9,8 +9,8 @@
 
 Batches are torch tensors that view the loader's batch memory directly (DLPack, no
 copy); a tensor keeps its memory alive until it is freed. See `Loader` for the options,
-`stoker.transforms` for the image transforms and `pack_imagefolder` / `pack_tokens` to
-make datasets.
+`stoker.transforms` for the image transforms, `pack_imagefolder` / `pack_tokens` /
+`pack_wds` to make datasets from files, and `Writer` to make one from any other source.
 """
 
 from . import _stoker
