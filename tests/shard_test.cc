@@ -618,5 +618,37 @@ TEST(ShardV2Schema, ImageFormatsAreSniffedByMagic) {
   EXPECT_EQ(image_format_of({}), ImageFormat::kUnknown);
 }
 
+// 64 fields of 8-dimensional arrays with 64-byte names need a two-block header.
+TEST(ShardV2Schema, LargeSchemasSpanSeveralHeaderBlocks) {
+  TempDir dir;
+  Schema s;
+  for (int i = 0; i < 64; ++i) {
+    std::string name = "f" + std::to_string(i);
+    name.resize(64, 'x');
+    s.fields.push_back(Field{name, FieldKind::kNdarray, DType::kUint8, 0, {1, 1, 1, 1, 1, 1, 1, 2}});
+  }
+  const std::string path = dir.str("big.stk");
+  {
+    ShardWriter w(path, s);
+    std::vector<std::vector<uint8_t>> rec(64, std::vector<uint8_t>{1, 2});
+    std::vector<std::span<const uint8_t>> f(rec.begin(), rec.end());
+    w.add(f);
+    w.finish();
+  }
+  auto r = ShardReader::open(path);
+  EXPECT_EQ(r->header().header_size, 8192u);
+  EXPECT_EQ(r->schema(), s);
+  EXPECT_EQ(r->read_record(0).fields[63].size(), 2u);
+  auto b = testing::read_file(path);
+  b[5000] ^= 0x04;  // inside the second block
+  testing::write_file(path, b);
+  try {
+    ShardReader::open(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("header: checksum mismatch"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace stoker

@@ -141,7 +141,8 @@ struct WdsPackOptions : PackOptions {
 /// `__key__` holds the key. Fields are `__key__` and then the extensions in byte order.
 ///
 /// The schema is discovered in a first pass over the tars (member names and .npy
-/// headers only; data is skipped), so nothing is written before it is known to fit
+/// headers only; data is skipped — by seeking in a plain tar, by decompressing in a
+/// compressed one, which costs a second decompression), so nothing is written before it is known to fit
 /// every sample: npy shapes that fit neither rule are kInvalidArgument naming both
 /// keys and shapes, and a sample lacking a member others have is kInvalidArgument
 /// naming the key and the member (skip_incomplete skips such samples instead). The

@@ -14,6 +14,7 @@ void init_dataset(py::module_& m);  // dataset.cc: dataset/record helpers
 void init_loader(py::module_& m);   // loader.cc: the Loader handle and batch export
 void init_pack(py::module_& m);     // pack.cc: packers and sample generators
 void init_log(py::module_& m);      // log.cc: the library's log messages to Python's logging
+void init_writer(py::module_& m);   // writer.cc: the native half of stoker.Writer
 
 /// The warning category for "the caller holds every batch slot" (a UserWarning).
 PyObject* held_batches_warning();

@@ -2,6 +2,8 @@
 // stored bytes live. Used by tests (to compare batches with direct reads) and tools.
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "bindings.h"
 #include "stoker/dataset.h"
 #include "stoker/shard.h"
@@ -43,16 +45,47 @@ void init_dataset(py::module_& m) {
           r = ds->read(index);
         }
         py::dict d;
+        py::module_ np;
         for (size_t i = 0; i < schema.fields.size(); ++i) {
           const Field& f = schema.fields[i];
-          if (f.kind == FieldKind::kInt64) d[py::str(f.name)] = r.int64_field(i);
-          else
-            d[py::str(f.name)] = py::bytes(reinterpret_cast<const char*>(r.fields[i].data()), r.fields[i].size());
+          const auto& v = r.fields[i];
+          const char* p = reinterpret_cast<const char*>(v.data());
+          switch (f.kind) {
+            case FieldKind::kInt64: d[py::str(f.name)] = r.int64_field(i); break;
+            case FieldKind::kFloat32: {
+              float x;
+              std::memcpy(&x, p, 4);
+              d[py::str(f.name)] = x;
+              break;
+            }
+            case FieldKind::kFloat64: {
+              double x;
+              std::memcpy(&x, p, 8);
+              d[py::str(f.name)] = x;
+              break;
+            }
+            case FieldKind::kText: d[py::str(f.name)] = py::str(p, v.size()); break;
+            case FieldKind::kNdarray:
+            case FieldKind::kVarArray: {
+              // A copy as a NumPy array of the field's dtype and shape (the record's
+              // buffer does not outlive this call).
+              if (!np) np = py::module_::import("numpy");
+              py::list shape;
+              if (f.kind == FieldKind::kVarArray) shape.append(f.unit_size() ? v.size() / f.unit_size() : 0);
+              for (uint32_t dim : f.shape) shape.append(dim);
+              // numpy's dtype names are stoker's; the host is little-endian like the format.
+              py::object arr = np.attr("frombuffer")(py::bytes(p, v.size()), np.attr("dtype")(dtype_name(f.dtype)));
+              d[py::str(f.name)] = arr.attr("reshape")(py::tuple(shape));
+              break;
+            }
+            default: d[py::str(f.name)] = py::bytes(p, v.size());
+          }
         }
         return d;
       },
       py::arg("dir"), py::arg("index"),
-      "Reads and checks record `index` (global): {field: bytes, or int for int64 fields}.");
+      "Reads and checks record `index` (global): {field: value}: int for int64, float for float32/64, str for\n"
+      "text (and __key__), a NumPy array (a copy) for ndarray/vararray fields, bytes for the rest.");
 
   m.def(
       "record_location",

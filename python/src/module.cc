@@ -14,4 +14,5 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::init_dataset(m);
   stoker::python::init_loader(m);
   stoker::python::init_pack(m);
+  stoker::python::init_writer(m);
 }

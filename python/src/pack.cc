@@ -2,6 +2,12 @@
 // run, summaries returned as dicts.
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <future>
+#include <thread>
+
 #include "bindings.h"
 #include "stoker/pack.h"
 #include "stoker/shard.h"
@@ -19,6 +25,8 @@ py::dict to_dict(const PackSummary& s) {
   d["input_bytes"] = s.input_bytes;
   d["rewritten"] = s.rewritten;
   d["skipped"] = s.skipped;
+  d["tokens_dropped"] = s.tokens_dropped;
+  d["notes"] = s.notes;
   d["seconds"] = s.seconds;
   return d;
 }
@@ -33,6 +41,49 @@ void set_common(PackOptions& o, uint64_t shard_size, uint32_t align, int threads
   o.progress = progress;
 }
 
+// Runs a packer on a worker thread while this (the calling) thread keeps Python's
+// signal handling alive: Ctrl-C sets the packer's cancel flag, so it stops between
+// records and removes its partial output, and KeyboardInterrupt is raised here. Called
+// with the GIL held.
+PackSummary run_cancellable(const std::function<PackSummary(const std::atomic<bool>*)>& fn) {
+  std::atomic<bool> cancel{false};
+  std::promise<PackSummary> done;
+  std::future<PackSummary> result = done.get_future();
+  std::thread worker([&] {
+    try {
+      done.set_value(fn(&cancel));
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  bool interrupted = false;
+  for (;;) {
+    std::future_status st;
+    {
+      py::gil_scoped_release nogil;
+      st = result.wait_for(std::chrono::milliseconds(100));
+    }
+    if (st == std::future_status::ready) break;
+    if (PyErr_CheckSignals() != 0) {  // a handler raised (KeyboardInterrupt): stop the packer
+      cancel.store(true);
+      interrupted = true;
+      break;
+    }
+  }
+  {
+    py::gil_scoped_release nogil;
+    worker.join();
+  }
+  if (interrupted) {
+    try {
+      result.get();  // the packer's own kCancelled (or a result that raced the signal)
+    } catch (...) {
+    }
+    throw py::error_already_set();
+  }
+  return result.get();
+}
+
 }  // namespace
 
 void init_pack(py::module_& m) {
@@ -45,11 +96,10 @@ void init_pack(py::module_& m) {
         o.baseline = baseline;
         o.fast_crop = fast_crop;
         o.max_file_bytes = max_file_bytes;
-        PackSummary s;
-        {
-          py::gil_scoped_release nogil;
-          s = pack_imagefolder(src, out, o);
-        }
+        PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
+          o.cancel = cancel;
+          return pack_imagefolder(src, out, o);
+        });
         return to_dict(s);
       },
       py::arg("src"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
@@ -68,16 +118,51 @@ void init_pack(py::module_& m) {
         o.seq_len = seq_len;
         o.rows_per_record = rows_per_record;
         o.zstd_level = zstd;
-        PackSummary s;
-        {
-          py::gil_scoped_release nogil;
-          s = pack_tokens(file, out, o);
-        }
+        PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
+          o.cancel = cancel;
+          return pack_tokens(file, out, o);
+        });
         return to_dict(s);
       },
       py::arg("file"), py::arg("out"), py::kw_only(), py::arg("dtype") = "uint16", py::arg("seq_len") = 1024,
       py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false);
+
+  m.def(
+      "pack_wds",
+      [](const std::vector<std::string>& tars, const std::string& out, uint64_t shard_size, uint32_t align,
+         int threads, bool skip_bad, bool skip_incomplete, bool overwrite, bool progress,
+         const std::vector<std::string>& class_names) {
+        WdsPackOptions o;
+        set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
+        o.skip_incomplete = skip_incomplete;
+        o.class_names = class_names;
+        PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
+          o.cancel = cancel;
+          return pack_wds(tars, out, o);
+        });
+        return to_dict(s);
+      },
+      py::arg("tars"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
+      py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("skip_incomplete") = false,
+      py::arg("overwrite") = false, py::arg("progress") = false,
+      py::arg("class_names") = std::vector<std::string>{},
+      "Packs WebDataset tars (plain or compressed): one field per member extension, plus __key__.");
+
+  m.def(
+      "extract",
+      [](const std::string& dataset, const std::string& out, int threads) {
+        ExtractOptions o;
+        o.threads = threads;
+        PackSummary s;
+        {
+          py::gil_scoped_release nogil;
+          s = extract_dataset(dataset, out, o);
+        }
+        return to_dict(s);
+      },
+      py::arg("dataset"), py::arg("out"), py::kw_only(), py::arg("threads") = 0,
+      "Writes a dataset's records back out as files, under their __key__ names.");
 
   m.def(
       "make_sample_imagefolder",

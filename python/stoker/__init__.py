@@ -9,8 +9,8 @@
 
 Batches are torch tensors that view the loader's batch memory directly (DLPack, no
 copy); a tensor keeps its memory alive until it is freed. See `Loader` for the options,
-`stoker.transforms` for the image transforms and `pack_imagefolder` / `pack_tokens` to
-make datasets.
+`stoker.transforms` for the image transforms, `pack_imagefolder` / `pack_tokens` /
+`pack_wds` to make datasets from files, and `Writer` to make one from any other source.
 
 The library's messages (a refused O_DIRECT, an IO engine falling back, ...) go
 to the `logging` logger "stoker": silence them with
@@ -34,10 +34,12 @@ from ._stoker import (  # noqa: F401  (re-exported)
     ResourceExhaustedError,
     UnavailableError,
     decode_image,
+    extract,
     make_sample_imagefolder,
     make_sample_tokens,
     pack_imagefolder,
     pack_tokens,
+    pack_wds,
     probe_jpeg,
     read_manifest,
     read_record,
@@ -47,6 +49,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
 from . import transforms  # noqa: F401
 from .transforms import CenterCrop, Follow, RandomResizedCrop  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
+from .writer import Writer  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -76,6 +79,9 @@ __all__ = [
     "ImageTransform",
     "pack_imagefolder",
     "pack_tokens",
+    "pack_wds",
+    "extract",
+    "Writer",
     "make_sample_imagefolder",
     "make_sample_tokens",
     "read_manifest",

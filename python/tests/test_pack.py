@@ -15,13 +15,13 @@ def test_pack_imagefolder_stores_files_unchanged_with_labels(tmp_path):
     assert s["records"] == 9 and s["shards"] == 1 and s["skipped"] == []
     m = stoker.read_manifest(out)
     assert m["class_names"] == CLASS_NAMES and m["records"] == 9
-    assert m["schema"] == "jpeg:jpeg label:int64"
+    assert m["schema"] == "__key__:text image:image label:int64"
     files = [(os.path.join(src, c, f), k) for k, c in enumerate(CLASS_NAMES)
              for f in sorted(os.listdir(os.path.join(src, c)))]
     for i, (f, label) in enumerate(files):
         rec = stoker.read_record(out, i)
         with open(f, "rb") as fh:
-            assert rec["jpeg"] == fh.read()
+            assert rec["image"] == fh.read()
         assert rec["label"] == label
     assert s["input_bytes"] == sum(os.path.getsize(f) for f, _ in files)
 
@@ -74,7 +74,7 @@ def test_sample_generators_make_packable_data(tmp_path):
     assert s["records"] == 6
     d = stoker.pack_imagefolder(str(tmp_path / "f"), str(tmp_path / "ds"))
     assert d["records"] == 6
-    info = stoker.probe_jpeg(stoker.read_record(str(tmp_path / "ds"), 0)["jpeg"])
+    info = stoker.probe_jpeg(stoker.read_record(str(tmp_path / "ds"), 0)["image"])
     assert info["width"] > 0 and info["components"] == 3
     stoker.make_sample_tokens(str(tmp_path / "t.bin"), tokens=5000, vocab=300, seed=1)
     stoker.make_sample_tokens(str(tmp_path / "t2.bin"), tokens=5000, vocab=300, seed=1)

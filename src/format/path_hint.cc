@@ -100,19 +100,21 @@ std::string describe_dir(const std::string& path) {
     }
   }
   if (ec) return path + " cannot be listed: " + ec.message();
+  // Only the first kMaxScan entries are looked at; say so in the counts.
+  const std::string more = seen >= kMaxScan ? "+" : "";
   const std::string no = path + " is not a stoker dataset (no " + kManifestName + ")";
   if (shards > 0 || tmps > 0)
     return no + " but holds " + std::to_string(shards) + " shard file(s)" +
            (tmps ? " and " + std::to_string(tmps) + " .tmp file(s)" : std::string()) +
            ": packing did not finish; pack it again";
   if (class_dirs > 0)
-    return no + "; it looks like an ImageFolder (" + std::to_string(class_dirs) +
+    return no + "; it looks like an ImageFolder (" + std::to_string(class_dirs) + more +
            " class dirs with images); pack it with: stoker pack imagefolder " + path + " OUT";
   if (tars > 0)
-    return no + "; it holds " + std::to_string(tars) + " tar file(s) (" + first_tar +
+    return no + "; it holds " + std::to_string(tars) + more + " tar file(s) (" + first_tar +
            ", ...), which look like WebDataset shards; pack them with: stoker pack wds " + path + "/*.tar OUT";
   if (files == 0 && seen == 0) return no + "; it is an empty directory";
-  return no + "; it is a plain directory (" + std::to_string(seen) +
+  return no + "; it is a plain directory (" + std::to_string(seen) + more +
          " entries, none of them images in class directories, tars or shards)";
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "format/path_hint.h"
 #include "format/shard_layout.h"
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
@@ -47,6 +48,9 @@ std::shared_ptr<const ShardReader> ShardReader::open(const std::string& path, Sh
 
   std::vector<uint8_t> block(kHeaderBlock);
   internal::pread_full(fd.get(), block.data(), block.size(), 0, path);
+  if (std::memcmp(block.data(), "STKSHARD", 8) != 0)  // say what the file is instead
+    throw_error(ErrorCode::kDataLoss,
+                path + ": header: wrong magic (not a stoker shard); " + internal::describe_non_dataset(path));
   const uint32_t header_size = internal::peek_header_size(block, path);
   if (header_size > size - kTrailerSize) {
     if (internal::get_u32(&block[kHeaderBlock - 4]) != crc32c(block.data(), kHeaderBlock - 4))

@@ -28,14 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const stoker::Error&) {
   }
   if (size >= 12) {
-    // bytes [0, 4) pick the version, the rest is the block from offset 16 on.
+    // A shard-like input (the seeds) is used as the header block itself; anything else
+    // picks the version from byte 0 and fills the block from offset 16 on.
     std::vector<uint8_t> block(stoker::kHeaderBlock, 0);
-    std::memcpy(block.data(), "STKSHARD", 8);
-    block[8] = data[0] % 3;  // 0 (bad), 1 or 2
-    block[12] = 0;
-    block[13] = 0x10;  // header size 4096
-    const size_t n = std::min<size_t>(size - 4, stoker::kHeaderBlock - 20);
-    std::memcpy(block.data() + 16, data + 4, n);
+    if (std::memcmp(data, "STKSHARD", std::min<size_t>(size, 8)) == 0) {
+      std::memcpy(block.data(), data, std::min<size_t>(size, stoker::kHeaderBlock - 4));
+    } else {
+      std::memcpy(block.data(), "STKSHARD", 8);
+      block[8] = data[0] % 3;  // 0 (bad), 1 or 2
+      const size_t n = std::min<size_t>(size - 4, stoker::kHeaderBlock - 20);
+      std::memcpy(block.data() + 16, data + 4, n);
+    }
+    stoker::internal::put_u32(&block[12], stoker::kHeaderBlock);
     stoker::internal::put_u32(&block[stoker::kHeaderBlock - 4], stoker::crc32c(block.data(), stoker::kHeaderBlock - 4));
     try {
       stoker::ShardHeader h = stoker::parse_shard_header(block, "fuzz");
