@@ -17,6 +17,7 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
+#include "io/throttled_engine.h"
 #include "util/test_util.h"
 
 namespace fs = std::filesystem;

@@ -34,6 +34,8 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
+#include "io/throttled_engine.h"
+#include "util/fault_engine.h"
 #include "util/test_util.h"
 
 namespace stoker {

@@ -18,6 +18,8 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
+#include "stage/host_stream.h"
+#include "util/convert.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -446,7 +448,7 @@ TEST(StageConvert, ImageReferenceMatchesHandComputationAndLayout) {
   const uint8_t img[6] = {0, 255, 51, 255, 0, 102};
   const float mean[3] = {0.5f, 0.5f, 0.5f}, sd[3] = {0.5f, 0.5f, 0.5f};
   float f32[6];
-  convert_image_cpu(img, 1, 1, 2, ElemType::kFloat32, mean, sd, f32);
+  internal::convert_image_cpu(img, 1, 1, 2, ElemType::kFloat32, mean, sd, f32);
   // NCHW: plane c holds channel c of pixels 0, 1.
   EXPECT_EQ(f32[0], -1.0f);  // R of pixel 0: (0 - .5) / .5
   EXPECT_EQ(f32[1], 1.0f);   // R of pixel 1
@@ -455,8 +457,8 @@ TEST(StageConvert, ImageReferenceMatchesHandComputationAndLayout) {
   EXPECT_FLOAT_EQ(f32[4], -0.6f);  // B: 51/255 = .2
   EXPECT_FLOAT_EQ(f32[5], -0.2f);  // 102/255 = .4
   uint16_t h[6], bf[6];
-  convert_image_cpu(img, 1, 1, 2, ElemType::kFloat16, mean, sd, h);
-  convert_image_cpu(img, 1, 1, 2, ElemType::kBFloat16, mean, sd, bf);
+  internal::convert_image_cpu(img, 1, 1, 2, ElemType::kFloat16, mean, sd, h);
+  internal::convert_image_cpu(img, 1, 1, 2, ElemType::kBFloat16, mean, sd, bf);
   EXPECT_EQ(h[0], 0xBC00);  // -1.0
   EXPECT_EQ(h[1], 0x3C00);  // 1.0
   EXPECT_EQ(bf[0], 0xBF80);
@@ -472,14 +474,14 @@ TEST(StageConvert, SixteenBitRoundingEdges) {
   uint16_t h[3], bf[3];
   // 85/255 = 0.33333334f (0x3EAAAAAB): half 0x3555, bf16 0x3EAB.
   const float one[3] = {1, 1, 1};
-  convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, one, h);
-  convert_image_cpu(px, 1, 1, 1, ElemType::kBFloat16, zero, one, bf);
+  internal::convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, one, h);
+  internal::convert_image_cpu(px, 1, 1, 1, ElemType::kBFloat16, zero, one, bf);
   EXPECT_EQ(h[0], 0x3555);
   EXPECT_EQ(bf[0], 0x3EAB);
   EXPECT_EQ(h[1], 0x3C00);
   // Overflow to infinity (1e6) and a subnormal (1e-5 = 167.77 * 2^-24 -> 168).
   const float tiny_std[3] = {1, 1e-6f, 1e5f};
-  convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, tiny_std, h);
+  internal::convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, tiny_std, h);
   EXPECT_EQ(h[1], 0x7C00);
   EXPECT_EQ(h[2], 0x00A8);
 }
@@ -489,17 +491,17 @@ TEST(StageConvert, TokenWideningReference) {
   const uint32_t b[2] = {7, 0xFFFFFFFFu};
   const int32_t c[2] = {-5, 2147483647};
   int64_t out[3];
-  widen_tokens_cpu(a, ElemType::kUint16, 3, out);
+  internal::widen_tokens_cpu(a, ElemType::kUint16, 3, out);
   EXPECT_EQ(out[0], 0);
   EXPECT_EQ(out[2], 65535);
-  widen_tokens_cpu(b, ElemType::kUint32, 2, out);
+  internal::widen_tokens_cpu(b, ElemType::kUint32, 2, out);
   EXPECT_EQ(out[1], 4294967295LL);
-  widen_tokens_cpu(c, ElemType::kInt32, 2, out);
+  internal::widen_tokens_cpu(c, ElemType::kInt32, 2, out);
   EXPECT_EQ(out[0], -5);
   EXPECT_EQ(out[1], 2147483647);
-  EXPECT_EQ(code_of([&] { widen_tokens_cpu(a, ElemType::kFloat16, 3, out); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { internal::widen_tokens_cpu(a, ElemType::kFloat16, 3, out); }), ErrorCode::kInvalidArgument);
   const float m[3] = {0, 0, 0}, sd[3] = {1, 1, 1};
-  EXPECT_EQ(code_of([&] { convert_image_cpu(nullptr, 0, 1, 1, ElemType::kUint8, m, sd, nullptr); }),
+  EXPECT_EQ(code_of([&] { internal::convert_image_cpu(nullptr, 0, 1, 1, ElemType::kUint8, m, sd, nullptr); }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -535,7 +537,7 @@ TEST(StageConvert, StagerConvertsImagesAndWidensTokensOnTheConsumerStream) {
     o.widen_tokens = true;
     Stager st(src, o);
     std::vector<uint8_t> want(static_cast<size_t>(n * h * w * 3) * elem_size(dt));
-    convert_image_cpu(img.data(), n, h, w, dt, o.mean, o.std, want.data());
+    internal::convert_image_cpu(img.data(), n, h, w, dt, o.mean, o.std, want.data());
     HostStream hs("test-consumer");
     uint64_t got = 0;
     while (auto b = st.next()) {
@@ -562,7 +564,7 @@ TEST(StageConvert, FreeFunctionsRunOnAHostStreamOrNow) {
   const float mean[3] = {0.1f, 0.2f, 0.3f}, sd[3] = {0.7f, 0.8f, 0.9f};
   TensorView v{"image", const_cast<uint8_t*>(img.data()), {2, 3, 4, 3}, ElemType::kUint8, -1};
   std::vector<float> a(img.size()), b(img.size());
-  convert_image_cpu(img.data(), 2, 3, 4, ElemType::kFloat32, mean, sd, a.data());
+  internal::convert_image_cpu(img.data(), 2, 3, 4, ElemType::kFloat32, mean, sd, a.data());
   HostStream hs;
   convert_image(v, ElemType::kFloat32, mean, sd, b.data(), &hs);
   hs.synchronize();

@@ -26,11 +26,11 @@
 //
 // Backends: the CUDA backend (a build with STOKER_HAS_CUDA and a visible device) copies
 // with cudaMemcpyAsync and orders with CUDA events; the host backend runs the very same
-// ring/slot/event state machine with memcpy on a copy thread, host events and HostStream
-// work queues standing in for CUDA streams. "Device" memory is then host memory
-// (TensorView::device == -1), and a `stream` argument is a HostStream* (nullptr: the
-// calling thread, synchronously). With CUDA, `stream` is a cudaStream_t (nullptr: the
-// legacy default stream).
+// ring/slot/event state machine with memcpy on a copy thread and host events. "Device"
+// memory is then host memory (TensorView::device == -1), and a `stream` argument is
+// nullptr: the work runs on the calling thread, synchronously. (The library's own tests
+// and benchmarks pass internal in-order host queues there.) With CUDA, `stream` is a
+// cudaStream_t (nullptr: the legacy default stream).
 //
 // Threading: a Stager is driven by one consumer thread (next(), set_epoch()); stats() may
 // be called from any thread. DeviceBatches may be released on any thread and may outlive
@@ -90,43 +90,12 @@ std::optional<std::string> cuda_pci_bus_id(int device);
 /// (no GPU at hand). name() is "pinned". Without CUDA or a device: host_slot_allocator().
 std::shared_ptr<SlotAllocator> pinned_slot_allocator(int device);
 
-// --- host streams (the host backend's stand-in for CUDA streams) ---------------------
-
-/// An in-order work queue run by one thread: what a CUDA stream is to the GPU. Tasks run
-/// in enqueue order; the first exception a task throws is kept and rethrown by
-/// synchronize(). The destructor runs what is queued, then joins. Thread-safe. A task
-/// must not drop the last DeviceBatch of a Stager that was waited on this same stream
-/// (the ring's teardown would wait for this stream's later release record).
-class HostStream {
- public:
-  explicit HostStream(std::string thread_name = "stoker-hstream");
-  ~HostStream();
-  HostStream(const HostStream&) = delete;
-  HostStream& operator=(const HostStream&) = delete;
-
-  void enqueue(std::function<void()> task);
-  /// Blocks until every task enqueued before the call has run; rethrows a task's error.
-  void synchronize();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
 // --- conversion ------------------------------------------------------------------------
-
-/// CPU reference: `n` uint8 NHWC images (h x w, 3 channels) -> NCHW `dst_type`
-/// (kFloat32, kFloat16 or kBFloat16), each value (x / 255 - mean[c]) / std[c] computed in
-/// float32 (IEEE division), 16-bit types rounded to nearest even. The CUDA kernel
-/// computes the same expression and gives the same bits. kInvalidArgument otherwise.
-void convert_image_cpu(const uint8_t* src, int64_t n, int64_t h, int64_t w, ElemType dst_type,
-                       const float mean[3], const float std[3], void* dst);
-/// CPU reference: `count` elements of `src_type` (kUint16, kUint32, kInt32, kInt64) -> int64.
-void widen_tokens_cpu(const void* src, ElemType src_type, int64_t count, int64_t* dst);
 
 /// Converts `src` (uint8 {N, H, W, 3}) into `dst` ({N, 3, H, W} of `dst_type`). When
 /// src.device >= 0: a CUDA kernel on `stream` (cudaStream_t), nothing waits on the host.
-/// Otherwise the CPU reference, queued on `stream` (HostStream*) or run now (nullptr).
+/// Otherwise on the CPU, bit for bit what the kernel computes: (x / 255 - mean[c]) /
+/// std[c] in float32, 16-bit types rounded to nearest even; run now (`stream` nullptr).
 void convert_image(const TensorView& src, ElemType dst_type, const float mean[3], const float std[3],
                    void* dst, void* stream);
 /// Widens `src` (kUint16/kUint32/kInt32/kInt64, any shape) into int64 `dst`, likewise.
