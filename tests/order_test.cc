@@ -507,8 +507,8 @@ TEST(EpochOrder, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(empty.size(), 0u);
   EXPECT_EQ(empty.window_count(), 0u);
   EXPECT_EQ(code_of([&] { empty.at(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { parse_order_kind("random"); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(parse_order_kind("chunk_local"), OrderKind::kChunkLocal);
+  EXPECT_EQ(code_of([] { order_kind_from_name("random"); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(order_kind_from_name("chunk_local"), OrderKind::kChunkLocal);
 }
 
 // ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The _stoker extension module: see python/stoker/__init__.py for the public API.
 #include "bindings.h"
+#include "stoker/order.h"
 
 PYBIND11_MODULE(_stoker, m) {
   m.doc() = "stoker's native layer (use the `stoker` package, not this module directly)";
@@ -13,4 +14,12 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::init_dataset(m);
   stoker::python::init_loader(m);
   stoker::python::init_pack(m);
+  m.def(
+      "rank_from_env",
+      [] {
+        const stoker::RankInfo r = stoker::rank_from_env();
+        return py::make_tuple(r.rank, r.world_size);
+      },
+      "(rank, world_size) from RANK / WORLD_SIZE (torchrun), (0, 1) when neither is set; "
+      "InvalidArgumentError naming the variable when only one is set or a value is malformed.");
 }

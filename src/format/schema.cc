@@ -2,6 +2,7 @@
 
 #include "stoker/error.h"
 #include "stoker/shard.h"
+#include "util/enum_names.h"
 
 namespace stoker {
 
@@ -16,42 +17,20 @@ size_t dtype_size(DType t) noexcept {
   return 0;
 }
 
-const char* dtype_name(DType t) noexcept {
-  switch (t) {
-    case DType::kUint16: return "uint16";
-    case DType::kUint32: return "uint32";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kNone: return "none";
-  }
-  return "none";
-}
+namespace {
+constexpr internal::EnumName<DType> kDTypeNames[] = {
+    {DType::kUint16, "uint16"}, {DType::kUint32, "uint32"}, {DType::kInt32, "int32"}, {DType::kInt64, "int64"}};
+constexpr internal::EnumName<FieldKind> kFieldKindNames[] = {
+    {FieldKind::kBytes, "bytes"}, {FieldKind::kJpeg, "jpeg"}, {FieldKind::kInt64, "int64"},
+    {FieldKind::kTokens, "tokens"}};
+}  // namespace
 
-DType dtype_from_name(const std::string& s) {
-  if (s == "uint16") return DType::kUint16;
-  if (s == "uint32") return DType::kUint32;
-  if (s == "int32") return DType::kInt32;
-  if (s == "int64") return DType::kInt64;
-  throw_error(ErrorCode::kInvalidArgument,
-              "unknown dtype '" + s + "' (expected uint16, uint32, int32 or int64)");
-}
+const char* dtype_name(DType t) noexcept { return internal::enum_name(kDTypeNames, t, "none"); }
+DType dtype_from_name(const std::string& s) { return internal::enum_from_name(kDTypeNames, s, "dtype"); }
 
-const char* field_kind_name(FieldKind k) noexcept {
-  switch (k) {
-    case FieldKind::kBytes: return "bytes";
-    case FieldKind::kJpeg: return "jpeg";
-    case FieldKind::kInt64: return "int64";
-    case FieldKind::kTokens: return "tokens";
-  }
-  return "unknown";
-}
-
+const char* field_kind_name(FieldKind k) noexcept { return internal::enum_name(kFieldKindNames, k, "unknown"); }
 FieldKind field_kind_from_name(const std::string& s) {
-  if (s == "bytes") return FieldKind::kBytes;
-  if (s == "jpeg") return FieldKind::kJpeg;
-  if (s == "int64") return FieldKind::kInt64;
-  if (s == "tokens") return FieldKind::kTokens;
-  throw_error(ErrorCode::kInvalidArgument, "unknown field kind '" + s + "'");
+  return internal::enum_from_name(kFieldKindNames, s, "field kind");
 }
 
 int Schema::find(const std::string& name) const noexcept {

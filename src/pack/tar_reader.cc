@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "stoker/error.h"
+#include "util/parse.h"
 
 namespace stoker::internal {
 
@@ -246,11 +247,9 @@ bool TarReader::next(TarMember& out) {
         while (pos < meta.size()) {
           size_t sp = meta.find(' ', pos);
           if (sp == std::string::npos || sp == pos || sp - pos > 20) fail("bad pax record length in " + at);
-          uint64_t len = 0;
-          for (size_t i = pos; i < sp; ++i) {
-            if (meta[i] < '0' || meta[i] > '9') fail("bad pax record length in " + at);
-            len = len * 10 + static_cast<uint64_t>(meta[i] - '0');
-          }
+          const auto parsed_len = parse_decimal<uint64_t>(std::string_view(meta).substr(pos, sp - pos));
+          if (!parsed_len) fail("bad pax record length in " + at);
+          const uint64_t len = *parsed_len;
           if (len < sp - pos + 3 || len > meta.size() - pos || meta[pos + len - 1] != '\n')
             fail("bad pax record in " + at);
           std::string rec = meta.substr(sp + 1, pos + len - 1 - (sp + 1));
@@ -260,13 +259,9 @@ bool TarReader::next(TarMember& out) {
           if (key == "path") {
             pax_path = value;
           } else if (key == "size") {
-            if (value.empty() || value.size() > 19) fail("bad pax size in " + at);
-            uint64_t v = 0;
-            for (char c : value) {
-              if (c < '0' || c > '9') fail("bad pax size in " + at);
-              v = v * 10 + static_cast<uint64_t>(c - '0');
-            }
-            pax_size = v;
+            const auto v = value.size() > 19 ? std::nullopt : parse_decimal<uint64_t>(value);
+            if (!v) fail("bad pax size in " + at);
+            pax_size = *v;
             has_pax_size = true;
           }
           pos += len;

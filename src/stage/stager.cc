@@ -30,6 +30,7 @@
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/stage.h"
+#include "util/tensor_lookup.h"
 
 namespace stoker {
 namespace internal {
@@ -728,19 +729,14 @@ void DeviceBatch::release(void* stream) {
 
 const TensorView* DeviceBatch::find(const std::string& name) const noexcept {
   if (state_ == State::kEmpty || state_ == State::kReleased) return nullptr;
-  for (const auto& t : tensors_)
-    if (t.name == name) return &t;
-  return nullptr;
+  return internal::find_tensor(tensors_, name);
 }
 
 const TensorView& DeviceBatch::operator[](const std::string& name) const {
   if (state_ == State::kEmpty) throw_error(ErrorCode::kInvalidArgument, "tensor '" + name + "' of an empty DeviceBatch");
   if (state_ == State::kReleased)
     throw_error(ErrorCode::kInvalidArgument, describe(epoch_, step_) + ": tensor '" + name + "' used after release()");
-  if (const TensorView* t = find(name)) return *t;
-  std::string names;
-  for (const auto& t : tensors_) names += (names.empty() ? "" : ", ") + t.name;
-  throw_error(ErrorCode::kInvalidArgument, describe(epoch_, step_) + " has no field '" + name + "' (it has: " + names + ")");
+  return internal::tensor_named(tensors_, name, describe(epoch_, step_));
 }
 
 // --- Stager --------------------------------------------------------------------------

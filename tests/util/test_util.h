@@ -43,6 +43,10 @@ std::vector<uint8_t> read_file(const std::string& path);
 /// The whole file as text, "" when it cannot be read (/proc and /sys files too).
 std::string read_file_text(const std::string& path);
 
+/// Writes `text` at `root` + `path` (an absolute path such as "/sys/..."), creating the
+/// directories: builds the fixture sysfs/procfs trees the platform readers are fed.
+void put(const TempDir& root, const std::string& path, const std::string& text);
+
 /// Whether transparent huge pages are on (`enabled` is always or madvise).
 bool thp_available();
 /// THPeligible of the mapping holding `p`, from /proc/self/smaps; -1 when not found.
