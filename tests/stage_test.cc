@@ -20,6 +20,7 @@
 #include "stoker/loader.h"
 #include "stage/host_stream.h"
 #include "util/convert.h"
+#include "util/datasets.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -599,25 +600,7 @@ TEST(StageStreams, HostStreamRunsInOrderAndRethrowsOnSynchronize) {
 TEST(StageLoader, StagedBatchesEqualTheLoadersAndTokensWiden) {
   testing::TempDir tmp;
   const std::string dir = tmp.str("tokens");
-  const uint32_t L = 16;
-  {
-    DatasetWriterOptions o;
-    o.shard_size = 16 << 10;
-    DatasetWriter w(dir, Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, o);
-    const uint64_t T = 40000, rows = (T - 1) / L;
-    for (uint64_t r0 = 0; r0 < rows; r0 += 8) {
-      std::vector<uint8_t> buf;
-      for (uint64_t r = r0; r < std::min<uint64_t>(rows, r0 + 8); ++r)
-        for (uint64_t t = r * L; t <= r * L + L; ++t) {
-          const uint16_t v = static_cast<uint16_t>(t % 65521);
-          buf.push_back(v & 0xFF);
-          buf.push_back(v >> 8);
-        }
-      std::vector<std::span<const uint8_t>> f{buf};
-      w.add(f);
-    }
-    w.finish();
-  }
+  testing::write_token_dataset(dir, 40000, 16, 8);
   LoaderOptions lo;
   lo.path = dir;
   lo.batch_size = 32;
@@ -668,6 +651,122 @@ TEST(StageLoader, StagedBatchesEqualTheLoadersAndTokensWiden) {
   const StagerStats s = st.stats();
   EXPECT_EQ(s.batches, k);
   EXPECT_EQ(s.host_memory, "host");  // no GPU here: the loader keeps page-aligned memory
+}
+
+// --- resuming: Stager::state() / load_state() ------------------------------------------
+
+// Batches of one epoch as (index values) per batch, read through a staged owned Loader.
+std::vector<std::vector<int64_t>> staged_indices(Stager& st, size_t max_batches = SIZE_MAX) {
+  std::vector<std::vector<int64_t>> out;
+  while (out.size() < max_batches) {
+    auto b = st.next();
+    if (!b) break;
+    b->wait(nullptr);
+    const auto& ix = (*b)["index"];
+    const auto* q = static_cast<const int64_t*>(ix.data);
+    out.emplace_back(q, q + ix.numel());
+    b->release(nullptr);
+  }
+  return out;
+}
+
+LoaderOptions resume_options(const std::string& dir) {
+  LoaderOptions lo;
+  lo.path = dir;
+  lo.batch_size = 16;
+  lo.threads = 2;
+  lo.rank = 0;
+  lo.world_size = 1;
+  lo.order.seed = 11;
+  return lo;
+}
+
+StagerOptions host_stager() {
+  StagerOptions so;
+  so.backend = StageBackend::kHost;
+  so.device_slots = 3;
+  return so;
+}
+
+TEST(StageResume, StateCountsBatchesHandedOutNotBatchesStaged) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const OrderState start = st.state();
+  EXPECT_EQ(start.consumed, 0u);
+  const auto first = staged_indices(st, 3);
+  ASSERT_EQ(first.size(), 3u);
+  // stoker-h2d has staged ahead (three device slots, loader slots behind them); the
+  // state counts the three batches handed out only.
+  const OrderState s = st.state();
+  EXPECT_EQ(s.epoch, start.epoch);
+  EXPECT_EQ(s.consumed, 3u * lo.batch_size);
+  EXPECT_EQ(s.total, start.total);
+}
+
+TEST(StageResume, LoadStateInANewStagerDeliversExactlyTheRestOfTheEpoch) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  std::vector<std::vector<int64_t>> whole;
+  {
+    Stager st(lo, host_stager());
+    whole = staged_indices(st);
+  }
+  ASSERT_GT(whole.size(), 6u);
+  std::string saved;
+  std::vector<std::vector<int64_t>> got;
+  {
+    Stager st(lo, host_stager());
+    got = staged_indices(st, 5);
+    saved = st.state().serialize();
+  }  // the interrupted run's staged-ahead batches are dropped with it
+  Stager st(lo, host_stager());
+  st.load_state(OrderState::parse(saved));
+  EXPECT_EQ(st.state().serialize(), saved);
+  const auto rest = staged_indices(st);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, whole);
+}
+
+TEST(StageResume, LoadStateMidRunDropsWhatWasStagedAndRestartsThere) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const auto head = staged_indices(st, 2);
+  const OrderState at2 = st.state();
+  const auto more = staged_indices(st, 4);
+  ASSERT_EQ(more.size(), 4u);
+  st.load_state(at2);  // back to after batch 2, with batches staged past it
+  EXPECT_EQ(st.state().consumed, at2.consumed);
+  const auto again = staged_indices(st, 4);
+  EXPECT_EQ(again, more);
+  // And the next epoch starts from its beginning.
+  st.set_epoch(at2.epoch + 1);
+  EXPECT_EQ(st.state().epoch, at2.epoch + 1);
+  EXPECT_EQ(st.state().consumed, 0u);
+}
+
+TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const auto head = staged_indices(st, 2);
+  OrderState other = st.state();
+  other.total += 1;  // another dataset size
+  EXPECT_EQ(code_of([&] { st.load_state(other); }), ErrorCode::kInvalidArgument);
+  // The failed load changed nothing: the run goes on where it was.
+  EXPECT_EQ(st.state().consumed, 2u * lo.batch_size);
+  EXPECT_EQ(staged_indices(st, 1).size(), 1u);
+
+  RingSource::Config c;
+  RingSource src(c);
+  Stager raw(src.source(), host_stager());
+  EXPECT_EQ(code_of([&] { raw.state(); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { raw.load_state(OrderState{}); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "stoker/batch.h"
+#include "stoker/order.h"
 
 namespace stoker {
 
@@ -233,9 +234,20 @@ class Stager {
   /// Drops staged batches not handed out and restarts the source at epoch `e`.
   void set_epoch(uint64_t e);
 
-  /// The owned Loader, or nullptr for a raw source. Its next()/set_epoch()/state() belong
-  /// to stoker-h2d (state() would count batches staged, not consumed); stats() and the
-  /// const accessors are safe from any thread.
+  /// Where the consumer stands, for resuming: the owned Loader's order state after the
+  /// batches next() has handed out in this run. stoker-h2d stages ahead, so this is not
+  /// the Loader's own state() (which counts batches staged). Resumable with load_state()
+  /// here, or in a Loader with the same options. kInvalidArgument for a raw source (its
+  /// owner knows its position).
+  OrderState state() const;
+  /// Drops staged batches not handed out and restarts the owned Loader at `s` (what
+  /// Loader::load_state accepts: kInvalidArgument when `s` belongs to other order
+  /// options or another dataset size, or for a raw source).
+  void load_state(const OrderState& s);
+
+  /// The owned Loader, or nullptr for a raw source. Its next()/set_epoch()/state()/
+  /// load_state() belong to stoker-h2d (use the Stager's state() and load_state());
+  /// stats() and the const accessors are safe from any thread.
   Loader* loader() noexcept;
   StageBackend backend() const noexcept;  ///< kCuda or kHost
   int device() const noexcept;            ///< CUDA ordinal, -1 for host
@@ -244,6 +256,11 @@ class Stager {
  private:
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<internal::StageCore> core_;
+  // Owned Loader only (consumer thread): where this run started, batches handed out
+  // since, and a load_state() the source applies while stoker-h2d is stopped.
+  OrderState run_start_;
+  uint64_t delivered_ = 0;
+  std::optional<OrderState> pending_load_;
 };
 
 }  // namespace stoker
