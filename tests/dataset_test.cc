@@ -78,60 +78,6 @@ TEST(Dataset, MissingManifestIsNotFound) {
   }
 }
 
-TEST(Manifest, RoundTripsAndIsDeterministic) {
-  Manifest m;
-  m.schema = Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, 1024}}};
-  m.class_names = {"a b", "\xc3\xa9t\xc3\xa9", ""};
-  m.meta["seq_len"] = "1024";
-  m.shards = {ShardEntry{"shard-00000.stk", 10, 12345, 0xdeadbeef}, ShardEntry{"shard-00001.stk", 3, 999, 1}};
-  std::string text = m.serialize();
-  EXPECT_EQ(text, m.serialize());
-  Manifest back = Manifest::parse(text, "M");
-  EXPECT_EQ(back.schema, m.schema);
-  EXPECT_EQ(back.class_names, m.class_names);
-  EXPECT_EQ(back.meta, m.meta);
-  EXPECT_EQ(back.shards, m.shards);
-}
-
-TEST(Manifest, EverySingleByteFlipIsCaught) {
-  Manifest m;
-  m.schema = image_schema();
-  m.class_names = {"x", "y"};
-  m.shards = {ShardEntry{"shard-00000.stk", 10, 12345, 0xdeadbeef}};
-  const std::string text = m.serialize();
-  for (size_t pos = 0; pos < text.size(); ++pos) {
-    for (uint8_t bit : {0x01, 0x20}) {
-      std::string bad = text;
-      bad[pos] = static_cast<char>(bad[pos] ^ bit);
-      try {
-        Manifest::parse(bad, "M");
-        ADD_FAILURE() << "flip at " << pos << " accepted";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
-      }
-    }
-  }
-}
-
-TEST(Manifest, NamesCannotEscapeTheDirectory) {
-  for (const char* name : {"../x.stk", "/etc/passwd", ".hidden", "a/b.stk", "MANIFEST", ".."}) {
-    EXPECT_FALSE(is_safe_shard_name(name)) << name;
-  }
-  EXPECT_TRUE(is_safe_shard_name("shard-00000.stk"));
-  // A manifest with a valid CRC but an escaping name is still refused.
-  std::string text = "stoker-manifest 1\nfield jpeg jpeg\nshard ../evil.stk 1 100 00000000\nrecords 1\n";
-  char crc[32];
-  std::snprintf(crc, sizeof crc, "crc32c %08x\n", crc32c(text.data(), text.size()));
-  text += crc;
-  try {
-    Manifest::parse(text, "M");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
-    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
-  }
-}
-
 TEST(Dataset, FlippedByteAnywhereIsCaughtAndNamed) {
   TempDir dir;
   Manifest m = write_dataset(dir.str(), 12, 8192);
@@ -195,6 +141,60 @@ TEST(Dataset, VerifyReportsMissingAndStrayShards) {
   }
   EXPECT_TRUE(missing);
   EXPECT_TRUE(stray);
+}
+
+TEST(Manifest, RoundTripsAndIsDeterministic) {
+  Manifest m;
+  m.schema = Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, 1024}}};
+  m.class_names = {"a b", "\xc3\xa9t\xc3\xa9", ""};
+  m.meta["seq_len"] = "1024";
+  m.shards = {ShardEntry{"shard-00000.stk", 10, 12345, 0xdeadbeef}, ShardEntry{"shard-00001.stk", 3, 999, 1}};
+  std::string text = m.serialize();
+  EXPECT_EQ(text, m.serialize());
+  Manifest back = Manifest::parse(text, "M");
+  EXPECT_EQ(back.schema, m.schema);
+  EXPECT_EQ(back.class_names, m.class_names);
+  EXPECT_EQ(back.meta, m.meta);
+  EXPECT_EQ(back.shards, m.shards);
+}
+
+TEST(Manifest, EverySingleByteFlipIsCaught) {
+  Manifest m;
+  m.schema = image_schema();
+  m.class_names = {"x", "y"};
+  m.shards = {ShardEntry{"shard-00000.stk", 10, 12345, 0xdeadbeef}};
+  const std::string text = m.serialize();
+  for (size_t pos = 0; pos < text.size(); ++pos) {
+    for (uint8_t bit : {0x01, 0x20}) {
+      std::string bad = text;
+      bad[pos] = static_cast<char>(bad[pos] ^ bit);
+      try {
+        Manifest::parse(bad, "M");
+        ADD_FAILURE() << "flip at " << pos << " accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+      }
+    }
+  }
+}
+
+TEST(Manifest, NamesCannotEscapeTheDirectory) {
+  for (const char* name : {"../x.stk", "/etc/passwd", ".hidden", "a/b.stk", "MANIFEST", ".."}) {
+    EXPECT_FALSE(is_safe_shard_name(name)) << name;
+  }
+  EXPECT_TRUE(is_safe_shard_name("shard-00000.stk"));
+  // A manifest with a valid CRC but an escaping name is still refused.
+  std::string text = "stoker-manifest 1\nfield jpeg jpeg\nshard ../evil.stk 1 100 00000000\nrecords 1\n";
+  char crc[32];
+  std::snprintf(crc, sizeof crc, "crc32c %08x\n", crc32c(text.data(), text.size()));
+  text += crc;
+  try {
+    Manifest::parse(text, "M");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -447,6 +447,28 @@ TEST(EpochOrder, TokenWindowRowsMapBackToRecordAndRow) {
   for (auto& [record, seen] : rows_seen) EXPECT_EQ(seen.size(), rows[record]);
 }
 
+TEST(EpochOrder, BadArgumentsAreInvalidArgument) {
+  OrderOptions chunked;
+  chunked.kind = OrderKind::kChunkLocal;
+  chunked.chunk_size = 0;
+  EXPECT_EQ(code_of([&] { EpochOrder(chunked, 10, 0); }), ErrorCode::kInvalidArgument);
+  OrderOptions windowed;
+  windowed.kind = OrderKind::kTokenWindow;
+  windowed.window_chunks = 0;
+  EXPECT_EQ(code_of([&] { EpochOrder(windowed, 10, 0); }), ErrorCode::kInvalidArgument);
+  const EpochOrder shuffled(OrderOptions{}, 10, 0);
+  EXPECT_EQ(code_of([&] { shuffled.at(10); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { shuffled.window_chunks(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { shuffled.chunk_of(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(shuffled.window_count(), 1u);
+  const EpochOrder empty(OrderOptions{}, 0, 0);
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.window_count(), 0u);
+  EXPECT_EQ(code_of([&] { empty.at(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([] { order_kind_from_name("random"); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(order_kind_from_name("chunk_local"), OrderKind::kChunkLocal);
+}
+
 TEST(UnitLayout, LocateSkipsEmptyGroups) {
   const UnitLayout layout({3, 0, 0, 2, 0, 1});
   struct Case {
@@ -487,28 +509,6 @@ TEST(UnitLayout, LocateAgreesWithAWalkOverTheGroups) {
     EXPECT_EQ(layout.units(), unit);
     EXPECT_EQ(code_of([&] { layout.locate(unit); }), ErrorCode::kInvalidArgument);
   }
-}
-
-TEST(EpochOrder, BadArgumentsAreInvalidArgument) {
-  OrderOptions chunked;
-  chunked.kind = OrderKind::kChunkLocal;
-  chunked.chunk_size = 0;
-  EXPECT_EQ(code_of([&] { EpochOrder(chunked, 10, 0); }), ErrorCode::kInvalidArgument);
-  OrderOptions windowed;
-  windowed.kind = OrderKind::kTokenWindow;
-  windowed.window_chunks = 0;
-  EXPECT_EQ(code_of([&] { EpochOrder(windowed, 10, 0); }), ErrorCode::kInvalidArgument);
-  const EpochOrder shuffled(OrderOptions{}, 10, 0);
-  EXPECT_EQ(code_of([&] { shuffled.at(10); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { shuffled.window_chunks(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { shuffled.chunk_of(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(shuffled.window_count(), 1u);
-  const EpochOrder empty(OrderOptions{}, 0, 0);
-  EXPECT_EQ(empty.size(), 0u);
-  EXPECT_EQ(empty.window_count(), 0u);
-  EXPECT_EQ(code_of([&] { empty.at(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { order_kind_from_name("random"); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(order_kind_from_name("chunk_local"), OrderKind::kChunkLocal);
 }
 
 // ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ PYBIND11_MODULE(_stoker, m) {
       "rank_from_env",
       [] {
         const stoker::RankInfo r = stoker::rank_from_env();
-        return py::make_tuple(r.rank, r.world_size);
+        return pybind11::make_tuple(r.rank, r.world_size);
       },
       "(rank, world_size) from RANK / WORLD_SIZE (torchrun), (0, 1) when neither is set; "
       "InvalidArgumentError naming the variable when only one is set or a value is malformed.");
