@@ -4,6 +4,7 @@
 #include "stoker/cpu.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -154,6 +155,42 @@ TEST(Platform, ReadSysTrimsAndMissingIsNullopt) {
   EXPECT_EQ(internal::read_sys(root.str(), "/sys/nothing"), std::nullopt);
   EXPECT_EQ(internal::under_root("/", "/sys/x"), "/sys/x");
   EXPECT_EQ(internal::under_root("/tmp/r//", "/sys/x"), "/tmp/r/sys/x");
+}
+
+// ---- the open-file limit ------------------------------------------------------------------
+
+TEST(Platform, OpenFileLimitIsRaisedTowardsTheHardLimitAndSaysSo) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 64) GTEST_SKIP() << "hard limit too low to test";
+  // Lower the soft limit (allowed), then ask for a little more than that.
+  rlimit low = saved;
+  low.rlim_cur = 48;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  ::testing::internal::CaptureStderr();
+  const uint64_t got = internal::ensure_open_file_limit(60, "a test of 30 shards");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  rlimit now{};
+  getrlimit(RLIMIT_NOFILE, &now);
+  EXPECT_EQ(got, 60u);
+  EXPECT_EQ(now.rlim_cur, 60u);
+  EXPECT_NE(said.find("stoker: raised the open-file limit (RLIMIT_NOFILE) from 48 to 60 for a test of 30 shards"),
+            std::string::npos)
+      << said;
+  // Enough already: silent, unchanged.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(internal::ensure_open_file_limit(50, "x"), 60u);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  // Beyond the hard limit: raised as far as allowed, and a warning names what needs more.
+  if (saved.rlim_max != RLIM_INFINITY) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(internal::ensure_open_file_limit(static_cast<uint64_t>(saved.rlim_max) + 1, "a huge dataset"),
+              static_cast<uint64_t>(saved.rlim_max));
+    const std::string warned = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(warned.find("warning: a huge dataset may need"), std::string::npos) << warned;
+    EXPECT_NE(warned.find("ulimit -n"), std::string::npos) << warned;
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
 }
 
 // ---- the plan -----------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 #include "util/platform.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -32,6 +34,10 @@ std::optional<double> to_double(const std::string& s) {
   if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
   return v;
 }
+
+// One line on stderr, "stoker: <message>". The call sites are the ones to route
+// through the library's logger (info for a raise, warning for a shortfall) once it lands.
+void report(const std::string& message) { std::fprintf(stderr, "stoker: %s\n", message.c_str()); }
 
 std::vector<int> cpu_list_or_empty(const std::optional<std::string>& text) {
   if (!text) return {};
@@ -144,6 +150,27 @@ unsigned usable_cpus(const std::string& root) {
   if (quota > 0 && quota < static_cast<double>(n))
     n = std::max<size_t>(1, static_cast<size_t>(std::floor(quota + 1e-9)));
   return static_cast<unsigned>(n);
+}
+
+uint64_t ensure_open_file_limit(uint64_t need, const std::string& what) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return need;  // unknown: nothing to do but try
+  if (rl.rlim_cur >= need) return rl.rlim_cur;
+  const rlim_t before = rl.rlim_cur;
+  rlimit want = rl;
+  want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(rl.rlim_max, need);
+  if (want.rlim_cur > before && setrlimit(RLIMIT_NOFILE, &want) == 0) {
+    rl = want;
+    report("raised the open-file limit (RLIMIT_NOFILE) from " + std::to_string(before) + " to " +
+           std::to_string(rl.rlim_cur) + " for " + what);
+  }
+  if (rl.rlim_cur < need) {
+    report("warning: " + what + " may need " + std::to_string(need) + " file descriptors but the limit is " +
+           std::to_string(rl.rlim_cur) + " (hard " +
+           (rl.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_max)) +
+           "); raise it with `ulimit -n`");
+  }
+  return rl.rlim_cur;
 }
 
 }  // namespace stoker::internal

@@ -49,4 +49,12 @@ std::vector<int> allowed_cpus(const std::string& root);
 /// mask and the quota.
 unsigned usable_cpus(const std::string& root = "/");
 
+/// Makes room for `need` open descriptors of this process: when the soft RLIMIT_NOFILE
+/// is lower, raises it (towards the hard limit, which any process may) and says so on
+/// stderr, once per raise; when even the hard limit is short, warns naming `what` needs
+/// them and how to fix it. Returns the soft limit in force afterwards. Raising rather
+/// than failing: a dataset of thousands of shards would otherwise stop with EMFILE deep
+/// in the IO engine, and the usual soft limit (1024) is far below the usual hard one.
+uint64_t ensure_open_file_limit(uint64_t need, const std::string& what);
+
 }  // namespace stoker::internal
