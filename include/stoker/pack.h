@@ -49,7 +49,8 @@ struct PackOptions {
 
 /// ImageFolder options.
 struct ImageFolderPackOptions : PackOptions {
-  /// Losslessly rewrite progressive JPEGs as baseline (they decode ~2.4x slower).
+  /// Losslessly rewrite progressive JPEGs as baseline: a progressive file is decoded in
+  /// several passes over its coefficients, so it costs the loader more on every epoch.
   bool baseline = false;
   /// Files larger than this are bad inputs (kResourceExhausted unless skip_bad).
   uint64_t max_file_bytes = 1ull << 30;

@@ -86,9 +86,8 @@ std::optional<std::string> cuda_pci_bus_id(int device);
 
 /// Pinned host memory for loader slots: cudaHostAlloc(cudaHostAllocPortable), which
 /// both pins and maps the pages for DMA, so async copies from it are truly async. Pages
-/// are placed by the kernel's default (first-touch on the allocating thread's node);
-/// the alternative, cudaHostRegister on memory bound to the GPU's node, was not measured
-/// (no GPU at hand). name() is "pinned". Without CUDA or a device: host_slot_allocator().
+/// are placed by the kernel's default (first-touch on the allocating thread's node).
+/// name() is "pinned". Without CUDA or a device: host_slot_allocator().
 std::shared_ptr<SlotAllocator> pinned_slot_allocator(int device);
 
 // --- conversion ------------------------------------------------------------------------

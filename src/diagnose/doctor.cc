@@ -414,8 +414,8 @@ Check check_transparent_hugepages(const std::string& root) {
     c.meaning = "the IO slab and the batch slots, which ask for them, get 2 MiB pages";
   } else {
     c.status = CheckStatus::kWarn;
-    c.meaning = "the IO slab and batch slots are on 4 KiB pages: each O_DIRECT read is one segment per 4 KiB page "
-                "(the token feed rate was ~15 % lower so on a 2-core VM)";
+    c.meaning = "the IO slab and batch slots are on 4 KiB pages: each O_DIRECT read is split into one segment per "
+                "4 KiB page and the slots cost a TLB miss per page, which lowers the feed rate";
     c.advice = "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (boot: transparent_hugepage=madvise)";
   }
   return c;
@@ -632,8 +632,11 @@ Check check_read_probe(const std::optional<std::string>& dataset, uint64_t max_b
   c.reading = "read " + format_bytes(static_cast<double>(total)) + " of " + std::to_string(nfiles) + " file" +
               (nfiles == 1 ? "" : "s") + " in " + f1(secs * 1000) + " ms: " + f1(mbps) + " MB/s (" +
               (buffered == 0 ? "O_DIRECT" : direct == 0 ? "buffered, may be page cache" : "partly O_DIRECT") + ")";
-  // A decode thread turns about 40 MB/s of ImageNet-sized JPEGs into 224x224 crops.
-  const double need = 40.0 * std::max(1u, threads);
+  // The yardstick: what one decode thread consumes of ImageNet-sized JPEGs cropped to
+  // 224x224 (`stoker bench feed`, bench/README.md). Reads slower than the decoders'
+  // appetite make the feed storage-bound whatever the thread count.
+  constexpr double kDecodeThreadMBps = 40.0;
+  const double need = kDecodeThreadMBps * std::max(1u, threads);
   if (mbps < need) {
     c.status = CheckStatus::kWarn;
     c.meaning = "sequential reads below ~" + f1(need) + " MB/s, what " + std::to_string(threads) +

@@ -74,9 +74,9 @@ Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
   right_bits_ = bits / 2;
   right_mask_ = right_bits_ == 0 ? 0 : (uint64_t{1} << right_bits_) - 1;
   // Narrow halves give each round few functions to choose from, so a small domain
-  // needs more rounds before the permutation it draws is close to uniform (measured:
-  // with 12 half-rounds, n = 5..8 show a clear chi-square excess over all n!
-  // permutations; 24 remove it). Cost is irrelevant at these sizes.
+  // needs more rounds before the permutation it draws is close to uniform; the
+  // Permutation.TinyDomainsDrawEveryPermutationUniformly test's chi-square over all n!
+  // permutations is what sets kRounds. Cost is irrelevant at these sizes.
   rounds_ = bits <= 8 ? kRounds : bits <= 16 ? 16 : 12;
   uint64_t state = mix64(key ^ 0x6a09e667f3bcc909ULL);
   for (int i = 0; i < rounds_; ++i) {
@@ -317,8 +317,8 @@ uint64_t EpochOrder::at(uint64_t p) const {
 uint64_t EpochOrder::ordered_chunk_at(uint64_t w, uint64_t q) const {
   // The last of the window's chunks starting at or before q. Without branches: a
   // shuffled window's positions land in its chunks at random, so a branching search
-  // mispredicts about every other step, every sample (measured: 1.3 % of a token
-  // loader's time, more than the rest of its window planning).
+  // would mispredict about every other step, for every sample of the token loader's
+  // hot path (its price is in bench/README.md).
   const uint64_t first = w * window_;
   const uint64_t* k = ordered_pos_.data() + first;
   for (uint64_t len = std::min(first + window_, chunks_) - first; len > 1;) {
