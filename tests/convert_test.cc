@@ -9,19 +9,12 @@
 #include <vector>
 
 #include "stoker/error.h"
+#include "util/test_util.h"
 
 namespace stoker {
 namespace {
 
-template <typename F>
-ErrorCode code_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode{};
-}
+using testing::error_code_of;
 
 float from_bits(uint32_t b) {
   float f;
@@ -166,9 +159,9 @@ TEST(Convert, TokenWideningReference) {
   internal::widen_tokens_cpu(c, ElemType::kInt32, 2, out);
   EXPECT_EQ(out[0], -5);
   EXPECT_EQ(out[1], 2147483647);
-  EXPECT_EQ(code_of([&] { internal::widen_tokens_cpu(a, ElemType::kFloat16, 3, out); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { internal::widen_tokens_cpu(a, ElemType::kFloat16, 3, out); }), ErrorCode::kInvalidArgument);
   const float m[3] = {0, 0, 0}, sd[3] = {1, 1, 1};
-  EXPECT_EQ(code_of([&] { internal::convert_image_cpu(nullptr, 0, 1, 1, ElemType::kUint8, m, sd, nullptr); }),
+  EXPECT_EQ(error_code_of([&] { internal::convert_image_cpu(nullptr, 0, 1, 1, ElemType::kUint8, m, sd, nullptr); }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -189,9 +182,9 @@ TEST(Convert, LittleEndianTokensWidenToEveryTokenTypeFromAnyAlignment) {
   uint16_t same[3];
   internal::widen_tokens_le(u16 + 1, ElemType::kUint16, 3, ElemType::kUint16, same);
   EXPECT_EQ(same[2], 258);
-  EXPECT_EQ(code_of([&] { internal::widen_tokens_le(u16, ElemType::kFloat32, 1, ElemType::kInt64, out64); }),
+  EXPECT_EQ(error_code_of([&] { internal::widen_tokens_le(u16, ElemType::kFloat32, 1, ElemType::kInt64, out64); }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { internal::widen_tokens_le(u16, ElemType::kUint16, 1, ElemType::kUint8, out64); }),
+  EXPECT_EQ(error_code_of([&] { internal::widen_tokens_le(u16, ElemType::kUint16, 1, ElemType::kUint8, out64); }),
             ErrorCode::kInvalidArgument);
 }
 

@@ -22,6 +22,7 @@ namespace stoker {
 namespace {
 
 using testing::encode_jpeg;
+using testing::error_code_of;
 using testing::make_rgb_image;
 
 // ---- helpers ----------------------------------------------------------------------------
@@ -200,18 +201,6 @@ std::vector<uint8_t> encode_cmyk(const std::vector<uint8_t>& cmyk, int w, int h,
   free(buf);
   jpeg_destroy_compress(&c);
   return out;
-}
-
-template <class F>
-ErrorCode error_code_of(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kCancelled;
 }
 
 ImageTransform train(int size = 224) {

@@ -25,6 +25,7 @@ namespace stoker {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::error_code_of;
 using testing::make_jpeg;
 using testing::read_file;
 using testing::TempDir;
@@ -38,18 +39,6 @@ std::map<std::string, std::vector<uint8_t>> tree(const std::string& dir) {
   for (auto& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = read_file(e.path().string());
   return out;
-}
-
-template <class F>
-ErrorCode error_of(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ErrorCode::kCancelled;
 }
 
 // ---- imagefolder ------------------------------------------------------------------
@@ -158,7 +147,7 @@ TEST(PackImageFolder, BadFileWithoutSkipBadIsDataLossNamingIt) {
   make_tree(tmp.str("src"));
   write_file(tmp.str("src/mango/notes.txt"), {'h', 'e', 'l', 'l', 'o'});
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find(tmp.str("src/mango/notes.txt")), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("out/MANIFEST")));  // no dataset left behind
 }
@@ -170,7 +159,7 @@ TEST(PackImageFolder, UnreadableFileIsReportedOrSkipped) {
   write_file(tmp.str("src/zebra/locked.jpg"), make_jpeg(8, 8, 5));
   ::chmod(tmp.str("src/zebra/locked.jpg").c_str(), 0);
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kIoError);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kIoError);
   EXPECT_NE(msg.find("locked.jpg"), std::string::npos) << msg;
   ImageFolderPackOptions o;
   o.skip_bad = true;
@@ -216,7 +205,7 @@ TEST(PackImageFolder, RefusesToOverwriteADatasetUnlessAsked) {
   TempDir tmp;
   make_tree(tmp.str("src"));
   pack_imagefolder(tmp.str("src"), tmp.str("out"));
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
   ImageFolderPackOptions o;
   o.overwrite = true;
   EXPECT_EQ(pack_imagefolder(tmp.str("src"), tmp.str("out"), o).records, 6u);
@@ -224,10 +213,10 @@ TEST(PackImageFolder, RefusesToOverwriteADatasetUnlessAsked) {
 
 TEST(PackImageFolder, MissingOrEmptySourceIsAnError) {
   TempDir tmp;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("nope"), tmp.str("out")); }), ErrorCode::kNotFound);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("nope"), tmp.str("out")); }), ErrorCode::kNotFound);
   fs::create_directories(tmp.str("flat"));
   write_file(tmp.str("flat/a.jpg"), make_jpeg(8, 8, 1));
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("flat"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("flat"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
 }
 
 // Decodes a JPEG to RGB with TurboJPEG.
@@ -374,14 +363,14 @@ TEST(PackTokens, BadInputsAreClearErrors) {
   TokensPackOptions o;
   o.seq_len = 1;
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("odd.bin"), tmp.str("o1"), o); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("odd.bin"), tmp.str("o1"), o); }, &msg), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("odd.bin"), std::string::npos) << msg;
   write_file(tmp.str("short.bin"), as_bytes(make_stream<uint16_t>(10, 1, 5)));
   o.seq_len = 10;  // needs 11 tokens
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("short.bin"), tmp.str("o2"), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("short.bin"), tmp.str("o2"), o); }), ErrorCode::kInvalidArgument);
   o.seq_len = 9;  // exactly one row
   EXPECT_EQ(pack_tokens(tmp.str("short.bin"), tmp.str("o3"), o).records, 1u);
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("missing.bin"), tmp.str("o4"), o); }), ErrorCode::kNotFound);
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("missing.bin"), tmp.str("o4"), o); }), ErrorCode::kNotFound);
 }
 
 // A Megatron MMapIndexedDataset pair: sequences placed in the .bin with gaps, so the
@@ -446,7 +435,7 @@ TEST(PackTokens, MegatronPairIsReadInIndexOrder) {
   TokensPackOptions o;
   o.dtype = DType::kUint32;  // contradicts the index
   o.seq_len = 32;
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("corpus_text_document.bin"), tmp.str("o5"), o); }),
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("corpus_text_document.bin"), tmp.str("o5"), o); }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -480,11 +469,11 @@ TEST(PackTokens, BadMegatronIndexIsDataLoss) {
   for (auto& c : cases) {
     write_file(tmp.str("d.idx"), c.idx);
     std::string msg;
-    EXPECT_EQ(error_of([&] { read_megatron_index(tmp.str("d.idx"), bin); }, &msg), ErrorCode::kDataLoss) << c.what;
+    EXPECT_EQ(error_code_of([&] { read_megatron_index(tmp.str("d.idx"), bin); }, &msg), ErrorCode::kDataLoss) << c.what;
     EXPECT_NE(msg.find("d.idx"), std::string::npos) << c.what << ": " << msg;
     TokensPackOptions o;
     o.seq_len = 4;
-    EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("d.idx"), tmp.str("o"), o); }), ErrorCode::kDataLoss) << c.what;
+    EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("d.idx"), tmp.str("o"), o); }), ErrorCode::kDataLoss) << c.what;
   }
   write_file(tmp.str("d.idx"), good);
   EXPECT_EQ(read_megatron_index(tmp.str("d.idx"), bin).sizes.size(), 2u);
@@ -567,7 +556,7 @@ TEST(PackWds, BadSamplesAreErrorsNamingTarAndKeyOrSkipped) {
   WdsPackOptions o;
   o.class_names = {"a", "b"};
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out"), o); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out"), o); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'nolabel'"), std::string::npos) << msg;
   o.skip_bad = true;
@@ -588,9 +577,9 @@ TEST(PackWds, MalformedTarIsDataLoss) {
   t.end();
   write_file(tmp.str("t.tar"), t.bytes);
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("none.tar")}, tmp.str("out")); }), ErrorCode::kNotFound);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("none.tar")}, tmp.str("out")); }), ErrorCode::kNotFound);
 }
 
 TEST(PackWds, ByteIdenticalAcrossThreadCounts) {
@@ -634,7 +623,7 @@ TEST(Extract, RefusesToWriteOutsideTheOutputDirectory) {
     w.finish();
   }
   std::string msg;
-  EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("../escape"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("escape")));
 
@@ -651,7 +640,7 @@ TEST(Extract, RefusesToWriteOutsideTheOutputDirectory) {
   fs::create_directories(tmp.str("elsewhere"));
   fs::create_directories(tmp.str("y"));
   fs::create_directory_symlink(tmp.str("elsewhere"), tmp.str("y/cls"));
-  EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds2"), tmp.str("y")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds2"), tmp.str("y")); }), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(fs::is_empty(tmp.str("elsewhere")));
 }
 
@@ -746,7 +735,7 @@ TEST(OrderedParallelFor, ConsumesInOrderAndReportsTheFirstFailureInOrder) {
     // nothing at or after it is consumed.
     size_t consumed = 0;
     std::string msg;
-    EXPECT_EQ(error_of(
+    EXPECT_EQ(error_code_of(
                   [&] {
                     internal::ordered_parallel_for<int>(
                         1000, threads, 16,

@@ -26,6 +26,8 @@
 namespace stoker {
 namespace {
 
+using testing::error_code_of;
+
 // The byte at position i of sample j of batch `step` (of epoch `epoch`).
 uint8_t pattern(uint64_t epoch, uint64_t step, uint64_t j, uint64_t i) {
   return static_cast<uint8_t>((epoch * 131 + step * 31 + j * 7 + i * 13 + (i >> 8)) & 0xFF);
@@ -225,23 +227,12 @@ INSTANTIATE_TEST_SUITE_P(SlotsAndStreams, StageRingTest, ::testing::ValuesIn(rin
 
 // --- the consumer contract's misuse errors --------------------------------------------
 
-template <class F>
-ErrorCode code_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kNotFound;
-}
-
 TEST(StageContract, ReleaseBeforeWaitIsInvalidArgument) {
   RingSource src({});
   Stager st(src.source(), host_options(2));
   auto b = st.next();
   ASSERT_TRUE(b);
-  EXPECT_EQ(code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
   // Still usable the right way round.
   b->wait(nullptr);
   EXPECT_EQ(check_bytes(*b, 4096), "");
@@ -256,7 +247,7 @@ TEST(StageContract, DoubleReleaseIsInvalidArgument) {
   b->wait(nullptr);
   b->release(nullptr);
   EXPECT_TRUE(b->released());
-  EXPECT_EQ(code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(StageContract, UseAfterReleaseIsInvalidArgument) {
@@ -266,21 +257,21 @@ TEST(StageContract, UseAfterReleaseIsInvalidArgument) {
   ASSERT_TRUE(b);
   b->wait(nullptr);
   b->release(nullptr);
-  EXPECT_EQ(code_of([&] { (void)(*b)["data"]; }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { b->wait(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)(*b)["data"]; }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { b->wait(nullptr); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(b->find("data"), nullptr);
 }
 
 TEST(StageContract, EmptyBatchAndUnknownFieldAreInvalidArgument) {
   DeviceBatch empty;
   EXPECT_FALSE(empty.valid());
-  EXPECT_EQ(code_of([&] { empty.wait(nullptr); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { empty.release(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { empty.wait(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { empty.release(nullptr); }), ErrorCode::kInvalidArgument);
   RingSource src({});
   Stager st(src.source(), host_options(2));
   auto b = st.next();
   ASSERT_TRUE(b);
-  EXPECT_EQ(code_of([&] { (void)(*b)["image"]; }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)(*b)["image"]; }), ErrorCode::kInvalidArgument);
   DeviceBatch moved = std::move(*b);
   EXPECT_FALSE(b->valid());
   EXPECT_TRUE(moved.valid());
@@ -392,19 +383,19 @@ TEST(StageErrors, BatchLargerThanTheSlotIsInvalidArgument) {
   StagerOptions o = host_options(2);
   o.max_batch_samples = 2;  // the source delivers 4
   Stager st(src.source(), o);
-  EXPECT_EQ(code_of([&] { (void)st.next(); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)st.next(); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(StageErrors, BadOptionsAreInvalidArgument) {
   RingSource src({});
   StagerOptions o = host_options(0);
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
   o = host_options(65);
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
   o = host_options(2);
   o.image_dtype = ElemType::kInt32;
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { Stager st(StageSource{}, host_options(2)); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(StageSource{}, host_options(2)); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(StageDevices, CudaBackendWithoutADeviceIsUnavailable) {
@@ -413,7 +404,7 @@ TEST(StageDevices, CudaBackendWithoutADeviceIsUnavailable) {
   RingSource src({});
   StagerOptions o = host_options(2);
   o.backend = StageBackend::kCuda;
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kUnavailable);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kUnavailable);
   o.backend = StageBackend::kAuto;
   Stager st(src.source(), o);
   EXPECT_EQ(st.backend(), StageBackend::kHost);
@@ -427,19 +418,19 @@ TEST(StageDevices, SelectDeviceFollowsRequestThenLocalRankThenZero) {
   unsetenv("LOCAL_RANK");
   EXPECT_EQ(select_device(-1, 4), 0);
   EXPECT_EQ(select_device(2, 4), 2);
-  EXPECT_EQ(code_of([] { select_device(4, 4); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { select_device(4, 4); }), ErrorCode::kInvalidArgument);
   setenv("LOCAL_RANK", "3", 1);
   EXPECT_EQ(select_device(-1, 4), 3);
   EXPECT_EQ(select_device(1, 4), 1);   // an explicit device wins
   EXPECT_EQ(select_device(-1, 1), 0);  // one visible device per rank
   EXPECT_EQ(select_device(-1, 0), 3);  // no CUDA: the number is kept (host backend ignores it)
-  EXPECT_EQ(code_of([] { select_device(-1, 2); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { select_device(-1, 2); }), ErrorCode::kInvalidArgument);
   setenv("LOCAL_RANK", "x1", 1);
-  EXPECT_EQ(code_of([] { select_device(-1, 4); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { select_device(-1, 4); }), ErrorCode::kInvalidArgument);
   if (old) setenv("LOCAL_RANK", saved.c_str(), 1);
   else unsetenv("LOCAL_RANK");
   EXPECT_EQ(stage_backend_from_name("host"), StageBackend::kHost);
-  EXPECT_EQ(code_of([] { stage_backend_from_name("gpu"); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { stage_backend_from_name("gpu"); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace
@@ -511,7 +502,7 @@ TEST(StageConvert, FreeFunctionsRunOnAHostStreamOrNow) {
   EXPECT_EQ(a, b);
   TensorView bad = v;
   bad.shape = {2, 3, 4, 4};
-  EXPECT_EQ(code_of([&] { convert_image(bad, ElemType::kFloat32, mean, sd, b.data(), nullptr); }),
+  EXPECT_EQ(error_code_of([&] { convert_image(bad, ElemType::kFloat32, mean, sd, b.data(), nullptr); }),
             ErrorCode::kInvalidArgument);
   const uint16_t t[4] = {1, 2, 3, 60000};
   int64_t out[4] = {};
@@ -525,7 +516,7 @@ TEST(StageStreams, HostStreamRunsInOrderAndRethrowsOnSynchronize) {
   for (int i = 0; i < 50; ++i) hs.enqueue([&order, i] { order.push_back(i); });
   hs.enqueue([] { throw Error(ErrorCode::kIoError, "task failed"); });
   hs.enqueue([&order] { order.push_back(50); });
-  EXPECT_EQ(code_of([&] { hs.synchronize(); }), ErrorCode::kIoError);
+  EXPECT_EQ(error_code_of([&] { hs.synchronize(); }), ErrorCode::kIoError);
   ASSERT_EQ(order.size(), 51u);
   for (int i = 0; i <= 50; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
   hs.synchronize();  // the error was reported once
@@ -693,7 +684,7 @@ TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
   const auto head = staged_indices(st, 2);
   OrderState other = st.state();
   other.total += 1;  // another dataset size
-  EXPECT_EQ(code_of([&] { st.load_state(other); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { st.load_state(other); }), ErrorCode::kInvalidArgument);
   // The failed load changed nothing: the run goes on where it was.
   EXPECT_EQ(st.state().consumed, 2u * lo.batch_size);
   EXPECT_EQ(staged_indices(st, 1).size(), 1u);
@@ -701,8 +692,8 @@ TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
   RingSource::Config c;
   RingSource src(c);
   Stager raw(src.source(), host_stager());
-  EXPECT_EQ(code_of([&] { raw.state(); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { raw.load_state(OrderState{}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { raw.state(); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { raw.load_state(OrderState{}); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 // Helpers shared by the test suite: scratch directories, synthetic JPEGs and files.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "stoker/error.h"
 
 namespace stoker::testing {
 
@@ -25,6 +29,20 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// The code of the stoker::Error `f` throws (its message into `message`). A test failure,
+/// and kCancelled, when it throws none.
+template <typename F>
+ErrorCode error_code_of(F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return ErrorCode::kCancelled;
+}
 
 /// A smooth, deterministic RGB test picture (gradients + shapes, so JPEG keeps detail).
 std::vector<uint8_t> make_rgb_image(int width, int height, uint32_t seed);
