@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/error.h"
@@ -47,59 +48,46 @@ TEST(CpuList, BadSyntaxIsInvalidArgumentNamingTheText) {
 
 // ---- cgroup quota -------------------------------------------------------------------------
 
-TEST(CgroupQuota, V2ReadsTheProcessCgroupsCpuMax) {
-  TempDir root;
-  put(root, "/proc/self/cgroup", "0::/kubepods/pod1/ctr\n");
-  put(root, "/sys/fs/cgroup/kubepods/pod1/ctr/cpu.max", "250000 100000\n");
-  EXPECT_DOUBLE_EQ(cgroup_cpu_quota(root.str()), 2.5);
-}
-
-TEST(CgroupQuota, V2UnlimitedHereFallsBackToTheNearestLimitedAncestor) {
-  TempDir root;
-  put(root, "/proc/self/cgroup", "0::/a/b\n");
-  put(root, "/sys/fs/cgroup/a/b/cpu.max", "max 100000\n");
-  put(root, "/sys/fs/cgroup/a/cpu.max", "150000 100000\n");
-  EXPECT_DOUBLE_EQ(cgroup_cpu_quota(root.str()), 1.5);
-}
-
-TEST(CgroupQuota, V2MaxEverywhereIsUnlimited) {
-  TempDir root;
-  put(root, "/proc/self/cgroup", "0::/a\n");
-  put(root, "/sys/fs/cgroup/a/cpu.max", "max 100000\n");
-  put(root, "/sys/fs/cgroup/cpu.max", "max 100000\n");
-  EXPECT_EQ(cgroup_cpu_quota(root.str()), 0);
-}
-
-TEST(CgroupQuota, HybridHierarchyFindsTheV2Line) {
-  TempDir root;
-  put(root, "/proc/self/cgroup", "12:cpu,cpuacct:/x\n0::/x\n");
-  put(root, "/sys/fs/cgroup/x/cpu.max", "400000 100000\n");
-  EXPECT_DOUBLE_EQ(cgroup_cpu_quota(root.str()), 4.0);
-}
-
-TEST(CgroupQuota, V1QuotaOverPeriod) {
-  TempDir root;
-  put(root, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "300000\n");
-  put(root, "/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
-  EXPECT_DOUBLE_EQ(cgroup_cpu_quota(root.str()), 3.0);
-}
-
-TEST(CgroupQuota, V1MinusOneIsUnlimited) {
-  TempDir root;
-  put(root, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n");
-  put(root, "/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
-  EXPECT_EQ(cgroup_cpu_quota(root.str()), 0);
-}
-
-TEST(CgroupQuota, MalformedOrMissingFilesReadAsUnlimited) {
-  TempDir empty;
-  EXPECT_EQ(cgroup_cpu_quota(empty.str()), 0);
-  TempDir root;
-  put(root, "/proc/self/cgroup", "0::/\n");
-  put(root, "/sys/fs/cgroup/cpu.max", "lots 100000\n");
-  put(root, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "12x\n");
-  put(root, "/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
-  EXPECT_EQ(cgroup_cpu_quota(root.str()), 0);
+TEST(CgroupQuota, V1AndV2TreesGiveTheQuotaInCpus) {
+  struct Case {
+    const char* what;
+    std::vector<std::pair<std::string, std::string>> files;
+    double want;  // CPUs; 0 = unlimited
+  };
+  const std::vector<Case> cases = {
+      {"v2: the process's cgroup's cpu.max",
+       {{"/proc/self/cgroup", "0::/kubepods/pod1/ctr\n"}, {"/sys/fs/cgroup/kubepods/pod1/ctr/cpu.max", "250000 100000\n"}},
+       2.5},
+      {"v2: unlimited here, the nearest limited ancestor counts",
+       {{"/proc/self/cgroup", "0::/a/b\n"},
+        {"/sys/fs/cgroup/a/b/cpu.max", "max 100000\n"},
+        {"/sys/fs/cgroup/a/cpu.max", "150000 100000\n"}},
+       1.5},
+      {"v2: max everywhere is unlimited",
+       {{"/proc/self/cgroup", "0::/a\n"}, {"/sys/fs/cgroup/a/cpu.max", "max 100000\n"}, {"/sys/fs/cgroup/cpu.max", "max 100000\n"}},
+       0},
+      {"hybrid hierarchy: the v2 line is found among v1 lines",
+       {{"/proc/self/cgroup", "12:cpu,cpuacct:/x\n0::/x\n"}, {"/sys/fs/cgroup/x/cpu.max", "400000 100000\n"}},
+       4.0},
+      {"v1: quota over period",
+       {{"/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "300000\n"}, {"/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n"}},
+       3.0},
+      {"v1: -1 is unlimited",
+       {{"/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n"}, {"/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n"}},
+       0},
+      {"no cgroup files at all", {}, 0},
+      {"malformed values read as unlimited",
+       {{"/proc/self/cgroup", "0::/\n"},
+        {"/sys/fs/cgroup/cpu.max", "lots 100000\n"},
+        {"/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "12x\n"},
+        {"/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n"}},
+       0},
+  };
+  for (const Case& c : cases) {
+    TempDir root;
+    for (const auto& [path, text] : c.files) put(root, path, text);
+    EXPECT_DOUBLE_EQ(cgroup_cpu_quota(root.str()), c.want) << c.what;
+  }
 }
 
 // ---- NUMA and allowed CPUs ------------------------------------------------------------------
