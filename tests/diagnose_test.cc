@@ -18,6 +18,8 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
+#include "io/throttled_engine.h"
+#include "util/datasets.h"
 #include "util/test_util.h"
 
 namespace fs = std::filesystem;
@@ -337,18 +339,13 @@ TEST(Tracker, ARealChangeIsAdoptedAfterConfirmation) {
 
 // n JPEGs of w x h in one dataset (label i % 4), small shards.
 void make_dataset(const std::string& dir, int n, int w, int h) {
-  DatasetWriterOptions o;
-  o.shard_size = 1 << 20;
-  DatasetWriter wr(dir, Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}}, o);
-  for (int i = 0; i < n; ++i) {
-    auto jpeg = testing::make_jpeg(w, h, static_cast<uint32_t>(i), 90);
-    std::vector<uint8_t> label(8);
-    internal::put_u64(label.data(), static_cast<uint64_t>(i % 4));
-    std::vector<std::span<const uint8_t>> f{jpeg, label};
-    wr.add(f);
-  }
-  wr.manifest().class_names = {"a", "b", "c", "d"};
-  wr.finish();
+  testing::ImageDatasetSpec spec;
+  spec.count = n;
+  spec.shard_size = 1 << 20;
+  spec.classes = 4;
+  spec.quality = 90;
+  spec.size = [w, h](int) { return std::pair<int, int>{w, h}; };
+  testing::write_image_dataset(dir, spec);
 }
 
 LoaderOptions base_options(const std::string& dir) {

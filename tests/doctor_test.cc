@@ -17,14 +17,8 @@ namespace fs = std::filesystem;
 namespace stoker {
 namespace {
 
+using testing::put;
 using testing::TempDir;
-
-// Writes `text` at root + path, creating directories.
-void put(const TempDir& root, const std::string& path, const std::string& text) {
-  const fs::path p = root.path() / path.substr(1);
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << text;
-}
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -205,7 +199,7 @@ TEST(DoctorMemlock, SmallLimitWarns) {
     const char* reading;
   };
   const Row rows[] = {
-      {"65536", CheckStatus::kWarn, "RLIMIT_MEMLOCK 64 KiB, the loader locks ~100.0 MiB"},
+      {"65536", CheckStatus::kWarn, "RLIMIT_MEMLOCK 64.0 KiB, the loader locks ~100.0 MiB"},
       {"8388608", CheckStatus::kWarn, "RLIMIT_MEMLOCK 8.0 MiB"},
       {"1073741824", CheckStatus::kOk, "RLIMIT_MEMLOCK 1.0 GiB"},
       {"unlimited", CheckStatus::kOk, "RLIMIT_MEMLOCK unlimited"},

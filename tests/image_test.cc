@@ -22,6 +22,7 @@ namespace stoker {
 namespace {
 
 using testing::encode_jpeg;
+using testing::error_code_of;
 using testing::make_rgb_image;
 
 // ---- helpers ----------------------------------------------------------------------------
@@ -200,18 +201,6 @@ std::vector<uint8_t> encode_cmyk(const std::vector<uint8_t>& cmyk, int w, int h,
   free(buf);
   jpeg_destroy_compress(&c);
   return out;
-}
-
-template <class F>
-ErrorCode error_code_of(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kCancelled;
 }
 
 ImageTransform train(int size = 224) {
@@ -409,55 +398,6 @@ TEST(ImageDecode, SameSeedSameBytesAnyThreadDifferentSeedsDiffer) {
   }
 }
 
-// ---- resize kernels -----------------------------------------------------------------------
-
-TEST(ImageResize, Avx2AndScalarGiveIdenticalBytes) {
-  if (!internal::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
-  std::mt19937 rng(7);
-  const int W = 301, H = 211;
-  auto src = textured_rgb(W, H, 11);
-  internal::Resizer a, b;
-  for (int i = 0; i < 60; ++i) {
-    const int dw = 1 + static_cast<int>(rng() % 300), dh = 1 + static_cast<int>(rng() % 300);
-    const int cw = 1 + static_cast<int>(rng() % W), ch = 1 + static_cast<int>(rng() % H);
-    const int cx = static_cast<int>(rng() % (W - cw + 1)), cy = static_cast<int>(rng() % (H - ch + 1));
-    const bool flip = rng() % 2;
-    internal::ResizeAxis ax{cx + 0.25, cw - 0.25, cx, cx + cw}, ay{static_cast<double>(cy), static_cast<double>(ch), cy, cy + ch};
-    std::vector<uint8_t> o1(static_cast<size_t>(dw) * dh * 3), o2(o1.size());
-    a.resize(src.data(), W * 3, W, H, ax, ay, flip, o1.data(), dw, dh, internal::ResizeKernel::kAvx2);
-    b.resize(src.data(), W * 3, W, H, ax, ay, flip, o2.data(), dw, dh, internal::ResizeKernel::kScalar);
-    ASSERT_EQ(o1, o2) << dw << "x" << dh << " from " << cw << "x" << ch << "+" << cx << "+" << cy;
-  }
-}
-
-TEST(ImageResize, ConstantImageStaysConstant) {
-  std::vector<uint8_t> src(97 * 53 * 3, 173);
-  internal::Resizer r;
-  for (auto k : {internal::ResizeKernel::kScalar, internal::best_resize_kernel()}) {
-    for (int n : {7, 53, 224}) {
-      std::vector<uint8_t> out(static_cast<size_t>(n) * n * 3);
-      r.resize(src.data(), 97 * 3, 97, 53, {0, 97, 0, 97}, {0, 53, 0, 53}, true, out.data(), n, n, k);
-      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint8_t v) { return v == 173; })) << n;
-    }
-  }
-}
-
-TEST(ImageDecode, SimdAndScalarDecodersAgree) {
-  const auto jpeg = textured_jpeg(500, 375, 13);
-  ImageDecoder simd, scalar(ImageDecoderOptions{.allow_simd = false});
-  EXPECT_FALSE(scalar.uses_simd());
-  EXPECT_EQ(simd.uses_simd(), internal::cpu_has_avx2());
-  std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
-  for (uint64_t seed = 0; seed < 20; ++seed) {
-    simd.decode(jpeg, train(), seed, a.data(), a.size());
-    scalar.decode(jpeg, train(), seed, b.data(), b.size());
-    ASSERT_EQ(a, b) << seed;
-  }
-  simd.decode(jpeg, eval(), 0, a.data(), a.size());
-  scalar.decode(jpeg, eval(), 0, b.data(), b.size());
-  EXPECT_EQ(a, b);
-}
-
 // ---- eval ---------------------------------------------------------------------------------
 
 TEST(ImageDecode, EvalMatchesReferenceResizeAndCenterCrop) {
@@ -561,6 +501,55 @@ TEST(ImageDecode, BadTransformIsInvalidArgument) {
   for (const auto& t : bad) {
     EXPECT_EQ(error_code_of([&] { dec.decode(jpeg, t, 0, out.data(), out.size()); }),
               ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST(ImageDecode, SimdAndScalarDecodersAgree) {
+  const auto jpeg = textured_jpeg(500, 375, 13);
+  ImageDecoder simd, scalar(ImageDecoderOptions{.allow_simd = false});
+  EXPECT_FALSE(scalar.uses_simd());
+  EXPECT_EQ(simd.uses_simd(), internal::cpu_has_avx2());
+  std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    simd.decode(jpeg, train(), seed, a.data(), a.size());
+    scalar.decode(jpeg, train(), seed, b.data(), b.size());
+    ASSERT_EQ(a, b) << seed;
+  }
+  simd.decode(jpeg, eval(), 0, a.data(), a.size());
+  scalar.decode(jpeg, eval(), 0, b.data(), b.size());
+  EXPECT_EQ(a, b);
+}
+
+// ---- resize kernels -----------------------------------------------------------------------
+
+TEST(ImageResize, Avx2AndScalarGiveIdenticalBytes) {
+  if (!internal::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+  std::mt19937 rng(7);
+  const int W = 301, H = 211;
+  auto src = textured_rgb(W, H, 11);
+  internal::Resizer a, b;
+  for (int i = 0; i < 60; ++i) {
+    const int dw = 1 + static_cast<int>(rng() % 300), dh = 1 + static_cast<int>(rng() % 300);
+    const int cw = 1 + static_cast<int>(rng() % W), ch = 1 + static_cast<int>(rng() % H);
+    const int cx = static_cast<int>(rng() % (W - cw + 1)), cy = static_cast<int>(rng() % (H - ch + 1));
+    const bool flip = rng() % 2;
+    internal::ResizeAxis ax{cx + 0.25, cw - 0.25, cx, cx + cw}, ay{static_cast<double>(cy), static_cast<double>(ch), cy, cy + ch};
+    std::vector<uint8_t> o1(static_cast<size_t>(dw) * dh * 3), o2(o1.size());
+    a.resize(src.data(), W * 3, W, H, ax, ay, flip, o1.data(), dw, dh, internal::ResizeKernel::kAvx2);
+    b.resize(src.data(), W * 3, W, H, ax, ay, flip, o2.data(), dw, dh, internal::ResizeKernel::kScalar);
+    ASSERT_EQ(o1, o2) << dw << "x" << dh << " from " << cw << "x" << ch << "+" << cx << "+" << cy;
+  }
+}
+
+TEST(ImageResize, ConstantImageStaysConstant) {
+  std::vector<uint8_t> src(97 * 53 * 3, 173);
+  internal::Resizer r;
+  for (auto k : {internal::ResizeKernel::kScalar, internal::best_resize_kernel()}) {
+    for (int n : {7, 53, 224}) {
+      std::vector<uint8_t> out(static_cast<size_t>(n) * n * 3);
+      r.resize(src.data(), 97 * 3, 97, 53, {0, 97, 0, 97}, {0, 53, 0, 53}, true, out.data(), n, n, k);
+      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint8_t v) { return v == 173; })) << n;
+    }
   }
 }
 

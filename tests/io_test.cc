@@ -34,6 +34,8 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
+#include "io/throttled_engine.h"
+#include "util/fault_engine.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -520,19 +522,6 @@ INSTANTIATE_TEST_SUITE_P(Engines, EachEngine,
                            return std::string(io_engine_kind_name(info.param));
                          });
 
-TEST(IoOptionsTest, OutOfRangeOptionsAreInvalidArgument) {
-  for (unsigned qd : {0u, 4097u}) {
-    IoOptions o;
-    o.queue_depth = qd;
-    try {
-      make_io_engine(o);
-      FAIL() << "queue_depth " << qd << " accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    }
-  }
-}
-
 // ---- cancellation and teardown ---------------------------------------------------------
 
 TEST_P(EachEngine, CancelWithReadsInFlightCompletesEveryRequestOnce) {
@@ -640,6 +629,19 @@ int in_child(Fn body, std::string* report) {
 }
 
 // ---- engine selection and the fallback report ------------------------------------------
+
+TEST(IoOptionsTest, OutOfRangeOptionsAreInvalidArgument) {
+  for (unsigned qd : {0u, 4097u}) {
+    IoOptions o;
+    o.queue_depth = qd;
+    try {
+      make_io_engine(o);
+      FAIL() << "queue_depth " << qd << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    }
+  }
+}
 
 TEST(EngineSelection, ForcedPreadIsUsedWithoutAFallbackReason) {
   ScopedEnv env("STOKER_IO", nullptr);
@@ -972,6 +974,32 @@ TEST_P(EachEngine, FaultsHitExactlyThePlannedRequests) {
   EXPECT_GT(differ, 0);
 }
 
+TEST_P(EachEngine, ThrottleHoldsTheByteRate) {
+  const IoEngineKind kind = GetParam();
+  SKIP_IF_NO_URING(kind);
+  TempDir dir;
+  const auto bytes = testing::random_bytes(4u << 20, 13);
+  testing::write_file(dir.str("a"), bytes);
+  const double rate = 8.0 * (1 << 20);  // 8 MiB/s: 4 MiB take >= (4 - 0.8 - 0.0625)/8 s
+  auto e = make_throttled_engine(make_engine(kind, 16, true), rate);
+  const uint32_t f = e->add_file(dir.str("a"));
+  std::vector<IoBuffer> bufs;
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < 64; ++i) {
+    bufs.push_back(e->alloc(65536));
+    reqs.push_back({f, i * 65536, 65536, bufs.back().data(), i});
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto done = run_all(*e, reqs, 64);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& [tag, c] : done) {
+    ASSERT_EQ(c.result, 65536);
+    ASSERT_EQ(0, std::memcmp(bufs[tag].data(), bytes.data() + tag * 65536, 65536));
+  }
+  EXPECT_EQ(e->stats().bytes, 4u << 20);
+  EXPECT_GE(s, ((4u << 20) - rate / 10 - 65536) / rate);
+}
+
 TEST(FaultyEngine, DelayedCompletionIsHeldBack) {
   TempDir dir;
   testing::write_file(dir.str("a"), testing::random_bytes(8192, 1));
@@ -1001,32 +1029,6 @@ TEST(FaultyEngine, RatesAboveOneAreInvalidArgument) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
-}
-
-TEST_P(EachEngine, ThrottleHoldsTheByteRate) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(4u << 20, 13);
-  testing::write_file(dir.str("a"), bytes);
-  const double rate = 8.0 * (1 << 20);  // 8 MiB/s: 4 MiB take >= (4 - 0.8 - 0.0625)/8 s
-  auto e = make_throttled_engine(make_engine(kind, 16, true), rate);
-  const uint32_t f = e->add_file(dir.str("a"));
-  std::vector<IoBuffer> bufs;
-  std::vector<ReadRequest> reqs;
-  for (uint64_t i = 0; i < 64; ++i) {
-    bufs.push_back(e->alloc(65536));
-    reqs.push_back({f, i * 65536, 65536, bufs.back().data(), i});
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto done = run_all(*e, reqs, 64);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto& [tag, c] : done) {
-    ASSERT_EQ(c.result, 65536);
-    ASSERT_EQ(0, std::memcmp(bufs[tag].data(), bytes.data() + tag * 65536, 65536));
-  }
-  EXPECT_EQ(e->stats().bytes, 4u << 20);
-  EXPECT_GE(s, ((4u << 20) - rate / 10 - 65536) / rate);
 }
 
 }  // namespace

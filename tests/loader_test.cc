@@ -20,6 +20,7 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
+#include "util/fault_engine.h"
 #include "util/test_util.h"
 
 namespace stoker {

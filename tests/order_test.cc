@@ -16,20 +16,12 @@
 
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
+#include "util/test_util.h"
 
 namespace stoker {
 namespace {
 
-template <typename F>
-ErrorCode code_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kCancelled;
-}
+using testing::error_code_of;
 
 std::vector<uint64_t> sequence(const EpochOrder& order) {
   std::vector<uint64_t> s(order.size());
@@ -126,8 +118,8 @@ TEST(Permutation, BulkApplyMatchesOneAtATime) {
 }
 
 TEST(Permutation, RejectsEmptyAndHugeDomains) {
-  EXPECT_EQ(code_of([] { Permutation(0, 1); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { Permutation(kMaxOrderUnits + 1, 1); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { Permutation(0, 1); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { Permutation(kMaxOrderUnits + 1, 1); }), ErrorCode::kInvalidArgument);
 }
 
 // Over many keys every permutation of a tiny set appears about equally often.
@@ -265,7 +257,7 @@ TEST(EpochOrder, StridedLookupMatchesAtForEveryKind) {
       }
     }
     uint64_t one = 0;
-    EXPECT_EQ(code_of([&] { order.at_strided(order.size() - 1, 1, 2, &one); }), ErrorCode::kInvalidArgument) << c.name;
+    EXPECT_EQ(error_code_of([&] { order.at_strided(order.size() - 1, 1, 2, &one); }), ErrorCode::kInvalidArgument) << c.name;
   }
 }
 
@@ -275,7 +267,7 @@ TEST(EpochOrder, StridedLookupNamesEachSamplesPlaceInItsWindowsChunks) {
     if (!order.windowed()) {
       uint64_t unit = 0;
       uint32_t place = 0;
-      EXPECT_EQ(code_of([&] { order.at_strided(0, 1, 1, &unit, &place); }), ErrorCode::kInvalidArgument) << c.name;
+      EXPECT_EQ(error_code_of([&] { order.at_strided(0, 1, 1, &unit, &place); }), ErrorCode::kInvalidArgument) << c.name;
       continue;
     }
     const auto s = sequence(order);
@@ -447,6 +439,28 @@ TEST(EpochOrder, TokenWindowRowsMapBackToRecordAndRow) {
   for (auto& [record, seen] : rows_seen) EXPECT_EQ(seen.size(), rows[record]);
 }
 
+TEST(EpochOrder, BadArgumentsAreInvalidArgument) {
+  OrderOptions chunked;
+  chunked.kind = OrderKind::kChunkLocal;
+  chunked.chunk_size = 0;
+  EXPECT_EQ(error_code_of([&] { EpochOrder(chunked, 10, 0); }), ErrorCode::kInvalidArgument);
+  OrderOptions windowed;
+  windowed.kind = OrderKind::kTokenWindow;
+  windowed.window_chunks = 0;
+  EXPECT_EQ(error_code_of([&] { EpochOrder(windowed, 10, 0); }), ErrorCode::kInvalidArgument);
+  const EpochOrder shuffled(OrderOptions{}, 10, 0);
+  EXPECT_EQ(error_code_of([&] { shuffled.at(10); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { shuffled.window_chunks(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { shuffled.chunk_of(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(shuffled.window_count(), 1u);
+  const EpochOrder empty(OrderOptions{}, 0, 0);
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.window_count(), 0u);
+  EXPECT_EQ(error_code_of([&] { empty.at(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { order_kind_from_name("random"); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(order_kind_from_name("chunk_local"), OrderKind::kChunkLocal);
+}
+
 TEST(UnitLayout, LocateSkipsEmptyGroups) {
   const UnitLayout layout({3, 0, 0, 2, 0, 1});
   struct Case {
@@ -460,8 +474,8 @@ TEST(UnitLayout, LocateSkipsEmptyGroups) {
   }
   EXPECT_EQ(layout.units(), 6u);
   EXPECT_EQ(layout.groups(), 6u);
-  EXPECT_EQ(code_of([&] { layout.locate(6); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { UnitLayout({kMaxOrderUnits, 1}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { layout.locate(6); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { UnitLayout({kMaxOrderUnits, 1}); }), ErrorCode::kInvalidArgument);
 }
 
 // Packed tokens take the division path (equal records, a shorter last one); layouts
@@ -485,30 +499,8 @@ TEST(UnitLayout, LocateAgreesWithAWalkOverTheGroups) {
       for (uint64_t r = 0; r < sizes[g]; ++r, ++unit)
         ASSERT_EQ(layout.locate(unit), std::make_pair(g, r)) << "unit " << unit << " of layout " << sizes.size();
     EXPECT_EQ(layout.units(), unit);
-    EXPECT_EQ(code_of([&] { layout.locate(unit); }), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(error_code_of([&] { layout.locate(unit); }), ErrorCode::kInvalidArgument);
   }
-}
-
-TEST(EpochOrder, BadArgumentsAreInvalidArgument) {
-  OrderOptions chunked;
-  chunked.kind = OrderKind::kChunkLocal;
-  chunked.chunk_size = 0;
-  EXPECT_EQ(code_of([&] { EpochOrder(chunked, 10, 0); }), ErrorCode::kInvalidArgument);
-  OrderOptions windowed;
-  windowed.kind = OrderKind::kTokenWindow;
-  windowed.window_chunks = 0;
-  EXPECT_EQ(code_of([&] { EpochOrder(windowed, 10, 0); }), ErrorCode::kInvalidArgument);
-  const EpochOrder shuffled(OrderOptions{}, 10, 0);
-  EXPECT_EQ(code_of([&] { shuffled.at(10); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { shuffled.window_chunks(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { shuffled.chunk_of(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(shuffled.window_count(), 1u);
-  const EpochOrder empty(OrderOptions{}, 0, 0);
-  EXPECT_EQ(empty.size(), 0u);
-  EXPECT_EQ(empty.window_count(), 0u);
-  EXPECT_EQ(code_of([&] { empty.at(0); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { parse_order_kind("random"); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(parse_order_kind("chunk_local"), OrderKind::kChunkLocal);
 }
 
 // ---------------------------------------------------------------------------------
@@ -561,7 +553,7 @@ TEST(RankSchedule, RanksAreDisjointAndCoverTheEpoch) {
                 ++hits[pos[j]];
               }
             }
-            EXPECT_EQ(code_of([&] { s.batch_length(s.num_batches()); }),
+            EXPECT_EQ(error_code_of([&] { s.batch_length(s.num_batches()); }),
                       ErrorCode::kInvalidArgument);
           }
           const uint64_t covered = drop_last ? full * w * b : n;
@@ -618,11 +610,11 @@ TEST(RankSchedule, StartsAtAnyConsumedCount) {
 }
 
 TEST(RankSchedule, BadArgumentsAreInvalidArgument) {
-  EXPECT_EQ(code_of([] { RankSchedule(10, 0, 1, 0, false); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { RankSchedule(10, 2, 0, 0, false); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { RankSchedule(10, 2, 2, 2, false); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { RankSchedule(10, 2, 2, 0, false, 11); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([] { RankSchedule(10, uint64_t{1} << 40, 1u << 30, 0, false); }),
+  EXPECT_EQ(error_code_of([] { RankSchedule(10, 0, 1, 0, false); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { RankSchedule(10, 2, 0, 0, false); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { RankSchedule(10, 2, 2, 2, false); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { RankSchedule(10, 2, 2, 0, false, 11); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { RankSchedule(10, uint64_t{1} << 40, 1u << 30, 0, false); }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -805,7 +797,7 @@ TEST(OrderState, RejectsGarbage) {
       {"huge", std::string(4096, 'x'), ErrorCode::kDataLoss},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(code_of([&] { OrderState::parse(c.text); }), c.code) << c.name;
+    EXPECT_EQ(error_code_of([&] { OrderState::parse(c.text); }), c.code) << c.name;
   }
 }
 
@@ -819,17 +811,17 @@ TEST(OrderState, MismatchedOptionsAreInvalidArgument) {
   s.check_matches(opt, 1000);
   OrderOptions o = opt;
   o.seed = 4;
-  EXPECT_EQ(code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
   o = opt;
   o.kind = OrderKind::kShuffled;
-  EXPECT_EQ(code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
   o = opt;
   o.chunk_size = 16;
-  EXPECT_EQ(code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
   o = opt;
   o.window_chunks = 9;
-  EXPECT_EQ(code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { s.check_matches(opt, 1001); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { s.check_matches(o, 1000); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { s.check_matches(opt, 1001); }), ErrorCode::kInvalidArgument);
   // Options the kind ignores do not matter.
   OrderOptions shuffled;
   shuffled.seed = 3;
@@ -910,7 +902,7 @@ TEST(RankFromEnv, ReadsAndValidatesRankAndWorldSize) {
       EXPECT_EQ(got.rank, c.want->rank) << what;
       EXPECT_EQ(got.world_size, c.want->world_size) << what;
     } else {
-      EXPECT_EQ(code_of([] { rank_from_env(); }), ErrorCode::kInvalidArgument) << what;
+      EXPECT_EQ(error_code_of([] { rank_from_env(); }), ErrorCode::kInvalidArgument) << what;
     }
   }
 }

@@ -28,6 +28,7 @@ namespace stoker {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::error_code_of;
 using testing::make_jpeg;
 using testing::read_file;
 using testing::TempDir;
@@ -41,18 +42,6 @@ std::map<std::string, std::vector<uint8_t>> tree(const std::string& dir) {
   for (auto& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = read_file(e.path().string());
   return out;
-}
-
-template <class F>
-ErrorCode error_of(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ErrorCode::kCancelled;
 }
 
 // ---- imagefolder ------------------------------------------------------------------
@@ -173,7 +162,7 @@ TEST(PackImageFolder, BadFileWithoutSkipBadIsDataLossNamingIt) {
   make_tree(tmp.str("src"));
   write_file(tmp.str("src/mango/notes.txt"), {'h', 'e', 'l', 'l', 'o'});
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find(tmp.str("src/mango/notes.txt")), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("out/MANIFEST")));  // no dataset left behind
 }
@@ -185,7 +174,7 @@ TEST(PackImageFolder, UnreadableFileIsReportedOrSkipped) {
   write_file(tmp.str("src/zebra/locked.jpg"), make_jpeg(8, 8, 5));
   ::chmod(tmp.str("src/zebra/locked.jpg").c_str(), 0);
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kIoError);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kIoError);
   EXPECT_NE(msg.find("locked.jpg"), std::string::npos) << msg;
   ImageFolderPackOptions o;
   o.skip_bad = true;
@@ -231,7 +220,7 @@ TEST(PackImageFolder, RefusesToOverwriteADatasetUnlessAsked) {
   TempDir tmp;
   make_tree(tmp.str("src"));
   pack_imagefolder(tmp.str("src"), tmp.str("out"));
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
   ImageFolderPackOptions o;
   o.overwrite = true;
   EXPECT_EQ(pack_imagefolder(tmp.str("src"), tmp.str("out"), o).records, 6u);
@@ -239,10 +228,10 @@ TEST(PackImageFolder, RefusesToOverwriteADatasetUnlessAsked) {
 
 TEST(PackImageFolder, MissingOrEmptySourceIsAnError) {
   TempDir tmp;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("nope"), tmp.str("out")); }), ErrorCode::kNotFound);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("nope"), tmp.str("out")); }), ErrorCode::kNotFound);
   fs::create_directories(tmp.str("flat"));
   write_file(tmp.str("flat/a.jpg"), make_jpeg(8, 8, 1));
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("flat"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("flat"), tmp.str("out")); }), ErrorCode::kInvalidArgument);
 }
 
 // Decodes a JPEG to RGB with TurboJPEG.
@@ -309,7 +298,7 @@ TEST(PackImageFolder, TakesPngAndWebpSniffedByMagic) {
   // A GIF is not taken, whatever its name.
   write_file(tmp.str("src/b/4.png"), {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0});
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out2")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out2")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("b/4.png"), std::string::npos) << msg;
   EXPECT_NE(msg.find("JPEG, PNG or WebP"), std::string::npos) << msg;
 }
@@ -320,14 +309,14 @@ TEST(PackImageFolder, OutputInsideTheSourceIsRefused) {
   make_tree(tmp.str("imgs"));
   for (const std::string& out : {tmp.str("imgs"), tmp.str("imgs/"), tmp.str("imgs/ds"), tmp.str("imgs/zebra/../ds")}) {
     std::string msg;
-    EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("imgs"), out); }, &msg), ErrorCode::kInvalidArgument) << out;
+    EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("imgs"), out); }, &msg), ErrorCode::kInvalidArgument) << out;
     EXPECT_NE(msg.find("would write into what it reads"), std::string::npos) << msg;
   }
   EXPECT_FALSE(fs::exists(tmp.str("imgs/MANIFEST")));
   EXPECT_FALSE(fs::exists(tmp.str("imgs/ds")));
   // Through a symlink too.
   fs::create_directory_symlink(tmp.str("imgs"), tmp.str("link"));
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("link"), tmp.str("imgs/x")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("link"), tmp.str("imgs/x")); }), ErrorCode::kInvalidArgument);
   // Next to it is fine.
   EXPECT_EQ(pack_imagefolder(tmp.str("imgs"), tmp.str("ds")).records, 6u);
 }
@@ -340,7 +329,7 @@ TEST(Extract, OutputInsideTheDatasetIsRefused) {
   const auto before = tree(tmp.str("ds"));
   for (const std::string& out : {tmp.str("ds"), tmp.str("ds/x")}) {
     std::string msg;
-    EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds"), out); }, &msg), ErrorCode::kInvalidArgument) << out;
+    EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds"), out); }, &msg), ErrorCode::kInvalidArgument) << out;
     EXPECT_NE(msg.find("would write into what it reads"), std::string::npos) << msg;
   }
   EXPECT_EQ(tree(tmp.str("ds")), before);
@@ -356,7 +345,7 @@ TEST(PackImageFolder, CancelRemovesThePartialOutput) {
   o.cancel = &cancel;
   o.shard_size = 4096;
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out"), o); }, &msg), ErrorCode::kCancelled);
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out"), o); }, &msg), ErrorCode::kCancelled);
   EXPECT_NE(msg.find("interrupted"), std::string::npos) << msg;
   EXPECT_TRUE(tree(tmp.str("out")).empty()) << msg;
 }
@@ -476,14 +465,14 @@ TEST(PackTokens, BadInputsAreClearErrors) {
   TokensPackOptions o;
   o.seq_len = 1;
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("odd.bin"), tmp.str("o1"), o); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("odd.bin"), tmp.str("o1"), o); }, &msg), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("odd.bin"), std::string::npos) << msg;
   write_file(tmp.str("short.bin"), as_bytes(make_stream<uint16_t>(10, 1, 5)));
   o.seq_len = 10;  // needs 11 tokens
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("short.bin"), tmp.str("o2"), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("short.bin"), tmp.str("o2"), o); }), ErrorCode::kInvalidArgument);
   o.seq_len = 9;  // exactly one row
   EXPECT_EQ(pack_tokens(tmp.str("short.bin"), tmp.str("o3"), o).records, 1u);
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("missing.bin"), tmp.str("o4"), o); }), ErrorCode::kNotFound);
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("missing.bin"), tmp.str("o4"), o); }), ErrorCode::kNotFound);
 }
 
 // A Megatron MMapIndexedDataset pair: sequences placed in the .bin with gaps, so the
@@ -548,7 +537,7 @@ TEST(PackTokens, MegatronPairIsReadInIndexOrder) {
   TokensPackOptions o;
   o.dtype = DType::kUint32;  // contradicts the index
   o.seq_len = 32;
-  EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("corpus_text_document.bin"), tmp.str("o5"), o); }),
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("corpus_text_document.bin"), tmp.str("o5"), o); }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -582,11 +571,11 @@ TEST(PackTokens, BadMegatronIndexIsDataLoss) {
   for (auto& c : cases) {
     write_file(tmp.str("d.idx"), c.idx);
     std::string msg;
-    EXPECT_EQ(error_of([&] { read_megatron_index(tmp.str("d.idx"), bin); }, &msg), ErrorCode::kDataLoss) << c.what;
+    EXPECT_EQ(error_code_of([&] { read_megatron_index(tmp.str("d.idx"), bin); }, &msg), ErrorCode::kDataLoss) << c.what;
     EXPECT_NE(msg.find("d.idx"), std::string::npos) << c.what << ": " << msg;
     TokensPackOptions o;
     o.seq_len = 4;
-    EXPECT_EQ(error_of([&] { pack_tokens(tmp.str("d.idx"), tmp.str("o"), o); }), ErrorCode::kDataLoss) << c.what;
+    EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("d.idx"), tmp.str("o"), o); }), ErrorCode::kDataLoss) << c.what;
   }
   write_file(tmp.str("d.idx"), good);
   EXPECT_EQ(read_megatron_index(tmp.str("d.idx"), bin).sizes.size(), 2u);
@@ -769,7 +758,7 @@ TEST(PackWds, NpyShapesThatFitNoRuleAreAnErrorNamingBothKeys) {
   b.end();
   write_file(tmp.str("t.tar"), b.bytes);
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kInvalidArgument);
   for (const char* n : {"'a'", "(2, 3)", "'b'", "(2, 4)"}) EXPECT_NE(msg.find(n), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("out")));  // found before anything was written
 
@@ -778,7 +767,7 @@ TEST(PackWds, NpyShapesThatFitNoRuleAreAnErrorNamingBothKeys) {
   c.file("b.npy", make_npy("<i8", {2}, std::vector<uint8_t>(16)));
   c.end();
   write_file(tmp.str("c.tar"), c.bytes);
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("c.tar")}, tmp.str("out")); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("c.tar")}, tmp.str("out")); }, &msg), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("dtype"), std::string::npos) << msg;
 }
 
@@ -794,7 +783,7 @@ TEST(PackWds, IncompleteSampleIsAnErrorOrSkipped) {
   b.end();
   write_file(tmp.str("t.tar"), b.bytes);
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("sample 'b' has no 'txt' member"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--skip-incomplete"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("out")));
@@ -828,7 +817,7 @@ TEST(PackWds, BadSamplesAreErrorsNamingTarAndKeyOrSkipped) {
   WdsPackOptions o;
   o.class_names = {"a", "b"};
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out"), o); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out"), o); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'badlabel'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("badlabel.cls"), std::string::npos) << msg;  // the member too
@@ -851,9 +840,9 @@ TEST(PackWds, MalformedTarIsDataLoss) {
   t.end();
   write_file(tmp.str("t.tar"), t.bytes);
   std::string msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
-  EXPECT_EQ(error_of([&] { pack_wds({tmp.str("none.tar")}, tmp.str("out")); }), ErrorCode::kNotFound);
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("none.tar")}, tmp.str("out")); }), ErrorCode::kNotFound);
 }
 
 TEST(PackWds, ByteIdenticalAcrossThreadCounts) {
@@ -897,7 +886,7 @@ TEST(Extract, RefusesToWriteOutsideTheOutputDirectory) {
     w.finish();
   }
   std::string msg;
-  EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x")); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("../escape"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("escape")));
 
@@ -914,7 +903,7 @@ TEST(Extract, RefusesToWriteOutsideTheOutputDirectory) {
   fs::create_directories(tmp.str("elsewhere"));
   fs::create_directories(tmp.str("y"));
   fs::create_directory_symlink(tmp.str("elsewhere"), tmp.str("y/cls"));
-  EXPECT_EQ(error_of([&] { extract_dataset(tmp.str("ds2"), tmp.str("y")); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds2"), tmp.str("y")); }), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(fs::is_empty(tmp.str("elsewhere")));
 }
 
@@ -1009,7 +998,7 @@ TEST(OrderedParallelFor, ConsumesInOrderAndReportsTheFirstFailureInOrder) {
     // nothing at or after it is consumed.
     size_t consumed = 0;
     std::string msg;
-    EXPECT_EQ(error_of(
+    EXPECT_EQ(error_code_of(
                   [&] {
                     internal::ordered_parallel_for<int>(
                         1000, threads, 16,

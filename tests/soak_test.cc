@@ -7,6 +7,7 @@
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 #include "util/bytes.h"
+#include "util/datasets.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -34,17 +35,13 @@ constexpr bool kSanitized = false;
 TEST(Soak, TwentyEpochsKeepRssFlat) {
   if (kSanitized) GTEST_SKIP() << "RSS says nothing under a sanitizer (freed memory is quarantined); the plain build runs this";
   testing::TempDir dir;
-  {
-    DatasetWriter w(dir.str(), Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}});
-    for (int i = 0; i < 96; ++i) {
-      auto jpeg = testing::make_jpeg(64 + i % 32, 48 + i % 16, static_cast<uint32_t>(i));
-      std::vector<uint8_t> label(8);
-      internal::put_u64(label.data(), static_cast<uint64_t>(i % 3));
-      std::vector<std::span<const uint8_t>> f{jpeg, label};
-      w.add(f);
-    }
-    w.finish();
-  }
+  testing::ImageDatasetSpec spec;
+  spec.count = 96;
+  spec.shard_size = 256ull << 20;  // one shard
+  spec.classes = 3;
+  spec.class_names = false;
+  spec.size = [](int i) { return std::pair<int, int>{64 + i % 32, 48 + i % 16}; };
+  testing::write_image_dataset(dir.str(), spec);
   LoaderOptions o;
   o.path = dir.str();
   o.batch_size = 16;

@@ -13,8 +13,9 @@
 
 #include "stage/cuda_handle.h"
 #include "stoker/error.h"
-#include "stage/bench_ops.h"
+#include "benchlib/bench_ops.h"
 #include "stoker/stage.h"
+#include "util/convert.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -162,7 +163,7 @@ TEST(StageGpu, ConversionKernelsMatchTheCpuReference) {
     SCOPED_TRACE(elem_type_name(dt));
     const size_t out = px * elem_size(dt);
     std::vector<uint8_t> want(out), got(out);
-    convert_image_cpu(img.data(), n, h, w, dt, mean, sd, want.data());
+    internal::convert_image_cpu(img.data(), n, h, w, dt, mean, sd, want.data());
     convert_image(v, dt, mean, sd, ddst, s.get());
     cuda_check(cudaMemcpyAsync(got.data(), ddst, out, cudaMemcpyDeviceToHost, s.get()), "D2H");
     cuda_check(cudaStreamSynchronize(s.get()), "sync");
@@ -175,7 +176,7 @@ TEST(StageGpu, ConversionKernelsMatchTheCpuReference) {
     const int64_t count = static_cast<int64_t>(raw.size() / 8);  // fits every width
     cuda_check(cudaMemcpy(dsrc, raw.data(), raw.size(), cudaMemcpyHostToDevice), "H2D");
     std::vector<int64_t> want(static_cast<size_t>(count)), got(static_cast<size_t>(count));
-    widen_tokens_cpu(raw.data(), tt, count, want.data());
+    internal::widen_tokens_cpu(raw.data(), tt, count, want.data());
     widen_tokens(TensorView{"tokens", dsrc, {count}, tt, 0}, static_cast<int64_t*>(ddst), s.get());
     cuda_check(cudaMemcpyAsync(got.data(), ddst, static_cast<size_t>(count) * 8, cudaMemcpyDeviceToHost, s.get()), "D2H");
     cuda_check(cudaStreamSynchronize(s.get()), "sync");
@@ -203,7 +204,7 @@ TEST(StageGpu, StagerConvertsImagesOnTheConsumerStream) {
   o.device = 0;
   o.image_dtype = ElemType::kBFloat16;
   std::vector<uint16_t> want(img.size()), got(img.size());
-  convert_image_cpu(img.data(), n, h, w, ElemType::kBFloat16, o.mean, o.std, want.data());
+  internal::convert_image_cpu(img.data(), n, h, w, ElemType::kBFloat16, o.mean, o.std, want.data());
   {
     Stager st(src, o);
     Stream s;

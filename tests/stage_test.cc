@@ -18,10 +18,15 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
+#include "stage/host_stream.h"
+#include "util/convert.h"
+#include "util/datasets.h"
 #include "util/test_util.h"
 
 namespace stoker {
 namespace {
+
+using testing::error_code_of;
 
 // The byte at position i of sample j of batch `step` (of epoch `epoch`).
 uint8_t pattern(uint64_t epoch, uint64_t step, uint64_t j, uint64_t i) {
@@ -222,23 +227,12 @@ INSTANTIATE_TEST_SUITE_P(SlotsAndStreams, StageRingTest, ::testing::ValuesIn(rin
 
 // --- the consumer contract's misuse errors --------------------------------------------
 
-template <class F>
-ErrorCode code_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kNotFound;
-}
-
 TEST(StageContract, ReleaseBeforeWaitIsInvalidArgument) {
   RingSource src({});
   Stager st(src.source(), host_options(2));
   auto b = st.next();
   ASSERT_TRUE(b);
-  EXPECT_EQ(code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
   // Still usable the right way round.
   b->wait(nullptr);
   EXPECT_EQ(check_bytes(*b, 4096), "");
@@ -253,7 +247,7 @@ TEST(StageContract, DoubleReleaseIsInvalidArgument) {
   b->wait(nullptr);
   b->release(nullptr);
   EXPECT_TRUE(b->released());
-  EXPECT_EQ(code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { b->release(nullptr); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(StageContract, UseAfterReleaseIsInvalidArgument) {
@@ -263,21 +257,21 @@ TEST(StageContract, UseAfterReleaseIsInvalidArgument) {
   ASSERT_TRUE(b);
   b->wait(nullptr);
   b->release(nullptr);
-  EXPECT_EQ(code_of([&] { (void)(*b)["data"]; }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { b->wait(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)(*b)["data"]; }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { b->wait(nullptr); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(b->find("data"), nullptr);
 }
 
 TEST(StageContract, EmptyBatchAndUnknownFieldAreInvalidArgument) {
   DeviceBatch empty;
   EXPECT_FALSE(empty.valid());
-  EXPECT_EQ(code_of([&] { empty.wait(nullptr); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { empty.release(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { empty.wait(nullptr); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { empty.release(nullptr); }), ErrorCode::kInvalidArgument);
   RingSource src({});
   Stager st(src.source(), host_options(2));
   auto b = st.next();
   ASSERT_TRUE(b);
-  EXPECT_EQ(code_of([&] { (void)(*b)["image"]; }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)(*b)["image"]; }), ErrorCode::kInvalidArgument);
   DeviceBatch moved = std::move(*b);
   EXPECT_FALSE(b->valid());
   EXPECT_TRUE(moved.valid());
@@ -389,19 +383,19 @@ TEST(StageErrors, BatchLargerThanTheSlotIsInvalidArgument) {
   StagerOptions o = host_options(2);
   o.max_batch_samples = 2;  // the source delivers 4
   Stager st(src.source(), o);
-  EXPECT_EQ(code_of([&] { (void)st.next(); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { (void)st.next(); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(StageErrors, BadOptionsAreInvalidArgument) {
   RingSource src({});
   StagerOptions o = host_options(0);
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
   o = host_options(65);
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
   o = host_options(2);
   o.image_dtype = ElemType::kInt32;
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { Stager st(StageSource{}, host_options(2)); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { Stager st(StageSource{}, host_options(2)); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(StageDevices, CudaBackendWithoutADeviceIsUnavailable) {
@@ -410,7 +404,7 @@ TEST(StageDevices, CudaBackendWithoutADeviceIsUnavailable) {
   RingSource src({});
   StagerOptions o = host_options(2);
   o.backend = StageBackend::kCuda;
-  EXPECT_EQ(code_of([&] { Stager st(src.source(), o); }), ErrorCode::kUnavailable);
+  EXPECT_EQ(error_code_of([&] { Stager st(src.source(), o); }), ErrorCode::kUnavailable);
   o.backend = StageBackend::kAuto;
   Stager st(src.source(), o);
   EXPECT_EQ(st.backend(), StageBackend::kHost);
@@ -424,83 +418,19 @@ TEST(StageDevices, SelectDeviceFollowsRequestThenLocalRankThenZero) {
   unsetenv("LOCAL_RANK");
   EXPECT_EQ(select_device(-1, 4), 0);
   EXPECT_EQ(select_device(2, 4), 2);
-  EXPECT_EQ(code_of([] { select_device(4, 4); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { select_device(4, 4); }), ErrorCode::kInvalidArgument);
   setenv("LOCAL_RANK", "3", 1);
   EXPECT_EQ(select_device(-1, 4), 3);
   EXPECT_EQ(select_device(1, 4), 1);   // an explicit device wins
   EXPECT_EQ(select_device(-1, 1), 0);  // one visible device per rank
   EXPECT_EQ(select_device(-1, 0), 3);  // no CUDA: the number is kept (host backend ignores it)
-  EXPECT_EQ(code_of([] { select_device(-1, 2); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { select_device(-1, 2); }), ErrorCode::kInvalidArgument);
   setenv("LOCAL_RANK", "x1", 1);
-  EXPECT_EQ(code_of([] { select_device(-1, 4); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { select_device(-1, 4); }), ErrorCode::kInvalidArgument);
   if (old) setenv("LOCAL_RANK", saved.c_str(), 1);
   else unsetenv("LOCAL_RANK");
   EXPECT_EQ(stage_backend_from_name("host"), StageBackend::kHost);
-  EXPECT_EQ(code_of([] { stage_backend_from_name("gpu"); }), ErrorCode::kInvalidArgument);
-}
-
-// --- conversion references -----------------------------------------------------------------
-
-TEST(StageConvert, ImageReferenceMatchesHandComputationAndLayout) {
-  // One 1x2 image: pixel 0 = (0, 255, 51), pixel 1 = (255, 0, 102); mean .5, std .5.
-  const uint8_t img[6] = {0, 255, 51, 255, 0, 102};
-  const float mean[3] = {0.5f, 0.5f, 0.5f}, sd[3] = {0.5f, 0.5f, 0.5f};
-  float f32[6];
-  convert_image_cpu(img, 1, 1, 2, ElemType::kFloat32, mean, sd, f32);
-  // NCHW: plane c holds channel c of pixels 0, 1.
-  EXPECT_EQ(f32[0], -1.0f);  // R of pixel 0: (0 - .5) / .5
-  EXPECT_EQ(f32[1], 1.0f);   // R of pixel 1
-  EXPECT_EQ(f32[2], 1.0f);   // G of pixel 0
-  EXPECT_EQ(f32[3], -1.0f);  // G of pixel 1
-  EXPECT_FLOAT_EQ(f32[4], -0.6f);  // B: 51/255 = .2
-  EXPECT_FLOAT_EQ(f32[5], -0.2f);  // 102/255 = .4
-  uint16_t h[6], bf[6];
-  convert_image_cpu(img, 1, 1, 2, ElemType::kFloat16, mean, sd, h);
-  convert_image_cpu(img, 1, 1, 2, ElemType::kBFloat16, mean, sd, bf);
-  EXPECT_EQ(h[0], 0xBC00);  // -1.0
-  EXPECT_EQ(h[1], 0x3C00);  // 1.0
-  EXPECT_EQ(bf[0], 0xBF80);
-  EXPECT_EQ(bf[1], 0x3F80);
-  // -0.6f = 0xBF19999A: half 0xB8CD (RNE of 0x4CC.CD), bf16 0xBF1A (0x999A rounds up).
-  EXPECT_EQ(h[4], 0xB8CD);
-  EXPECT_EQ(bf[4], 0xBF1A);
-}
-
-TEST(StageConvert, SixteenBitRoundingEdges) {
-  const float zero[3] = {0, 0, 0};
-  const uint8_t px[3] = {85, 255, 255};
-  uint16_t h[3], bf[3];
-  // 85/255 = 0.33333334f (0x3EAAAAAB): half 0x3555, bf16 0x3EAB.
-  const float one[3] = {1, 1, 1};
-  convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, one, h);
-  convert_image_cpu(px, 1, 1, 1, ElemType::kBFloat16, zero, one, bf);
-  EXPECT_EQ(h[0], 0x3555);
-  EXPECT_EQ(bf[0], 0x3EAB);
-  EXPECT_EQ(h[1], 0x3C00);
-  // Overflow to infinity (1e6) and a subnormal (1e-5 = 167.77 * 2^-24 -> 168).
-  const float tiny_std[3] = {1, 1e-6f, 1e5f};
-  convert_image_cpu(px, 1, 1, 1, ElemType::kFloat16, zero, tiny_std, h);
-  EXPECT_EQ(h[1], 0x7C00);
-  EXPECT_EQ(h[2], 0x00A8);
-}
-
-TEST(StageConvert, TokenWideningReference) {
-  const uint16_t a[3] = {0, 1, 65535};
-  const uint32_t b[2] = {7, 0xFFFFFFFFu};
-  const int32_t c[2] = {-5, 2147483647};
-  int64_t out[3];
-  widen_tokens_cpu(a, ElemType::kUint16, 3, out);
-  EXPECT_EQ(out[0], 0);
-  EXPECT_EQ(out[2], 65535);
-  widen_tokens_cpu(b, ElemType::kUint32, 2, out);
-  EXPECT_EQ(out[1], 4294967295LL);
-  widen_tokens_cpu(c, ElemType::kInt32, 2, out);
-  EXPECT_EQ(out[0], -5);
-  EXPECT_EQ(out[1], 2147483647);
-  EXPECT_EQ(code_of([&] { widen_tokens_cpu(a, ElemType::kFloat16, 3, out); }), ErrorCode::kInvalidArgument);
-  const float m[3] = {0, 0, 0}, sd[3] = {1, 1, 1};
-  EXPECT_EQ(code_of([&] { convert_image_cpu(nullptr, 0, 1, 1, ElemType::kUint8, m, sd, nullptr); }),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([] { stage_backend_from_name("gpu"); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace
@@ -535,7 +465,7 @@ TEST(StageConvert, StagerConvertsImagesAndWidensTokensOnTheConsumerStream) {
     o.widen_tokens = true;
     Stager st(src, o);
     std::vector<uint8_t> want(static_cast<size_t>(n * h * w * 3) * elem_size(dt));
-    convert_image_cpu(img.data(), n, h, w, dt, o.mean, o.std, want.data());
+    internal::convert_image_cpu(img.data(), n, h, w, dt, o.mean, o.std, want.data());
     HostStream hs("test-consumer");
     uint64_t got = 0;
     while (auto b = st.next()) {
@@ -562,7 +492,7 @@ TEST(StageConvert, FreeFunctionsRunOnAHostStreamOrNow) {
   const float mean[3] = {0.1f, 0.2f, 0.3f}, sd[3] = {0.7f, 0.8f, 0.9f};
   TensorView v{"image", const_cast<uint8_t*>(img.data()), {2, 3, 4, 3}, ElemType::kUint8, -1};
   std::vector<float> a(img.size()), b(img.size());
-  convert_image_cpu(img.data(), 2, 3, 4, ElemType::kFloat32, mean, sd, a.data());
+  internal::convert_image_cpu(img.data(), 2, 3, 4, ElemType::kFloat32, mean, sd, a.data());
   HostStream hs;
   convert_image(v, ElemType::kFloat32, mean, sd, b.data(), &hs);
   hs.synchronize();
@@ -572,7 +502,7 @@ TEST(StageConvert, FreeFunctionsRunOnAHostStreamOrNow) {
   EXPECT_EQ(a, b);
   TensorView bad = v;
   bad.shape = {2, 3, 4, 4};
-  EXPECT_EQ(code_of([&] { convert_image(bad, ElemType::kFloat32, mean, sd, b.data(), nullptr); }),
+  EXPECT_EQ(error_code_of([&] { convert_image(bad, ElemType::kFloat32, mean, sd, b.data(), nullptr); }),
             ErrorCode::kInvalidArgument);
   const uint16_t t[4] = {1, 2, 3, 60000};
   int64_t out[4] = {};
@@ -586,7 +516,7 @@ TEST(StageStreams, HostStreamRunsInOrderAndRethrowsOnSynchronize) {
   for (int i = 0; i < 50; ++i) hs.enqueue([&order, i] { order.push_back(i); });
   hs.enqueue([] { throw Error(ErrorCode::kIoError, "task failed"); });
   hs.enqueue([&order] { order.push_back(50); });
-  EXPECT_EQ(code_of([&] { hs.synchronize(); }), ErrorCode::kIoError);
+  EXPECT_EQ(error_code_of([&] { hs.synchronize(); }), ErrorCode::kIoError);
   ASSERT_EQ(order.size(), 51u);
   for (int i = 0; i <= 50; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
   hs.synchronize();  // the error was reported once
@@ -597,25 +527,7 @@ TEST(StageStreams, HostStreamRunsInOrderAndRethrowsOnSynchronize) {
 TEST(StageLoader, StagedBatchesEqualTheLoadersAndTokensWiden) {
   testing::TempDir tmp;
   const std::string dir = tmp.str("tokens");
-  const uint32_t L = 16;
-  {
-    DatasetWriterOptions o;
-    o.shard_size = 16 << 10;
-    DatasetWriter w(dir, Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, o);
-    const uint64_t T = 40000, rows = (T - 1) / L;
-    for (uint64_t r0 = 0; r0 < rows; r0 += 8) {
-      std::vector<uint8_t> buf;
-      for (uint64_t r = r0; r < std::min<uint64_t>(rows, r0 + 8); ++r)
-        for (uint64_t t = r * L; t <= r * L + L; ++t) {
-          const uint16_t v = static_cast<uint16_t>(t % 65521);
-          buf.push_back(v & 0xFF);
-          buf.push_back(v >> 8);
-        }
-      std::vector<std::span<const uint8_t>> f{buf};
-      w.add(f);
-    }
-    w.finish();
-  }
+  testing::write_token_dataset(dir, 40000, 16, 8);
   LoaderOptions lo;
   lo.path = dir;
   lo.batch_size = 32;
@@ -666,6 +578,122 @@ TEST(StageLoader, StagedBatchesEqualTheLoadersAndTokensWiden) {
   const StagerStats s = st.stats();
   EXPECT_EQ(s.batches, k);
   EXPECT_EQ(s.host_memory, "host");  // no GPU here: the loader keeps page-aligned memory
+}
+
+// --- resuming: Stager::state() / load_state() ------------------------------------------
+
+// Batches of one epoch as (index values) per batch, read through a staged owned Loader.
+std::vector<std::vector<int64_t>> staged_indices(Stager& st, size_t max_batches = SIZE_MAX) {
+  std::vector<std::vector<int64_t>> out;
+  while (out.size() < max_batches) {
+    auto b = st.next();
+    if (!b) break;
+    b->wait(nullptr);
+    const auto& ix = (*b)["index"];
+    const auto* q = static_cast<const int64_t*>(ix.data);
+    out.emplace_back(q, q + ix.numel());
+    b->release(nullptr);
+  }
+  return out;
+}
+
+LoaderOptions resume_options(const std::string& dir) {
+  LoaderOptions lo;
+  lo.path = dir;
+  lo.batch_size = 16;
+  lo.threads = 2;
+  lo.rank = 0;
+  lo.world_size = 1;
+  lo.order.seed = 11;
+  return lo;
+}
+
+StagerOptions host_stager() {
+  StagerOptions so;
+  so.backend = StageBackend::kHost;
+  so.device_slots = 3;
+  return so;
+}
+
+TEST(StageResume, StateCountsBatchesHandedOutNotBatchesStaged) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const OrderState start = st.state();
+  EXPECT_EQ(start.consumed, 0u);
+  const auto first = staged_indices(st, 3);
+  ASSERT_EQ(first.size(), 3u);
+  // stoker-h2d has staged ahead (three device slots, loader slots behind them); the
+  // state counts the three batches handed out only.
+  const OrderState s = st.state();
+  EXPECT_EQ(s.epoch, start.epoch);
+  EXPECT_EQ(s.consumed, 3u * lo.batch_size);
+  EXPECT_EQ(s.total, start.total);
+}
+
+TEST(StageResume, LoadStateInANewStagerDeliversExactlyTheRestOfTheEpoch) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  std::vector<std::vector<int64_t>> whole;
+  {
+    Stager st(lo, host_stager());
+    whole = staged_indices(st);
+  }
+  ASSERT_GT(whole.size(), 6u);
+  std::string saved;
+  std::vector<std::vector<int64_t>> got;
+  {
+    Stager st(lo, host_stager());
+    got = staged_indices(st, 5);
+    saved = st.state().serialize();
+  }  // the interrupted run's staged-ahead batches are dropped with it
+  Stager st(lo, host_stager());
+  st.load_state(OrderState::parse(saved));
+  EXPECT_EQ(st.state().serialize(), saved);
+  const auto rest = staged_indices(st);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, whole);
+}
+
+TEST(StageResume, LoadStateMidRunDropsWhatWasStagedAndRestartsThere) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const auto head = staged_indices(st, 2);
+  const OrderState at2 = st.state();
+  const auto more = staged_indices(st, 4);
+  ASSERT_EQ(more.size(), 4u);
+  st.load_state(at2);  // back to after batch 2, with batches staged past it
+  EXPECT_EQ(st.state().consumed, at2.consumed);
+  const auto again = staged_indices(st, 4);
+  EXPECT_EQ(again, more);
+  // And the next epoch starts from its beginning.
+  st.set_epoch(at2.epoch + 1);
+  EXPECT_EQ(st.state().epoch, at2.epoch + 1);
+  EXPECT_EQ(st.state().consumed, 0u);
+}
+
+TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const auto head = staged_indices(st, 2);
+  OrderState other = st.state();
+  other.total += 1;  // another dataset size
+  EXPECT_EQ(error_code_of([&] { st.load_state(other); }), ErrorCode::kInvalidArgument);
+  // The failed load changed nothing: the run goes on where it was.
+  EXPECT_EQ(st.state().consumed, 2u * lo.batch_size);
+  EXPECT_EQ(staged_indices(st, 1).size(), 1u);
+
+  RingSource::Config c;
+  RingSource src(c);
+  Stager raw(src.source(), host_stager());
+  EXPECT_EQ(error_code_of([&] { raw.state(); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { raw.load_state(OrderState{}); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ struct DiagnoseOptions {
   double min_interval_s = 0.05;
   /// A tracker changes its verdict only after this many consecutive intervals agree.
   unsigned confirm_intervals = 2;
-  /// CPUs the loader could use (for "more threads" advice); 0: hardware_concurrency().
+  /// CPUs the loader could use (for "more threads" advice); 0: the CPUs this process may
+  /// keep busy (affinity mask, capped by the cgroup CPU quota).
   unsigned cpus_available = 0;
 };
 

@@ -29,7 +29,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -105,7 +104,7 @@ struct IoStats {
   uint64_t unaligned_reads = 0;  ///< reads served buffered although the file is O_DIRECT
   double busy_s = 0;         ///< seconds with at least one request in flight
   unsigned max_inflight = 0; ///< most requests in the kernel/workers at once
-  std::string engine;        ///< "uring" or "pread" (wrappers keep the inner name)
+  std::string engine;        ///< "uring" or "pread" (a wrapping engine keeps the inner name)
   bool direct = false;       ///< every file so far is read with O_DIRECT
   bool fixed_buffers = false;   ///< uring: the slab is registered
   bool registered_files = false;  ///< uring: files are registered
@@ -245,37 +244,5 @@ struct ReadPlan {
 /// Plans aligned, coalesced reads for `records` in order. A record longer than
 /// max_request_bytes gets a read of its own.
 ReadPlan plan_reads(std::span<const RecordRange> records, const PlanOptions& options = {});
-
-// ---- wrappers ----------------------------------------------------------------------
-
-enum class FaultKind { kNone, kFail, kShort, kDelay, kCorrupt };
-const char* fault_kind_name(FaultKind kind) noexcept;
-
-/// Which requests a fault-injecting engine breaks, and how. Each request draws one
-/// number from (seed, file, offset, length, tag); the rates split [0,1) in the order
-/// fail, short, corrupt, delay (their sum must be <= 1). A request that `only` rejects
-/// is never faulted.
-struct FaultPlan {
-  uint64_t seed = 0;
-  double fail_rate = 0;     ///< completes with -EIO (never reaches the inner engine)
-  double short_rate = 0;    ///< completes with fewer bytes than read (about half)
-  double delay_rate = 0;    ///< completion held back for `delay`
-  double corrupt_rate = 0;  ///< one byte of the data flipped (xor 0xFF)
-  std::chrono::microseconds delay{1000};
-  std::function<bool(const ReadRequest&)> only;
-};
-
-/// The fault `plan` assigns to `req` (deterministic; what make_faulty_engine does).
-FaultKind fault_for(const FaultPlan& plan, const ReadRequest& req);
-/// Byte index flipped by a kCorrupt fault in a completion of `result` bytes.
-uint64_t corrupt_index(const FaultPlan& plan, const ReadRequest& req, uint64_t result);
-
-/// Wraps `inner`: requests are faulted as fault_for() says. Same threading contract.
-std::unique_ptr<IoEngine> make_faulty_engine(std::unique_ptr<IoEngine> inner, FaultPlan plan);
-
-/// Wraps `inner`: requests are released to it so that bytes requested stay within
-/// `bytes_per_s` (a token bucket holding at most max(1 request, 1/10 s) of credit).
-std::unique_ptr<IoEngine> make_throttled_engine(std::unique_ptr<IoEngine> inner,
-                                                double bytes_per_s);
 
 }  // namespace stoker

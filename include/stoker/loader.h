@@ -126,7 +126,9 @@ struct LoaderOptions {
   /// kResourceExhausted saying which.
   bool grow_when_held = true;
   IoOptions io;               ///< engine, queue depth, O_DIRECT
-  /// Wraps the IO engine (fault injection, throttling) — tests and `--io-limit-mbps`.
+  /// Extension point: wraps the IO engine the loader makes, once, when its first run
+  /// opens it (to count, delay, throttle or fail reads). The wrapper must keep
+  /// IoEngine's contract (io.h), threading included.
   std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_io;
   std::shared_ptr<SlotAllocator> slot_allocator;  ///< null: page-aligned host memory
   OnError on_error = OnError::kError;

@@ -123,7 +123,9 @@ enum class OrderKind : uint8_t {
 /// "sequential", "shuffled", "chunk_local", "token_window".
 const char* order_kind_name(OrderKind kind) noexcept;
 /// Inverse of order_kind_name; kInvalidArgument for anything else.
-OrderKind parse_order_kind(std::string_view name);
+OrderKind order_kind_from_name(std::string_view name);
+/// The former name of order_kind_from_name, kept for existing callers.
+inline OrderKind parse_order_kind(std::string_view name) { return order_kind_from_name(name); }
 
 struct OrderOptions {
   OrderKind kind = OrderKind::kShuffled;

@@ -50,7 +50,7 @@ struct PackSummary {
 struct PackOptions {
   uint64_t shard_size = 256ull << 20;  ///< roll to a new shard past this many bytes (>= 4 KiB)
   uint32_t align = 1;                  ///< record alignment in shards: 1 or 4096
-  int threads = 0;                     ///< worker threads; 0 = every CPU this process may use
+  int threads = 0;                     ///< worker threads; 0 = every CPU this process may use (capped by a cgroup quota)
   bool skip_bad = false;               ///< skip (count, list) bad inputs instead of failing
   bool overwrite = false;              ///< replace a dataset already in the output directory
   bool progress = false;               ///< draw progress on stderr (only if it is a terminal)
@@ -62,7 +62,8 @@ struct PackOptions {
 
 /// ImageFolder options.
 struct ImageFolderPackOptions : PackOptions {
-  /// Losslessly rewrite progressive JPEGs as baseline (they decode ~2.4x slower).
+  /// Losslessly rewrite progressive JPEGs as baseline: a progressive file is decoded in
+  /// several passes over its coefficients, so it costs the loader more on every epoch.
   bool baseline = false;
   /// Losslessly rewrite every JPEG with jpeg_for_fast_crop (image.h): crops then decode
   /// only the restart intervals they cover. Implies baseline. Manifest meta
@@ -169,7 +170,7 @@ MegatronIndex read_megatron_index(const std::string& idx_path, int64_t bin_size 
 
 /// Options of extract_dataset.
 struct ExtractOptions {
-  int threads = 0;        ///< 0 = every CPU
+  int threads = 0;        ///< 0 = every CPU this process may use
   bool progress = false;  ///< draw progress on stderr (only if it is a terminal)
   /// As PackOptions::cancel: stop between records and throw kCancelled (files already
   /// extracted are kept: they are complete files).
@@ -205,7 +206,7 @@ struct SampleImageFolderOptions {
   uint64_t seed = 0;              ///< same seed -> byte-identical files
   int quality = 90;               ///< JPEG quality
   double progressive_frac = 0.004;  ///< fraction written as progressive JPEGs
-  int threads = 0;                ///< 0 = every CPU
+  int threads = 0;                ///< 0 = every CPU this process may use
   bool progress = false;
 };
 /// Writes an ImageNet-like ImageFolder under `out`: textured JPEGs (baseline 4:2:0)

@@ -26,11 +26,11 @@
 //
 // Backends: the CUDA backend (a build with STOKER_HAS_CUDA and a visible device) copies
 // with cudaMemcpyAsync and orders with CUDA events; the host backend runs the very same
-// ring/slot/event state machine with memcpy on a copy thread, host events and HostStream
-// work queues standing in for CUDA streams. "Device" memory is then host memory
-// (TensorView::device == -1), and a `stream` argument is a HostStream* (nullptr: the
-// calling thread, synchronously). With CUDA, `stream` is a cudaStream_t (nullptr: the
-// legacy default stream).
+// ring/slot/event state machine with memcpy on a copy thread and host events. "Device"
+// memory is then host memory (TensorView::device == -1), and a `stream` argument is
+// nullptr: the work runs on the calling thread, synchronously. (The library's own tests
+// and benchmarks pass internal in-order host queues there.) With CUDA, `stream` is a
+// cudaStream_t (nullptr: the legacy default stream).
 //
 // Threading: a Stager is driven by one consumer thread (next(), set_epoch()); stats() may
 // be called from any thread. DeviceBatches may be released on any thread and may outlive
@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "stoker/batch.h"
+#include "stoker/order.h"
 
 namespace stoker {
 
@@ -85,48 +86,16 @@ std::optional<std::string> cuda_pci_bus_id(int device);
 
 /// Pinned host memory for loader slots: cudaHostAlloc(cudaHostAllocPortable), which
 /// both pins and maps the pages for DMA, so async copies from it are truly async. Pages
-/// are placed by the kernel's default (first-touch on the allocating thread's node);
-/// the alternative, cudaHostRegister on memory bound to the GPU's node, was not measured
-/// (no GPU at hand). name() is "pinned". Without CUDA or a device: host_slot_allocator().
+/// are placed by the kernel's default (first-touch on the allocating thread's node).
+/// name() is "pinned". Without CUDA or a device: host_slot_allocator().
 std::shared_ptr<SlotAllocator> pinned_slot_allocator(int device);
-
-// --- host streams (the host backend's stand-in for CUDA streams) ---------------------
-
-/// An in-order work queue run by one thread: what a CUDA stream is to the GPU. Tasks run
-/// in enqueue order; the first exception a task throws is kept and rethrown by
-/// synchronize(). The destructor runs what is queued, then joins. Thread-safe. A task
-/// must not drop the last DeviceBatch of a Stager that was waited on this same stream
-/// (the ring's teardown would wait for this stream's later release record).
-class HostStream {
- public:
-  explicit HostStream(std::string thread_name = "stoker-hstream");
-  ~HostStream();
-  HostStream(const HostStream&) = delete;
-  HostStream& operator=(const HostStream&) = delete;
-
-  void enqueue(std::function<void()> task);
-  /// Blocks until every task enqueued before the call has run; rethrows a task's error.
-  void synchronize();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 // --- conversion ------------------------------------------------------------------------
 
-/// CPU reference: `n` uint8 NHWC images (h x w, 3 channels) -> NCHW `dst_type`
-/// (kFloat32, kFloat16 or kBFloat16), each value (x / 255 - mean[c]) / std[c] computed in
-/// float32 (IEEE division), 16-bit types rounded to nearest even. The CUDA kernel
-/// computes the same expression and gives the same bits. kInvalidArgument otherwise.
-void convert_image_cpu(const uint8_t* src, int64_t n, int64_t h, int64_t w, ElemType dst_type,
-                       const float mean[3], const float std[3], void* dst);
-/// CPU reference: `count` elements of `src_type` (kUint16, kUint32, kInt32, kInt64) -> int64.
-void widen_tokens_cpu(const void* src, ElemType src_type, int64_t count, int64_t* dst);
-
 /// Converts `src` (uint8 {N, H, W, 3}) into `dst` ({N, 3, H, W} of `dst_type`). When
 /// src.device >= 0: a CUDA kernel on `stream` (cudaStream_t), nothing waits on the host.
-/// Otherwise the CPU reference, queued on `stream` (HostStream*) or run now (nullptr).
+/// Otherwise on the CPU, bit for bit what the kernel computes: (x / 255 - mean[c]) /
+/// std[c] in float32, 16-bit types rounded to nearest even; run now (`stream` nullptr).
 void convert_image(const TensorView& src, ElemType dst_type, const float mean[3], const float std[3],
                    void* dst, void* stream);
 /// Widens `src` (kUint16/kUint32/kInt32/kInt64, any shape) into int64 `dst`, likewise.
@@ -267,9 +236,20 @@ class Stager {
   /// Drops staged batches not handed out and restarts the source at epoch `e`.
   void set_epoch(uint64_t e);
 
-  /// The owned Loader, or nullptr for a raw source. Its next()/set_epoch()/state() belong
-  /// to stoker-h2d (state() would count batches staged, not consumed); stats() and the
-  /// const accessors are safe from any thread.
+  /// Where the consumer stands, for resuming: the owned Loader's order state after the
+  /// batches next() has handed out in this run. stoker-h2d stages ahead, so this is not
+  /// the Loader's own state() (which counts batches staged). Resumable with load_state()
+  /// here, or in a Loader with the same options. kInvalidArgument for a raw source (its
+  /// owner knows its position).
+  OrderState state() const;
+  /// Drops staged batches not handed out and restarts the owned Loader at `s` (what
+  /// Loader::load_state accepts: kInvalidArgument when `s` belongs to other order
+  /// options or another dataset size, or for a raw source).
+  void load_state(const OrderState& s);
+
+  /// The owned Loader, or nullptr for a raw source. Its next()/set_epoch()/state()/
+  /// load_state() belong to stoker-h2d (use the Stager's state() and load_state());
+  /// stats() and the const accessors are safe from any thread.
   Loader* loader() noexcept;
   StageBackend backend() const noexcept;  ///< kCuda or kHost
   int device() const noexcept;            ///< CUDA ordinal, -1 for host
@@ -278,6 +258,11 @@ class Stager {
  private:
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<internal::StageCore> core_;
+  // Owned Loader only (consumer thread): where this run started, batches handed out
+  // since, and a load_state() the source applies while stoker-h2d is stopped.
+  OrderState run_start_;
+  uint64_t delivered_ = 0;
+  std::optional<OrderState> pending_load_;
 };
 
 }  // namespace stoker

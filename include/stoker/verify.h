@@ -44,7 +44,8 @@ VerifyReport verify_shard(const std::string& path, const ShardEntry* expected = 
                           const VerifyProgress& progress = {});
 
 /// A dataset directory (manifest and every shard, in parallel on `threads` threads,
-/// 0 = all CPUs) or a single shard file.
+/// 0 = the CPUs this process may keep busy: affinity mask, cgroup quota) or a single
+/// shard file.
 VerifyReport verify_path(const std::string& path, unsigned threads = 0,
                          const VerifyProgress& progress = {});
 

@@ -45,6 +45,7 @@
 #include "dlpack.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
+#include "io/throttled_engine.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
 #include "stoker/order.h"

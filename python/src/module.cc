@@ -1,5 +1,6 @@
 // The _stoker extension module: see python/stoker/__init__.py for the public API.
 #include "bindings.h"
+#include "stoker/order.h"
 
 PYBIND11_MODULE(_stoker, m) {
   m.doc() = "stoker's native layer (use the `stoker` package, not this module directly)";
@@ -15,4 +16,12 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::init_loader(m);
   stoker::python::init_pack(m);
   stoker::python::init_writer(m);
+  m.def(
+      "rank_from_env",
+      [] {
+        const stoker::RankInfo r = stoker::rank_from_env();
+        return pybind11::make_tuple(r.rank, r.world_size);
+      },
+      "(rank, world_size) from RANK / WORLD_SIZE (torchrun), (0, 1) when neither is set; "
+      "InvalidArgumentError naming the variable when only one is set or a value is malformed.");
 }

@@ -20,17 +20,8 @@ def default_rank_world():
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    r, w = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if r is None and w is None:
-        return 0, 1
-    if r is None or w is None:
-        missing = "RANK" if r is None else "WORLD_SIZE"
-        raise ValueError(f"{missing} is not set but {'WORLD_SIZE' if r is None else 'RANK'} is; "
-                         "set both (torchrun does) or pass rank= and world_size=")
-    try:
-        return int(r), int(w)
-    except ValueError:
-        raise ValueError(f"RANK={r!r} / WORLD_SIZE={w!r} are not integers") from None
+    # The native parser: the same rules (and errors) as the C++ loader's.
+    return _stoker.rank_from_env()
 
 
 class Loader:

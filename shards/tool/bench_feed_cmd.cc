@@ -11,7 +11,8 @@
 #include <thread>
 
 #include "cli.h"
-#include "pipeline/decode_limit.h"
+#include "benchlib/decode_limit.h"
+#include "io/throttled_engine.h"
 #include "stoker/dataset.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"

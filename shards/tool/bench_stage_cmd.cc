@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "cli.h"
-#include "stage/bench_ops.h"
+#include "benchlib/bench_ops.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"

@@ -20,6 +20,7 @@
 #include "decode/restart_index.h"
 #include "decode/restart_splice.h"
 #include "stoker/error.h"
+#include "util/convert.h"
 
 namespace stoker {
 
@@ -475,35 +476,6 @@ std::vector<uint8_t> jpeg_to_baseline(std::span<const uint8_t> jpeg, uint64_t ma
 
 // ---- pixel conversion -------------------------------------------------------------------
 
-namespace {
-// float32 -> IEEE binary16 bits, round to nearest even (F. Giesen's float_to_half_rtne).
-uint16_t float_to_half(float value) {
-  uint32_t f;
-  std::memcpy(&f, &value, 4);
-  const uint32_t sign = f & 0x80000000u;
-  f ^= sign;
-  uint16_t o;
-  if (f >= (127u + 16u) << 23) {  // overflow, inf, nan
-    o = f > (255u << 23) ? 0x7E00 : 0x7C00;
-  } else if (f < (113u << 23)) {  // subnormal or zero: let the FPU round
-    const uint32_t magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-    float magic, x;
-    std::memcpy(&magic, &magic_bits, 4);
-    std::memcpy(&x, &f, 4);
-    x += magic;
-    uint32_t xb;
-    std::memcpy(&xb, &x, 4);
-    o = static_cast<uint16_t>(xb - magic_bits);
-  } else {
-    const uint32_t mant_odd = (f >> 13) & 1;
-    f += (static_cast<uint32_t>(15 - 127) << 23) + 0xFFF;
-    f += mant_odd;
-    o = static_cast<uint16_t>(f >> 13);
-  }
-  return static_cast<uint16_t>(o | (sign >> 16));
-}
-}  // namespace
-
 size_t pixel_format_bytes(int h, int w, PixelFormat fmt) {
   const size_t n = static_cast<size_t>(h) * w * 3;
   switch (fmt) {
@@ -537,7 +509,7 @@ void convert_pixels(const uint8_t* hwc, int h, int w, PixelFormat fmt, const flo
   // Per channel lookup table: 256 values, so the output is exactly (x/255 - m)/s in float.
   float lut[3][256];
   for (int c = 0; c < 3; ++c) {
-    for (int v = 0; v < 256; ++v) lut[c][v] = (static_cast<float>(v) / 255.0f - mean[c]) / std[c];
+    for (int v = 0; v < 256; ++v) lut[c][v] = internal::normalise(static_cast<uint8_t>(v), mean[c], std[c]);
   }
   const bool chw = fmt == PixelFormat::kF32CHW || fmt == PixelFormat::kF16CHW;
   auto index = [&](size_t i, int c) { return chw ? c * plane + i : i * 3 + c; };
@@ -549,7 +521,7 @@ void convert_pixels(const uint8_t* hwc, int h, int w, PixelFormat fmt, const flo
   } else {
     uint16_t hl[3][256];
     for (int c = 0; c < 3; ++c) {
-      for (int v = 0; v < 256; ++v) hl[c][v] = float_to_half(lut[c][v]);
+      for (int v = 0; v < 256; ++v) hl[c][v] = internal::float_to_half(lut[c][v]);
     }
     auto* o = static_cast<uint16_t*>(out);
     for (size_t i = 0; i < plane; ++i) {

@@ -2,7 +2,6 @@
 // below a root directory so each reading and decision can be tested on fixture trees.
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,22 +23,32 @@
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
+#include "stoker/stage.h"
+#include "util/bytes.h"
+#include "util/parse.h"
+#include "util/platform.h"
 #include "util/unique_fd.h"
+#include "util/enum_names.h"
 
 namespace fs = std::filesystem;
 
 namespace stoker {
 
+using internal::allowed_cpus;
+using internal::format_bytes;
+using internal::numa_node_cpus;
+using internal::pci_numa_node;
+using internal::read_sys;
+using internal::read_text_file;
+using internal::read_trimmed_file;
+using internal::under_root;
 
-const char* check_status_name(CheckStatus s) noexcept {
-  switch (s) {
-    case CheckStatus::kOk: return "ok";
-    case CheckStatus::kWarn: return "warn";
-    case CheckStatus::kFail: return "fail";
-    case CheckStatus::kSkip: break;
-  }
-  return "skip";
-}
+namespace {
+constexpr internal::EnumName<CheckStatus> kCheckStatusNames[] = {
+    {CheckStatus::kOk, "ok"}, {CheckStatus::kWarn, "warn"}, {CheckStatus::kFail, "fail"}, {CheckStatus::kSkip, "skip"}};
+}  // namespace
+
+const char* check_status_name(CheckStatus s) noexcept { return internal::enum_name(kCheckStatusNames, s, "skip"); }
 
 bool DoctorReport::failed() const noexcept {
   return std::any_of(checks.begin(), checks.end(), [](const Check& c) { return c.status == CheckStatus::kFail; });
@@ -89,63 +98,10 @@ std::string DoctorReport::to_text() const {
 
 namespace {
 
-std::string under(const std::string& root, const std::string& path) {
-  if (root.empty() || root == "/") return path;
-  std::string r = root;
-  while (r.size() > 1 && r.back() == '/') r.pop_back();
-  return r + path;
-}
-
-std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return s.substr(i);
-}
-
-std::optional<std::string> read_trimmed(const std::string& path) {
-  auto t = read_text(path);
-  if (!t) return std::nullopt;
-  return trim(*t);
-}
-
-std::string gib(double bytes) {
-  char b[64];
-  if (bytes >= (1ull << 30)) std::snprintf(b, sizeof b, "%.1f GiB", bytes / (1ull << 30));
-  else if (bytes >= (1ull << 20)) std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1ull << 20));
-  else std::snprintf(b, sizeof b, "%.0f KiB", bytes / 1024);
-  return b;
-}
-
 std::string f1(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.1f", v);
   return b;
-}
-
-// "Cpus_allowed_list:\t0-3" of root/proc/self/status; empty when unknown.
-std::vector<int> allowed_cpus(const std::string& root) {
-  auto st = read_text(under(root, "/proc/self/status"));
-  if (!st) return {};
-  std::istringstream in(*st);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
-      try {
-        return parse_cpu_list(trim(line.substr(18)));
-      } catch (const Error&) {
-        return {};
-      }
-    }
-  }
-  return {};
 }
 
 // Regular files of a dataset (a directory, recursively, or one file), sorted.
@@ -165,11 +121,11 @@ std::vector<std::string> dataset_files(const std::string& dataset) {
 std::vector<std::string> find_nvidia_gpus(const std::string& root) {
   std::vector<std::string> out;
   std::error_code ec;
-  const std::string dir = under(root, "/sys/bus/pci/devices");
+  const std::string dir = under_root(root, "/sys/bus/pci/devices");
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string p = it->path().string();
-    auto vendor = read_trimmed(p + "/vendor");
-    auto cls = read_trimmed(p + "/class");
+    auto vendor = read_trimmed_file(p + "/vendor");
+    auto cls = read_trimmed_file(p + "/class");
     if (vendor && cls && *vendor == "0x10de" && cls->rfind("0x03", 0) == 0) out.push_back(it->path().filename());
   }
   std::sort(out.begin(), out.end());
@@ -257,11 +213,11 @@ Check check_cpu_governor(const std::string& root) {
   std::map<std::string, int> count;
   int total = 0;
   std::error_code ec;
-  const std::string dir = under(root, "/sys/devices/system/cpu");
+  const std::string dir = under_root(root, "/sys/devices/system/cpu");
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename();
     if (name.size() < 4 || name.rfind("cpu", 0) != 0 || !std::isdigit(static_cast<unsigned char>(name[3]))) continue;
-    if (auto g = read_trimmed(it->path().string() + "/cpufreq/scaling_governor")) {
+    if (auto g = read_trimmed_file(it->path().string() + "/cpufreq/scaling_governor")) {
       count[*g]++;
       ++total;
     }
@@ -320,22 +276,14 @@ Check check_affinity_numa(const std::string& root, const std::optional<std::stri
     c.reading = "allowed CPUs " + allowed_text + "; no NVIDIA GPU in sysfs";
     return c;
   }
-  auto node_text = read_trimmed(under(root, "/sys/bus/pci/devices/" + *gpu + "/numa_node"));
-  int node = -1;
-  if (node_text) node = std::atoi(node_text->c_str());
+  const int node = pci_numa_node(root, *gpu);
   if (node < 0) {
     c.status = CheckStatus::kOk;
     c.reading = "allowed CPUs " + allowed_text + "; GPU " + *gpu + " NUMA node unknown (-1: one node)";
     c.meaning = "no NUMA placement to get wrong";
     return c;
   }
-  std::vector<int> node_cpus;
-  if (auto l = read_trimmed(under(root, "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist"))) {
-    try {
-      node_cpus = parse_cpu_list(*l);
-    } catch (const Error&) {
-    }
-  }
+  const std::vector<int> node_cpus = numa_node_cpus(root, node);
   c.reading = "allowed CPUs " + allowed_text + "; GPU " + *gpu + " on NUMA node " + std::to_string(node) +
               " (CPUs " + (node_cpus.empty() ? "unknown" : format_cpu_list(node_cpus)) + ")";
   if (allowed.empty() || node_cpus.empty()) {
@@ -368,15 +316,15 @@ Check check_pcie_link(const std::string& root, const std::optional<std::string>&
     c.reading = "no NVIDIA GPU in sysfs (vendor 0x10de, class 0x03xxxx)";
     return c;
   }
-  const std::string d = under(root, "/sys/bus/pci/devices/" + *gpu);
-  auto cs = read_trimmed(d + "/current_link_speed"), ms = read_trimmed(d + "/max_link_speed");
-  auto cw = read_trimmed(d + "/current_link_width"), mw = read_trimmed(d + "/max_link_width");
+  const std::string d = under_root(root, "/sys/bus/pci/devices/" + *gpu);
+  auto cs = read_trimmed_file(d + "/current_link_speed"), ms = read_trimmed_file(d + "/max_link_speed");
+  auto cw = read_trimmed_file(d + "/current_link_width"), mw = read_trimmed_file(d + "/max_link_width");
   if (!cs || !ms || !cw || !mw) {
     c.reading = "GPU " + *gpu + ": link speed/width not in sysfs";
     return c;
   }
   const double cur_speed = std::atof(cs->c_str()), max_speed = std::atof(ms->c_str());
-  const int cur_w = std::atoi(cw->c_str()), max_w = std::atoi(mw->c_str());
+  const int cur_w = internal::parse_decimal<int>(*cw).value_or(0), max_w = internal::parse_decimal<int>(*mw).value_or(0);
   // GB/s per direction: GT/s x lanes x 128/130 encoding / 8 bits (gen3+).
   auto gbps = [](double gt, int w) { return gt * w * (128.0 / 130.0) / 8; };
   c.reading = "GPU " + *gpu + ": " + f1(cur_speed) + " GT/s x" + std::to_string(cur_w) + " (max " + f1(max_speed) +
@@ -408,7 +356,7 @@ Check check_memlock(const std::string& root, uint64_t need) {
   Check c;
   c.name = "memlock";
   std::optional<std::string> soft;
-  if (auto lim = read_text(under(root, "/proc/self/limits"))) {
+  if (auto lim = read_text_file(under_root(root, "/proc/self/limits"))) {
     std::istringstream in(*lim);
     for (std::string line; std::getline(in, line);) {
       if (line.rfind("Max locked memory", 0) == 0) {
@@ -425,17 +373,17 @@ Check check_memlock(const std::string& root, uint64_t need) {
   }
   if (*soft == "unlimited") {
     c.status = CheckStatus::kOk;
-    c.reading = "RLIMIT_MEMLOCK unlimited (needs ~" + gib(static_cast<double>(need)) + ")";
+    c.reading = "RLIMIT_MEMLOCK unlimited (needs ~" + format_bytes(static_cast<double>(need)) + ")";
     c.meaning = "io_uring buffers and pinned slots can be locked";
     return c;
   }
   const double lim = std::atof(soft->c_str());
-  c.reading = "RLIMIT_MEMLOCK " + gib(lim) + ", the loader locks ~" + gib(static_cast<double>(need)) +
+  c.reading = "RLIMIT_MEMLOCK " + format_bytes(lim) + ", the loader locks ~" + format_bytes(static_cast<double>(need)) +
               " (IO slab + pinned slots)";
   // Since 5.12 io_uring charges registered buffers to the memory cgroup, not RLIMIT_MEMLOCK
   // (and CUDA's pinned allocations never counted against it).
   int major = 0, minor = 0;
-  const auto rel = read_trimmed(under(root, "/proc/sys/kernel/osrelease"));
+  const auto rel = read_sys(root, "/proc/sys/kernel/osrelease");
   const bool new_kernel = rel && std::sscanf(rel->c_str(), "%d.%d", &major, &minor) == 2 &&
                           (major > 5 || (major == 5 && minor >= 12));
   if (rel) c.reading += "; kernel " + *rel;
@@ -459,7 +407,7 @@ Check check_memlock(const std::string& root, uint64_t need) {
 Check check_transparent_hugepages(const std::string& root) {
   Check c;
   c.name = "transparent_hugepages";
-  const auto enabled = read_trimmed(under(root, "/sys/kernel/mm/transparent_hugepage/enabled"));
+  const auto enabled = read_sys(root, "/sys/kernel/mm/transparent_hugepage/enabled");
   if (!enabled) {
     c.reading = "no transparent_hugepage/enabled in sysfs";
     return c;
@@ -474,8 +422,8 @@ Check check_transparent_hugepages(const std::string& root) {
     c.meaning = "the IO slab and the batch slots, which ask for them, get 2 MiB pages";
   } else {
     c.status = CheckStatus::kWarn;
-    c.meaning = "the IO slab and batch slots are on 4 KiB pages: each O_DIRECT read is one segment per 4 KiB page "
-                "(the token feed rate was ~15 % lower so on a 2-core VM)";
+    c.meaning = "the IO slab and batch slots are on 4 KiB pages: each O_DIRECT read is split into one segment per "
+                "4 KiB page and the slots cost a TLB miss per page, which lowers the feed rate";
     c.advice = "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (boot: transparent_hugepage=madvise)";
   }
   return c;
@@ -484,7 +432,7 @@ Check check_transparent_hugepages(const std::string& root) {
 Check check_memory(const std::string& root, uint64_t need) {
   Check c;
   c.name = "memory";
-  auto mi = read_text(under(root, "/proc/meminfo"));
+  auto mi = read_text_file(under_root(root, "/proc/meminfo"));
   if (!mi) {
     c.reading = "no /proc/meminfo";
     return c;
@@ -509,20 +457,20 @@ Check check_memory(const std::string& root, uint64_t need) {
   const double hp_size = kv.count("Hugepagesize") ? kv["Hugepagesize"] : 2 << 20;
   const double hp_bytes = hp_total * hp_size;
   std::string thp = "unknown";
-  if (auto t = read_trimmed(under(root, "/sys/kernel/mm/transparent_hugepage/enabled"))) {
+  if (auto t = read_sys(root, "/sys/kernel/mm/transparent_hugepage/enabled")) {
     auto a = t->find('['), b = t->find(']');
     if (a != std::string::npos && b != std::string::npos && b > a) thp = t->substr(a + 1, b - a - 1);
   }
-  c.reading = "MemAvailable " + gib(avail) + " of " + gib(total) + "; hugepages " +
-              std::to_string(static_cast<long long>(hp_total)) + " x " + gib(hp_size) + " reserved (" + gib(hp_bytes) +
+  c.reading = "MemAvailable " + format_bytes(avail) + " of " + format_bytes(total) + "; hugepages " +
+              std::to_string(static_cast<long long>(hp_total)) + " x " + format_bytes(hp_size) + " reserved (" + format_bytes(hp_bytes) +
               "); transparent hugepages " + thp;
   if (avail < static_cast<double>(need)) {
     c.status = CheckStatus::kFail;
-    c.meaning = "less memory available than the loader's ring and IO slab (~" + gib(static_cast<double>(need)) + ")";
+    c.meaning = "less memory available than the loader's ring and IO slab (~" + format_bytes(static_cast<double>(need)) + ")";
     c.advice = "free memory or use fewer slots / a smaller batch";
   } else if (hp_bytes > 0.5 * total) {
     c.status = CheckStatus::kWarn;
-    c.meaning = "reserved hugepages hold " + gib(hp_bytes) + " that the page cache (your dataset) cannot use";
+    c.meaning = "reserved hugepages hold " + format_bytes(hp_bytes) + " that the page cache (your dataset) cannot use";
     c.advice = "reserve fewer hugepages unless another process needs them (vm.nr_hugepages)";
   } else if (avail < static_cast<double>(need) + (2ull << 30)) {
     c.status = CheckStatus::kWarn;
@@ -530,7 +478,7 @@ Check check_memory(const std::string& root, uint64_t need) {
     c.advice = "expect storage-bound epochs unless the dataset is on fast local storage";
   } else {
     c.status = CheckStatus::kOk;
-    c.meaning = gib(avail) + " available for the page cache and the loader (~" + gib(static_cast<double>(need)) +
+    c.meaning = format_bytes(avail) + " available for the page cache and the loader (~" + format_bytes(static_cast<double>(need)) +
                 "); the loader needs no reserved hugepages";
   }
   return c;
@@ -724,11 +672,14 @@ Check check_read_probe(const std::optional<std::string>& dataset, uint64_t max_b
   }
   const double secs = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const double mbps = total / secs / 1e6;
-  c.reading = "read " + gib(static_cast<double>(total)) + " of " + std::to_string(nfiles) + " file" +
+  c.reading = "read " + format_bytes(static_cast<double>(total)) + " of " + std::to_string(nfiles) + " file" +
               (nfiles == 1 ? "" : "s") + " in " + f1(secs * 1000) + " ms: " + f1(mbps) + " MB/s (" +
               (buffered == 0 ? "O_DIRECT" : direct == 0 ? "buffered, may be page cache" : "partly O_DIRECT") + ")";
-  // A decode thread turns about 40 MB/s of ImageNet-sized JPEGs into 224x224 crops.
-  const double need = 40.0 * std::max(1u, threads);
+  // The yardstick: what one decode thread consumes of ImageNet-sized JPEGs cropped to
+  // 224x224 (`stoker bench feed`, bench/README.md). Reads slower than the decoders'
+  // appetite make the feed storage-bound whatever the thread count.
+  constexpr double kDecodeThreadMBps = 40.0;
+  const double need = kDecodeThreadMBps * std::max(1u, threads);
   if (mbps < need) {
     c.status = CheckStatus::kWarn;
     c.meaning = "sequential reads below ~" + f1(need) + " MB/s, what " + std::to_string(threads) +
@@ -746,33 +697,25 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   const bool live = o.live.value_or(root == "/");
   DoctorReport rep;
 
-  int device = o.device;
-  if (device < 0) {
-    const char* lr = std::getenv("LOCAL_RANK");
-    device = lr && *lr ? std::atoi(lr) : 0;
-  }
+  const int device = select_device(o.device, 0);  // LOCAL_RANK when not given; malformed: kInvalidArgument
   const std::vector<std::string> gpus = find_nvidia_gpus(root);
   std::optional<std::string> gpu;
   if (device >= 0 && static_cast<size_t>(device) < gpus.size()) gpu = gpus[static_cast<size_t>(device)];
 
   unsigned threads = o.threads;
   if (threads == 0) {
+    // Every CPU this process may use, not capped by the quota: the quota check below
+    // compares exactly this count with it.
     auto allowed = allowed_cpus(root);
-    if (!allowed.empty()) threads = static_cast<unsigned>(allowed.size());
-    else if (live) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      threads = sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<unsigned>(CPU_COUNT(&set)) : 1;
-    } else {
-      threads = 1;
-    }
+    if (allowed.empty() && live) allowed = internal::affinity_cpus();
+    threads = static_cast<unsigned>(std::max<size_t>(1, allowed.size()));
   }
   const uint64_t pinned = o.pinned_bytes ? o.pinned_bytes : (64ull << 20) + 4ull * 64 * 224 * 224 * 3;
 
   if (live) {
     rep.checks.push_back(check_io_uring(io_uring_unavailable_reason()));
   } else {
-    auto dis = read_trimmed(under(root, "/proc/sys/kernel/io_uring_disabled"));
+    auto dis = read_sys(root, "/proc/sys/kernel/io_uring_disabled");
     if (dis && *dis != "0") {
       rep.checks.push_back(check_io_uring("kernel.io_uring_disabled=" + *dis));
     } else {

@@ -7,27 +7,23 @@
 #include "util/json.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
+#include "util/platform.h"
+#include "util/enum_names.h"
 
 namespace stoker {
 
 
-const char* bottleneck_name(Bottleneck b) noexcept {
-  switch (b) {
-    case Bottleneck::kStorage: return "storage";
-    case Bottleneck::kDecode: return "decode";
-    case Bottleneck::kCopy: return "copy";
-    case Bottleneck::kConsumer: return "consumer";
-    case Bottleneck::kUnknown: break;
-  }
-  return "unknown";
-}
+namespace {
+constexpr internal::EnumName<Bottleneck> kBottleneckNames[] = {{Bottleneck::kStorage, "storage"},
+                                                               {Bottleneck::kDecode, "decode"},
+                                                               {Bottleneck::kCopy, "copy"},
+                                                               {Bottleneck::kConsumer, "consumer"},
+                                                               {Bottleneck::kUnknown, "unknown"}};
+}  // namespace
 
+const char* bottleneck_name(Bottleneck b) noexcept { return internal::enum_name(kBottleneckNames, b, "unknown"); }
 Bottleneck bottleneck_from_name(const std::string& name) {
-  for (Bottleneck b : {Bottleneck::kUnknown, Bottleneck::kStorage, Bottleneck::kDecode, Bottleneck::kCopy,
-                       Bottleneck::kConsumer})
-    if (name == bottleneck_name(b)) return b;
-  throw_error(ErrorCode::kInvalidArgument,
-              "bottleneck must be storage, decode, copy, consumer or unknown, got '" + name + "'");
+  return internal::enum_from_name(kBottleneckNames, name, "bottleneck");
 }
 
 // ---- figures ---------------------------------------------------------------------------
@@ -171,7 +167,7 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   const double qpt = f.decode_queue_avg / std::max(1u, f.decode.threads);
   const double copy_busy = f.copy ? std::min(1.0, f.copy->busy_frac(wall)) : 0;
   const double slots = std::max(1u, f.slots);
-  const unsigned cpus = o.cpus_available ? o.cpus_available : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cpus = o.cpus_available ? o.cpus_available : internal::usable_cpus();
   auto lean = [&](Bottleneck b) { return current == b ? h : 0.0; };
 
   const std::string waited = "consumer waited " + pct(cw);

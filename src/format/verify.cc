@@ -12,6 +12,7 @@
 #include "stoker/error.h"
 #include "stoker/image.h"
 #include "util/bytes.h"
+#include "util/platform.h"
 
 namespace stoker {
 
@@ -177,7 +178,7 @@ VerifyReport verify_path(const std::string& path, unsigned threads, const Verify
   for (const auto& [p, e] : todo)
     if (e && !fs::exists(p, ec)) total.problems.push_back({p, "file", "listed in the manifest but missing"});
 
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = internal::usable_cpus();
   std::vector<VerifyReport> reports(todo.size());
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> done_bytes{0};

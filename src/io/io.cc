@@ -12,26 +12,23 @@
 #include "io/uring_engine.h"
 #include "stoker/error.h"
 #include "util/log.h"
+#include "util/enum_names.h"
 
 namespace stoker {
 
 IoEngine::~IoEngine() = default;
 
-const char* io_engine_kind_name(IoEngineKind kind) noexcept {
-  switch (kind) {
-    case IoEngineKind::kAuto: return "auto";
-    case IoEngineKind::kUring: return "uring";
-    case IoEngineKind::kPread: return "pread";
-  }
-  return "?";
-}
+namespace {
+// "io_uring" is accepted as well as "uring".
+constexpr internal::EnumName<IoEngineKind> kIoEngineNames[] = {{IoEngineKind::kAuto, "auto"},
+                                                               {IoEngineKind::kUring, "uring"},
+                                                               {IoEngineKind::kPread, "pread"},
+                                                               {IoEngineKind::kUring, "io_uring"}};
+}  // namespace
 
+const char* io_engine_kind_name(IoEngineKind kind) noexcept { return internal::enum_name(kIoEngineNames, kind, "?"); }
 IoEngineKind io_engine_kind_from_name(const std::string& name) {
-  if (name == "auto") return IoEngineKind::kAuto;
-  if (name == "uring" || name == "io_uring") return IoEngineKind::kUring;
-  if (name == "pread") return IoEngineKind::kPread;
-  throw_error(ErrorCode::kInvalidArgument,
-              "unknown IO engine '" + name + "' (expected auto, uring or pread)");
+  return internal::enum_from_name(kIoEngineNames, name, "IO engine");
 }
 
 // ---- IoBuffer ------------------------------------------------------------------------

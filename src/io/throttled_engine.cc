@@ -6,8 +6,8 @@
 #include <deque>
 #include <thread>
 
+#include "io/throttled_engine.h"
 #include "stoker/error.h"
-#include "stoker/io.h"
 
 namespace stoker {
 namespace {

@@ -1,7 +1,6 @@
 #include "pack/pack_common.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include "pack/ordered_pool.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
+#include "util/platform.h"
 
 namespace stoker::internal {
 
@@ -25,18 +25,9 @@ uint32_t get_u32_be(const uint8_t* p) {
 }
 }  // namespace
 
-int available_cpus() noexcept {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+int resolve_threads(int requested) noexcept {
+  return requested > 0 ? requested : static_cast<int>(usable_cpus());
 }
-
-int resolve_threads(int requested) noexcept { return requested > 0 ? requested : available_cpus(); }
 
 std::vector<uint8_t> read_whole_file(const std::string& path, uint64_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -10,13 +10,12 @@
 
 #include "stoker/dataset.h"
 #include "stoker/pack.h"
+#include "util/bytes.h"
 
 namespace stoker::internal {
 
-/// Number of CPUs this process may run on (affinity mask), at least 1.
-int available_cpus() noexcept;
-
-/// Worker count for `requested` (0 = every CPU in this process's affinity mask).
+/// Worker count for `requested` (0 = usable_cpus(): the affinity mask, capped by the
+/// cgroup CPU quota).
 int resolve_threads(int requested) noexcept;
 
 /// Reads a whole regular file, refusing files over `max_bytes` (kResourceExhausted)
@@ -68,13 +67,6 @@ inline void add_key_field(Schema& schema) {
 
 inline std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-/// Little-endian int64 as 8 bytes.
-inline std::array<uint8_t, 8> le64(int64_t v) {
-  std::array<uint8_t, 8> b;
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-  return b;
 }
 
 /// Last path component of `path` (without trailing slashes).

@@ -4,21 +4,11 @@
 
 #include <cstdio>
 
+#include "util/bytes.h"
+
 namespace stoker::internal {
 
 namespace {
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return buf;
-}
 
 std::string human_duration(double s) {
   char buf[32];
@@ -60,7 +50,7 @@ std::string ProgressReporter::format_line(const std::string& label, uint64_t rec
     std::snprintf(buf, sizeof buf, "%llu records", static_cast<unsigned long long>(records));
   }
   line += buf;
-  std::snprintf(buf, sizeof buf, ", %.0f rec/s, %s/s", records / s, human_bytes(bytes / s).c_str());
+  std::snprintf(buf, sizeof buf, ", %.0f rec/s, %s/s", records / s, format_bytes(bytes / s).c_str());
   line += buf;
   // ETA from whichever total is known, bytes preferred (records vary in size).
   double frac = 0;

@@ -24,6 +24,7 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/image.h"
+#include "util/parse.h"
 #include "stoker/pack.h"
 #include "util/utf8.h"
 
@@ -81,16 +82,14 @@ bool parse_label(const std::string& text, int64_t& out) {
   size_t i = 0, n = text.size();
   while (i < n && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   while (n > i && std::isspace(static_cast<unsigned char>(text[n - 1]))) --n;
-  if (i == n) return false;
-  bool neg = false;
-  if (text[i] == '-' || text[i] == '+') neg = text[i++] == '-';
-  if (i == n || n - i > 18) return false;
-  int64_t v = 0;
-  for (; i < n; ++i) {
-    if (text[i] < '0' || text[i] > '9') return false;
-    v = v * 10 + (text[i] - '0');
+  std::string_view v(text.data() + i, n - i);
+  if (!v.empty() && v[0] == '+') {  // from_chars takes '-' only
+    v.remove_prefix(1);
+    if (!v.empty() && v[0] == '-') return false;
   }
-  out = neg ? -v : v;
+  const auto label = internal::parse_decimal<int64_t>(v);
+  if (!label) return false;
+  out = *label;
   return true;
 }
 

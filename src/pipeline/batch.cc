@@ -4,6 +4,8 @@
 
 #include "stoker/error.h"
 #include "util/huge_pages.h"
+#include "util/enum_names.h"
+#include "util/tensor_lookup.h"
 
 namespace stoker {
 
@@ -17,23 +19,15 @@ size_t elem_size(ElemType t) noexcept {
   return 1;
 }
 
-const char* elem_type_name(ElemType t) noexcept {
-  switch (t) {
-    case ElemType::kUint8: return "uint8";
-    case ElemType::kUint16: return "uint16";
-    case ElemType::kUint32: return "uint32";
-    case ElemType::kInt32: return "int32";
-    case ElemType::kInt64: return "int64";
-    case ElemType::kFloat16: return "float16";
-    case ElemType::kBFloat16: return "bfloat16";
-    case ElemType::kFloat32: return "float32";
-    case ElemType::kInt8: return "int8";
-    case ElemType::kInt16: return "int16";
-    case ElemType::kFloat64: return "float64";
-    case ElemType::kBool: return "bool";
-  }
-  return "?";
-}
+namespace {
+constexpr internal::EnumName<ElemType> kElemTypeNames[] = {
+    {ElemType::kUint8, "uint8"},     {ElemType::kUint16, "uint16"},     {ElemType::kUint32, "uint32"},
+    {ElemType::kInt32, "int32"},     {ElemType::kInt64, "int64"},       {ElemType::kFloat16, "float16"},
+    {ElemType::kBFloat16, "bfloat16"}, {ElemType::kFloat32, "float32"}, {ElemType::kInt8, "int8"},
+    {ElemType::kInt16, "int16"},     {ElemType::kFloat64, "float64"},   {ElemType::kBool, "bool"}};
+}  // namespace
+
+const char* elem_type_name(ElemType t) noexcept { return internal::enum_name(kElemTypeNames, t, "?"); }
 
 int64_t TensorView::numel() const noexcept {
   int64_t n = 1;
@@ -43,18 +37,31 @@ int64_t TensorView::numel() const noexcept {
 
 size_t TensorView::bytes() const noexcept { return static_cast<size_t>(numel()) * elem_size(dtype); }
 
-const TensorView* Batch::find(const std::string& name) const noexcept {
-  for (const auto& t : tensors_)
+namespace internal {
+
+const TensorView* find_tensor(const std::vector<TensorView>& tensors, const std::string& name) noexcept {
+  for (const auto& t : tensors)
     if (t.name == name) return &t;
   return nullptr;
 }
 
+const TensorView& tensor_named(const std::vector<TensorView>& tensors, const std::string& name,
+                               const std::string& owner) {
+  if (const TensorView* t = find_tensor(tensors, name)) return *t;
+  std::string names;
+  for (const auto& t : tensors) names += (names.empty() ? "" : ", ") + t.name;
+  throw_error(ErrorCode::kInvalidArgument, owner + " has no field '" + name + "' (it has: " + names + ")");
+}
+
+}  // namespace internal
+
+const TensorView* Batch::find(const std::string& name) const noexcept {
+  return internal::find_tensor(tensors_, name);
+}
+
 const TensorView& Batch::operator[](const std::string& name) const {
   if (released_) throw_error(ErrorCode::kInvalidArgument, "batch used after release()");
-  if (const TensorView* t = find(name)) return *t;
-  std::string names;
-  for (const auto& t : tensors_) names += (names.empty() ? "" : ", ") + t.name;
-  throw_error(ErrorCode::kInvalidArgument, "batch has no field '" + name + "' (it has: " + names + ")");
+  return internal::tensor_named(tensors_, name, "batch");
 }
 
 void Batch::release() {

@@ -5,40 +5,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <charconv>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
 #include "stoker/error.h"
+#include "util/platform.h"
 
 namespace stoker {
-
-namespace {
-
-std::optional<std::string> read_line(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  std::string line;
-  std::getline(f, line);
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  return line;
-}
-
-std::string join(const std::string& root, const std::string& path) {
-  if (root.empty() || root == "/") return path;
-  return (root.back() == '/' ? root.substr(0, root.size() - 1) : root) + path;
-}
-
-}  // namespace
 
 std::vector<int> parse_cpu_list(const std::string& text) {
   std::set<int> out;
   std::stringstream ss(text);
   std::string part;
   auto num = [&](const std::string& s) {
-    if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit))
+    int v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || s.size() > 6 || ec != std::errc() || p != s.data() + s.size() || v < 0)
       throw_error(ErrorCode::kInvalidArgument, "bad CPU list '" + text + "'");
-    return std::stoi(s);
+    return v;
   };
   while (std::getline(ss, part, ',')) {
     if (part.empty()) continue;
@@ -70,79 +56,37 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
   return s;
 }
 
-double cgroup_cpu_quota(const std::string& sysroot) {
-  // cgroup v2: the process's cgroup path from /proc/self/cgroup ("0::/path").
-  std::string rel = "/";
-  if (auto line = read_line(join(sysroot, "/proc/self/cgroup")); line && line->rfind("0::", 0) == 0)
-    rel = line->substr(3);
-  for (std::string dir = rel;;) {
-    if (auto max = read_line(join(sysroot, "/sys/fs/cgroup" + (dir == "/" ? std::string() : dir) + "/cpu.max"))) {
-      std::istringstream in(*max);
-      std::string quota;
-      double period = 0;
-      in >> quota >> period;
-      if (quota != "max" && period > 0) {
-        try {
-          return std::stod(quota) / period;
-        } catch (const std::exception&) {
-        }
-      }
-    }
-    if (dir == "/" || dir.empty()) break;
-    auto slash = dir.rfind('/');
-    dir = slash == 0 ? "/" : dir.substr(0, slash);
-  }
-  // cgroup v1.
-  auto q = read_line(join(sysroot, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"));
-  auto p = read_line(join(sysroot, "/sys/fs/cgroup/cpu/cpu.cfs_period_us"));
-  if (q && p) {
-    try {
-      double quota = std::stod(*q), period = std::stod(*p);
-      if (quota > 0 && period > 0) return quota / period;
-    } catch (const std::exception&) {
-    }
-  }
-  return 0;
-}
+double cgroup_cpu_quota(const std::string& sysroot) { return internal::cgroup_cpu_quota_at(sysroot); }
 
 CpuPlan plan_cpus(const std::optional<std::string>& pci_bus_id, const std::string& sysroot, std::vector<int> affinity) {
   CpuPlan plan;
-  if (affinity.empty()) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &set)) affinity.push_back(c);
-  }
+  if (affinity.empty()) affinity = internal::affinity_cpus();
   std::sort(affinity.begin(), affinity.end());
   plan.cpus = affinity;
   std::string where = "all " + std::to_string(affinity.size()) + " CPUs this process may use (" +
                       format_cpu_list(affinity) + ")";
   if (pci_bus_id) {
-    auto node = read_line(join(sysroot, "/sys/bus/pci/devices/" + *pci_bus_id + "/numa_node"));
-    if (node && !node->empty() && (*node)[0] != '-') {
-      int n = std::atoi(node->c_str());
-      if (auto list = read_line(join(sysroot, "/sys/devices/system/node/node" + std::to_string(n) + "/cpulist"))) {
-        std::vector<int> local;
-        try {
-          for (int c : parse_cpu_list(*list))
-            if (std::binary_search(affinity.begin(), affinity.end(), c)) local.push_back(c);
-        } catch (const Error&) {
-        }
-        if (!local.empty()) {
-          plan.cpus = local;
-          plan.numa_node = n;
-          where = std::to_string(local.size()) + " CPUs of NUMA node " + std::to_string(n) + " (the GPU's, " +
-                  format_cpu_list(local) + ")";
-        } else {
-          where += "; the GPU's NUMA node " + std::to_string(n) + " has none of them";
-        }
+    const int n = internal::pci_numa_node(sysroot, *pci_bus_id);
+    if (n >= 0) {
+      const std::vector<int> node_cpus = internal::numa_node_cpus(sysroot, n);
+      std::vector<int> local;
+      for (int c : node_cpus)
+        if (std::binary_search(affinity.begin(), affinity.end(), c)) local.push_back(c);
+      if (node_cpus.empty()) {
+        where += "; the CPUs of the GPU's NUMA node " + std::to_string(n) + " are unknown";
+      } else if (!local.empty()) {
+        plan.cpus = local;
+        plan.numa_node = n;
+        where = std::to_string(local.size()) + " CPUs of NUMA node " + std::to_string(n) + " (the GPU's, " +
+                format_cpu_list(local) + ")";
+      } else {
+        where += "; the GPU's NUMA node " + std::to_string(n) + " has none of them";
       }
     } else {
       where += "; the GPU's NUMA node is unknown";
     }
   }
-  plan.quota_cpus = cgroup_cpu_quota(sysroot);
+  plan.quota_cpus = internal::cgroup_cpu_quota_at(sysroot);
   plan.threads = static_cast<unsigned>(std::max<size_t>(1, plan.cpus.size()));
   if (plan.quota_cpus > 0 && plan.quota_cpus < plan.threads) {
     plan.threads = std::max(1u, static_cast<unsigned>(std::floor(plan.quota_cpus + 1e-9)));

@@ -9,6 +9,8 @@
 
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
+#include "util/enum_names.h"
+#include "util/parse.h"
 
 namespace stoker {
 namespace {
@@ -72,9 +74,9 @@ Permutation::Permutation(uint64_t n, uint64_t key) : n_(n) {
   right_bits_ = bits / 2;
   right_mask_ = right_bits_ == 0 ? 0 : (uint64_t{1} << right_bits_) - 1;
   // Narrow halves give each round few functions to choose from, so a small domain
-  // needs more rounds before the permutation it draws is close to uniform (measured:
-  // with 12 half-rounds, n = 5..8 show a clear chi-square excess over all n!
-  // permutations; 24 remove it). Cost is irrelevant at these sizes.
+  // needs more rounds before the permutation it draws is close to uniform; the
+  // Permutation.TinyDomainsDrawEveryPermutationUniformly test's chi-square over all n!
+  // permutations is what sets kRounds. Cost is irrelevant at these sizes.
   rounds_ = bits <= 8 ? kRounds : bits <= 16 ? 16 : 12;
   uint64_t state = mix64(key ^ 0x6a09e667f3bcc909ULL);
   for (int i = 0; i < rounds_; ++i) {
@@ -172,24 +174,16 @@ uint64_t Permutation::inverse(uint64_t x) const noexcept {
 // ---------------------------------------------------------------------------------
 // kinds
 
-const char* order_kind_name(OrderKind kind) noexcept {
-  switch (kind) {
-    case OrderKind::kSequential: return "sequential";
-    case OrderKind::kShuffled: return "shuffled";
-    case OrderKind::kChunkLocal: return "chunk_local";
-    case OrderKind::kTokenWindow: return "token_window";
-  }
-  return "unknown";
-}
+namespace {
+constexpr internal::EnumName<OrderKind> kOrderKindNames[] = {{OrderKind::kSequential, "sequential"},
+                                                             {OrderKind::kShuffled, "shuffled"},
+                                                             {OrderKind::kChunkLocal, "chunk_local"},
+                                                             {OrderKind::kTokenWindow, "token_window"}};
+}  // namespace
 
-OrderKind parse_order_kind(std::string_view name) {
-  for (OrderKind k : {OrderKind::kSequential, OrderKind::kShuffled, OrderKind::kChunkLocal,
-                      OrderKind::kTokenWindow}) {
-    if (name == order_kind_name(k)) return k;
-  }
-  throw_error(ErrorCode::kInvalidArgument,
-              "order: unknown kind '" + std::string(name.substr(0, 64)) +
-                  "' (sequential, shuffled, chunk_local, token_window)");
+const char* order_kind_name(OrderKind kind) noexcept { return internal::enum_name(kOrderKindNames, kind, "unknown"); }
+OrderKind order_kind_from_name(std::string_view name) {
+  return internal::enum_from_name(kOrderKindNames, name, "order kind");
 }
 
 // ---------------------------------------------------------------------------------
@@ -323,8 +317,8 @@ uint64_t EpochOrder::at(uint64_t p) const {
 uint64_t EpochOrder::ordered_chunk_at(uint64_t w, uint64_t q) const {
   // The last of the window's chunks starting at or before q. Without branches: a
   // shuffled window's positions land in its chunks at random, so a branching search
-  // mispredicts about every other step, every sample (measured: 1.3 % of a token
-  // loader's time, more than the rest of its window planning).
+  // would mispredict about every other step, for every sample of the token loader's
+  // hot path (its price is in bench/README.md).
   const uint64_t first = w * window_;
   const uint64_t* k = ordered_pos_.data() + first;
   for (uint64_t len = std::min(first + window_, chunks_) - first; len > 1;) {
@@ -538,20 +532,6 @@ uint64_t RankSchedule::consumed_after(uint64_t steps_done) const noexcept {
 // ---------------------------------------------------------------------------------
 // rank_from_env
 
-namespace {
-
-bool parse_u64(std::string_view s, uint64_t* out) {
-  if (s.empty() || s.size() > 19) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  *out = v;
-  return true;
-}
-
-}  // namespace
 
 RankInfo rank_from_env() {
   const char* rank_text = std::getenv("RANK");
@@ -569,11 +549,17 @@ RankInfo rank_from_env() {
     throw_error(ErrorCode::kInvalidArgument,
                 std::string("rank_from_env: ") + name + "='" + v + "' " + why);
   };
-  if (!parse_u64(world_text, &world) || world > UINT32_MAX) {
+  const auto world_v = std::string_view(world_text).size() <= 19 ? internal::parse_decimal<uint64_t>(world_text)
+                                                                 : std::nullopt;
+  const auto rank_v = std::string_view(rank_text).size() <= 19 ? internal::parse_decimal<uint64_t>(rank_text)
+                                                               : std::nullopt;
+  if (world_v) world = *world_v;
+  if (rank_v) rank = *rank_v;
+  if (!world_v || world > UINT32_MAX) {
     bad("WORLD_SIZE", world_text, "is not a decimal integer in [1, 2^32)");
   }
   if (world == 0) bad("WORLD_SIZE", world_text, "must be >= 1");
-  if (!parse_u64(rank_text, &rank) || rank > UINT32_MAX) {
+  if (!rank_v || rank > UINT32_MAX) {
     bad("RANK", rank_text, "is not a decimal integer");
   }
   if (rank >= world) {
@@ -648,11 +634,11 @@ OrderState OrderState::parse(std::string_view text) {
     at = sp + 1;
   }
   if (tokens.empty() || tokens[0] != kMagic) corrupt("does not start with 'stoker-order'");
-  uint64_t version = 0;
-  if (tokens.size() < 2 || tokens[1].size() < 2 || tokens[1][0] != 'v' ||
-      !parse_u64(tokens[1].substr(1), &version)) {
-    corrupt("missing version after 'stoker-order'");
-  }
+  std::optional<uint64_t> parsed_version;
+  if (tokens.size() >= 2 && tokens[1].size() >= 2 && tokens[1][0] == 'v')
+    parsed_version = internal::parse_decimal<uint64_t>(tokens[1].substr(1));
+  if (!parsed_version) corrupt("missing version after 'stoker-order'");
+  const uint64_t version = *parsed_version;
   if (version != kVersion) {
     throw_error(ErrorCode::kInvalidArgument, "order state: version " + std::to_string(version) +
                                                  " is not supported (this stoker reads v" +
@@ -692,7 +678,7 @@ OrderState OrderState::parse(std::string_view text) {
   OrderState s;
   s.version = static_cast<uint32_t>(version);
   try {
-    s.kind = parse_order_kind(values[0]);
+    s.kind = order_kind_from_name(values[0]);
   } catch (const Error&) {
     corrupt("unknown kind '" + std::string(values[0]) + "'");
   }
@@ -700,17 +686,9 @@ OrderState OrderState::parse(std::string_view text) {
   for (size_t i = 0; i < 6; ++i) {
     // seed may use all 64 bits: up to 20 digits, checked for overflow.
     const std::string_view v = values[1 + i];
-    uint64_t x = 0;
-    bool ok = !v.empty() && v.size() <= 20 && !(v.size() > 1 && v[0] == '0');
-    for (char c : v) {
-      if (!ok) break;
-      if (c < '0' || c > '9') { ok = false; break; }
-      const uint64_t d = static_cast<uint64_t>(c - '0');
-      if (x > (UINT64_MAX - d) / 10) { ok = false; break; }
-      x = x * 10 + d;
-    }
-    if (!ok) corrupt(std::string(kKeys[1 + i]) + " is not a canonical decimal integer");
-    *nums[i] = x;
+    const auto x = v.size() > 1 && v[0] == '0' ? std::nullopt : internal::parse_decimal<uint64_t>(v);
+    if (!x) corrupt(std::string(kKeys[1 + i]) + " is not a canonical decimal integer");
+    *nums[i] = *x;
   }
   if (s.total > kMaxOrderUnits) corrupt("total exceeds 2^62");
   if (s.consumed > s.total) {

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "stoker/batch.h"
+#include "stage/host_stream.h"
 #include "stoker/stage.h"
 
 namespace stoker::internal {
@@ -52,7 +53,7 @@ class CopyBackend {
   /// Keeps the copy stream busy for `seconds` (StagerOptions::copy_limit_bytes_per_s).
   virtual void copy_pause(double seconds) = 0;
 
-  // A consumer's stream (cudaStream_t or HostStream*; nullptr as in stage.h).
+  // A consumer's stream (cudaStream_t or HostStream*, see host_stream.h; nullptr as in stage.h).
   virtual void stream_wait(void* stream, Event& e) = 0;
   virtual void stream_record(void* stream, Event& e) = 0;
 

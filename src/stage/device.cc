@@ -6,23 +6,19 @@
 
 #include "stoker/error.h"
 #include "stoker/stage.h"
+#include "util/enum_names.h"
+#include "util/parse.h"
 
 namespace stoker {
 
-const char* stage_backend_name(StageBackend b) noexcept {
-  switch (b) {
-    case StageBackend::kAuto: return "auto";
-    case StageBackend::kCuda: return "cuda";
-    case StageBackend::kHost: return "host";
-  }
-  return "?";
-}
+namespace {
+constexpr internal::EnumName<StageBackend> kStageBackendNames[] = {
+    {StageBackend::kAuto, "auto"}, {StageBackend::kCuda, "cuda"}, {StageBackend::kHost, "host"}};
+}  // namespace
 
+const char* stage_backend_name(StageBackend b) noexcept { return internal::enum_name(kStageBackendNames, b, "?"); }
 StageBackend stage_backend_from_name(const std::string& s) {
-  if (s == "auto") return StageBackend::kAuto;
-  if (s == "cuda") return StageBackend::kCuda;
-  if (s == "host") return StageBackend::kHost;
-  throw_error(ErrorCode::kInvalidArgument, "stage backend must be auto, cuda or host, got '" + s + "'");
+  return internal::enum_from_name(kStageBackendNames, s, "stage backend");
 }
 
 int select_device(int requested, int device_count) {
@@ -31,12 +27,10 @@ int select_device(int requested, int device_count) {
   if (d < 0) {
     const char* env = std::getenv("LOCAL_RANK");
     if (env && *env) {
-      char* end = nullptr;
-      errno = 0;
-      const long v = std::strtol(env, &end, 10);
-      if (errno || *end || v < 0 || v > 1 << 20)
+      const auto v = internal::parse_decimal<int>(env);
+      if (!v || *v < 0 || *v > 1 << 20)
         throw_error(ErrorCode::kInvalidArgument, std::string("LOCAL_RANK='") + env + "' is not a device number");
-      d = static_cast<int>(v);
+      d = *v;
       from_env = true;
     } else {
       d = 0;

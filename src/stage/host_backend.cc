@@ -11,6 +11,7 @@
 
 #include "stage/copy_backend.h"
 #include "stoker/error.h"
+#include "util/convert.h"
 
 namespace stoker::internal {
 namespace {
@@ -114,21 +115,15 @@ class HostBackend final : public CopyBackend {
                      const float std[3], void* dst, void* stream) override {
     const float m[3] = {mean[0], mean[1], mean[2]}, s[3] = {std[0], std[1], std[2]};
     // Argument checks happen now, on the caller's thread, not inside the queued task.
-    if (dst_type != ElemType::kFloat32 && dst_type != ElemType::kFloat16 && dst_type != ElemType::kBFloat16)
-      throw_error(ErrorCode::kInvalidArgument,
-                  std::string("convert_image: output must be float32, float16 or bfloat16, not ") +
-                      elem_type_name(dst_type));
+    internal::check_image_output_type(dst_type);
     on_stream(stream, [=] {
       const float mm[3] = {m[0], m[1], m[2]}, ss[3] = {s[0], s[1], s[2]};
-      convert_image_cpu(src, n, h, w, dst_type, mm, ss, dst);
+      internal::convert_image_cpu(src, n, h, w, dst_type, mm, ss, dst);
     });
   }
   void widen_tokens(const void* src, ElemType src_type, int64_t count, int64_t* dst, void* stream) override {
-    if (src_type != ElemType::kUint16 && src_type != ElemType::kUint32 && src_type != ElemType::kInt32 &&
-        src_type != ElemType::kInt64)
-      throw_error(ErrorCode::kInvalidArgument,
-                  std::string("widen_tokens: cannot widen ") + elem_type_name(src_type) + " tokens");
-    on_stream(stream, [=] { widen_tokens_cpu(src, src_type, count, dst); });
+    internal::check_token_type(src_type);
+    on_stream(stream, [=] { internal::widen_tokens_cpu(src, src_type, count, dst); });
   }
 
  private:

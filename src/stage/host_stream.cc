@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "stoker/cpu.h"
-#include "stoker/stage.h"
+#include "stage/host_stream.h"
 
 namespace stoker {
 

@@ -30,6 +30,7 @@
 #include "stoker/loader.h"
 #include "stoker/stage.h"
 #include "util/json.h"
+#include "util/tensor_lookup.h"
 
 namespace stoker {
 namespace internal {
@@ -759,19 +760,14 @@ void DeviceBatch::release(void* stream) {
 
 const TensorView* DeviceBatch::find(const std::string& name) const noexcept {
   if (state_ == State::kEmpty || state_ == State::kReleased) return nullptr;
-  for (const auto& t : tensors_)
-    if (t.name == name) return &t;
-  return nullptr;
+  return internal::find_tensor(tensors_, name);
 }
 
 const TensorView& DeviceBatch::operator[](const std::string& name) const {
   if (state_ == State::kEmpty) throw_error(ErrorCode::kInvalidArgument, "tensor '" + name + "' of an empty DeviceBatch");
   if (state_ == State::kReleased)
     throw_error(ErrorCode::kInvalidArgument, describe(epoch_, step_) + ": tensor '" + name + "' used after release()");
-  if (const TensorView* t = find(name)) return *t;
-  std::string names;
-  for (const auto& t : tensors_) names += (names.empty() ? "" : ", ") + t.name;
-  throw_error(ErrorCode::kInvalidArgument, describe(epoch_, step_) + " has no field '" + name + "' (it has: " + names + ")");
+  return internal::tensor_named(tensors_, name, describe(epoch_, step_));
 }
 
 // --- Stager --------------------------------------------------------------------------
@@ -792,7 +788,14 @@ Stager::Stager(LoaderOptions lo, StagerOptions o) {
   const uint64_t samples = lo.batch_size;
   loader_ = std::make_unique<Loader>(std::move(lo));
   Loader* l = loader_.get();
-  StageSource src{[l] { return l->next(); }, [l](uint64_t e) { l->set_epoch(e); }};
+  run_start_ = l->state();  // no thread runs yet
+  // set_epoch runs on the consumer's thread with stoker-h2d stopped: the one moment the
+  // Loader may be repositioned, so a pending load_state() is applied there.
+  StageSource src{[l] { return l->next(); },
+                  [this, l](uint64_t e) {
+                    if (pending_load_) l->load_state(*std::exchange(pending_load_, std::nullopt));
+                    else l->set_epoch(e);
+                  }};
   core_ = std::make_shared<internal::StageCore>(internal::make_backend(b, dev), std::move(src), o, samples, host_memory);
 }
 
@@ -810,8 +813,42 @@ Stager::~Stager() {
   loader_.reset();
 }
 
-std::optional<DeviceBatch> Stager::next() { return core_->next(); }
-void Stager::set_epoch(uint64_t e) { core_->set_epoch(e); }
+std::optional<DeviceBatch> Stager::next() {
+  std::optional<DeviceBatch> b = core_->next();
+  if (b) ++delivered_;
+  return b;
+}
+
+void Stager::set_epoch(uint64_t e) {
+  core_->set_epoch(e);
+  run_start_.epoch = e;
+  run_start_.consumed = 0;
+  delivered_ = 0;
+}
+
+OrderState Stager::state() const {
+  if (!loader_) throw_error(ErrorCode::kInvalidArgument, "Stager::state(): a raw source keeps its own position");
+  const LoaderOptions& o = loader_->options();
+  OrderState s = run_start_;
+  s.consumed = RankSchedule(s.total, o.batch_size, static_cast<uint32_t>(loader_->world_size()),
+                            static_cast<uint32_t>(loader_->rank()), o.drop_last, s.consumed)
+                   .consumed_after(delivered_);
+  return s;
+}
+
+void Stager::load_state(const OrderState& s) {
+  if (!loader_) throw_error(ErrorCode::kInvalidArgument, "Stager::load_state(): a raw source keeps its own position");
+  s.check_matches(run_start_.options(), run_start_.total);  // before anything is dropped
+  pending_load_ = s;
+  try {
+    core_->set_epoch(s.epoch);  // applies pending_load_ with stoker-h2d stopped
+  } catch (...) {
+    pending_load_.reset();
+    throw;
+  }
+  run_start_ = s;
+  delivered_ = 0;
+}
 Loader* Stager::loader() noexcept { return loader_.get(); }
 StageBackend Stager::backend() const noexcept { return core_->backend().kind(); }
 int Stager::device() const noexcept { return core_->backend().device(); }

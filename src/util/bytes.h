@@ -1,6 +1,7 @@
 // Little-endian encoding helpers and small file utilities shared by the format code.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -17,6 +18,12 @@ inline void put_u32(uint8_t* p, uint32_t v) {
 inline void put_u64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
+/// `v` as 8 little-endian bytes (two's complement): an int64 record field.
+inline std::array<uint8_t, 8> le64(int64_t v) {
+  std::array<uint8_t, 8> b;
+  put_u64(b.data(), static_cast<uint64_t>(v));
+  return b;
+}
 inline uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 inline uint32_t get_u32(const uint8_t* p) {
   uint32_t v = 0;
@@ -28,6 +35,9 @@ inline uint64_t get_u64(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
+
+/// A byte count for people: "512 B", "1.5 KiB", "3.2 GiB" (binary units, one decimal).
+std::string format_bytes(double bytes);
 
 /// pread until `size` bytes or EOF; retries EINTR. Returns bytes read; throws
 /// errno_error naming `path` and the offset.

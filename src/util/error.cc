@@ -2,20 +2,19 @@
 
 #include <cstring>
 
+#include "util/enum_names.h"
+
 namespace stoker {
 
-const char* error_code_name(ErrorCode code) noexcept {
-  switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kIoError: return "io_error";
-    case ErrorCode::kDataLoss: return "data_loss";
-    case ErrorCode::kResourceExhausted: return "resource_exhausted";
-    case ErrorCode::kUnavailable: return "unavailable";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kNotFound: return "not_found";
-  }
-  return "unknown";
-}
+namespace {
+constexpr internal::EnumName<ErrorCode> kErrorCodeNames[] = {
+    {ErrorCode::kInvalidArgument, "invalid_argument"}, {ErrorCode::kIoError, "io_error"},
+    {ErrorCode::kDataLoss, "data_loss"},               {ErrorCode::kResourceExhausted, "resource_exhausted"},
+    {ErrorCode::kUnavailable, "unavailable"},          {ErrorCode::kCancelled, "cancelled"},
+    {ErrorCode::kNotFound, "not_found"}};
+}  // namespace
+
+const char* error_code_name(ErrorCode code) noexcept { return internal::enum_name(kErrorCodeNames, code, "unknown"); }
 
 Error errno_error(std::string_view what, int errnum) {
   ErrorCode code = ErrorCode::kIoError;

@@ -14,8 +14,8 @@ namespace stoker::internal {
 
 /// Copies `bytes` from `src` to `dst`. Where `dst` is 16-byte aligned, with streaming
 /// stores: the destination's lines are written without first being read into the cache
-/// (~25 % less copy time per token record here), and the cache keeps what the copier
-/// reads next (the rest of the record, the next record's decompression) instead of the
+/// (a ring slot is written once and not read again by this thread, so fetching it is
+/// pure cost), and the cache keeps what the copier reads next (the rest of the record, the next record's decompression) instead of the
 /// rows it wrote. Streaming stores are weakly ordered: call stream_copy_fence() before
 /// another thread may read `dst`.
 inline void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {

@@ -102,6 +102,12 @@ std::string read_file_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+void put(const TempDir& root, const std::string& path, const std::string& text) {
+  const std::filesystem::path p = root.path() / path.substr(path.rfind('/', 0) == 0 ? 1 : 0);
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
 bool thp_available() {
   const std::string thp = read_file_text("/sys/kernel/mm/transparent_hugepage/enabled");
   return !thp.empty() && thp.find("[never]") == std::string::npos;

@@ -1,11 +1,15 @@
 // Helpers shared by the test suite: scratch directories, synthetic JPEGs and files.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "stoker/error.h"
 
 namespace stoker::testing {
 
@@ -26,6 +30,20 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+/// The code of the stoker::Error `f` throws (its message into `message`). A test failure,
+/// and kCancelled, when it throws none.
+template <typename F>
+ErrorCode error_code_of(F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "no stoker::Error thrown";
+  return ErrorCode::kCancelled;
+}
+
 /// A smooth, deterministic RGB test picture (gradients + shapes, so JPEG keeps detail).
 std::vector<uint8_t> make_rgb_image(int width, int height, uint32_t seed);
 
@@ -42,6 +60,10 @@ void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 std::vector<uint8_t> read_file(const std::string& path);
 /// The whole file as text, "" when it cannot be read (/proc and /sys files too).
 std::string read_file_text(const std::string& path);
+
+/// Writes `text` at `root` + `path` (an absolute path such as "/sys/..."), creating the
+/// directories: builds the fixture sysfs/procfs trees the platform readers are fed.
+void put(const TempDir& root, const std::string& path, const std::string& text);
 
 /// Whether transparent huge pages are on (`enabled` is always or madvise).
 bool thp_available();

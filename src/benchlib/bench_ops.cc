@@ -1,5 +1,6 @@
 // The host backend's BenchOps, and the factory.
-#include "stage/bench_ops.h"
+#include "benchlib/bench_ops.h"
+#include "stage/host_stream.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "pipeline/decode_limit.h"
+#include "benchlib/decode_limit.h"
 
 #include <algorithm>
 #include <atomic>

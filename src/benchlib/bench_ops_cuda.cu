@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "stage/bench_ops.h"
+#include "benchlib/bench_ops.h"
 #include "stage/convert_kernels.h"
 #include "stage/cuda_handle.h"
 

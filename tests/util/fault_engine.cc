@@ -1,6 +1,5 @@
-// make_faulty_engine: an IoEngine wrapper that fails, shortens, delays or corrupts the
-// requests a FaultPlan picks, deterministically from the plan's seed. Used by tests of
-// everything above the IO engine (the loader's error paths).
+// make_faulty_engine (see fault_engine.h): the fault plan drawn per request, and the
+// wrapper engine that applies it.
 #include <cerrno>
 #include <deque>
 #include <thread>
@@ -9,6 +8,7 @@
 #include "io/io_util.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
+#include "util/fault_engine.h"
 
 namespace stoker {
 namespace {

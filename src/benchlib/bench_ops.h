@@ -1,7 +1,7 @@
 // What `stoker bench stage` needs besides a Stager, for either backend: consumer streams,
 // a "kernel" that takes a set time, stream timers, and the plain copy loops the ring is
-// compared with. Lives in the library so the CLI (built without the CUDA runtime) can
-// drive a GPU. Not a public API.
+// compared with. Part of stoker_benchlib (the CLI's and the GPU tests' helper library),
+// not of libstoker; its CUDA half links the CUDA runtime there. Not a public API.
 //
 // Threading: one thread at a time per object.
 #pragma once

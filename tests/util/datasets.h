@@ -1,0 +1,35 @@
+// Dataset fixtures shared by the test suites: small image and token datasets written
+// with the real DatasetWriter, with contents the tests can recompute.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+namespace stoker::testing {
+
+struct ImageDatasetSpec {
+  int count = 0;
+  /// Roll to a new shard past this many bytes (several shards for small datasets).
+  uint64_t shard_size = 64 << 10;
+  /// Label of image i is i % classes.
+  int classes = 5;
+  /// Write Manifest::class_names ("a", "b", ... one per class).
+  bool class_names = true;
+  /// {width, height} of image i: varied by default, so crops and resizes differ.
+  std::function<std::pair<int, int>(int)> size = [](int i) {
+    return std::pair<int, int>{40 + (i * 7) % 50, 30 + (i * 11) % 40};
+  };
+  int quality = 85;
+};
+
+/// Fields "jpeg" (make_jpeg(w, h, seed i)) and "label" (int64 i % classes).
+void write_image_dataset(const std::string& dir, const ImageDatasetSpec& spec);
+
+/// Tokens: a stream of `tokens` values (position % 65521, uint16), rows of seq_len L
+/// (each row holds L + 1 tokens, the last shared with the next row), R rows a record.
+void write_token_dataset(const std::string& dir, uint64_t tokens, uint32_t L, uint32_t R, bool zstd = false,
+                         uint64_t shard_size = 16 << 10);
+
+}  // namespace stoker::testing
