@@ -7,8 +7,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -77,7 +77,7 @@ struct Loader::Impl {
     const uint64_t nb = s.num_batches();
     const uint64_t samples = nb ? (nb - 1) * s.batch_size() + s.batch_length(nb - 1) : 0;
     const double m = opt.max_skipped.value_or(std::max(100.0, 0.01 * static_cast<double>(samples)));
-    if (std::isinf(m)) return UINT64_MAX - 1;
+    if (m >= 1e19) return UINT64_MAX - 1;  // infinity: no limit (and no overflow below)
     return m < 1 ? static_cast<uint64_t>(m * static_cast<double>(samples)) : static_cast<uint64_t>(m);
   }
   std::shared_ptr<SlotRing> ring;
@@ -304,6 +304,15 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
   for (;;) {
     const uint64_t k = next_deliver;
     if (k >= r.sched->num_batches()) {
+      {
+        // A run that failed after its last batch was ready (the skip budget ran out on
+        // batches that were then all compacted away) must not end as a quiet epoch.
+        std::lock_guard<std::mutex> lock(ring->mu);
+        if (r.fatal) {
+          delivered_error = r.fatal;
+          std::rethrow_exception(r.fatal);
+        }
+      }
       reporter->epoch_end(snap, epoch);
       return std::nullopt;
     }
@@ -348,6 +357,10 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
           delivered_error = std::current_exception();
           throw;
         }
+      }
+      if (opt.on_error == OnError::kSkip && r.fatal) {  // e.g. past the skip budget: stop here
+        delivered_error = r.fatal;
+        std::rethrow_exception(r.fatal);
       }
       r.c.consumer_wait_ns += internal::nanos(Clock::now() - w0);
       r.c.ready_sum += ring->count_locked(SlotRing::State::kReady);
