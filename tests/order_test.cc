@@ -506,7 +506,8 @@ TEST(UnitLayout, LocateAgreesWithAWalkOverTheGroups) {
 // ---------------------------------------------------------------------------------
 // RankSchedule
 
-// Samples of a whole world, in (step, j, rank) order: the world's view of S.
+// Samples of a whole world, in (step, j, rank) order: the world's view of S, without
+// the final step's padding (the last padding() entries in that order).
 std::vector<uint64_t> world_positions(uint64_t n, uint64_t b, uint32_t w, bool drop_last,
                                       uint64_t consumed) {
   std::vector<RankSchedule> ranks;
@@ -523,6 +524,7 @@ std::vector<uint64_t> world_positions(uint64_t n, uint64_t b, uint32_t w, bool d
       }
     }
   }
+  out.resize(out.size() - ranks[0].padding());
   return out;
 }
 
@@ -535,11 +537,14 @@ TEST(RankSchedule, RanksAreDisjointAndCoverTheEpoch) {
                                    " w=" + std::to_string(w) + " drop_last=" +
                                    std::to_string(drop_last);
           const uint64_t full = n / (w * b);
+          const uint64_t rest = n % (w * b);
           std::vector<int> hits(n, 0);
           std::set<uint64_t> batch_counts;
+          std::set<uint64_t> last_lengths;
           for (uint32_t r = 0; r < w; ++r) {
             const RankSchedule s(n, b, w, r, drop_last);
             batch_counts.insert(s.num_batches());
+            if (s.num_batches()) last_lengths.insert(s.batch_length(s.num_batches() - 1));
             for (uint64_t k = 0; k < s.num_batches(); ++k) {
               const auto pos = s.positions(k);
               ASSERT_EQ(pos.size(), s.batch_length(k)) << what;
@@ -548,7 +553,8 @@ TEST(RankSchedule, RanksAreDisjointAndCoverTheEpoch) {
                 ASSERT_EQ(pos.size(), b) << what;
               }
               for (uint64_t j = 0; j < pos.size(); ++j) {
-                ASSERT_EQ(pos[j], k * w * b + r + j * w) << what;  // interleaved
+                const uint64_t raw = k * w * b + r + j * w;  // interleaved
+                ASSERT_EQ(pos[j], raw < n ? raw : (raw - n) % n) << what;  // padding wraps
                 ASSERT_LT(pos[j], n) << what;
                 ++hits[pos[j]];
               }
@@ -556,22 +562,63 @@ TEST(RankSchedule, RanksAreDisjointAndCoverTheEpoch) {
             EXPECT_EQ(error_code_of([&] { s.batch_length(s.num_batches()); }),
                       ErrorCode::kInvalidArgument);
           }
+          // Every rank the same number of batches, the last of the same length (DDP).
+          ASSERT_EQ(batch_counts.size(), 1u) << what;
+          ASSERT_LE(last_lengths.size(), 1u) << what;
           const uint64_t covered = drop_last ? full * w * b : n;
-          for (uint64_t p = 0; p < n; ++p) {
-            ASSERT_EQ(hits[p], p < covered ? 1 : 0) << what << " p=" << p;
-          }
-          if (drop_last) {
-            ASSERT_EQ(batch_counts.size(), 1u) << what;  // every rank the same count
+          std::vector<int> want(n, 0);
+          for (uint64_t p = 0; p < covered; ++p) want[p] = 1;
+          if (drop_last || rest == 0) {
             ASSERT_EQ(*batch_counts.begin(), full) << what;
           } else {
-            // Ranks differ by at most the final partial batch.
-            ASSERT_LE(*batch_counts.rbegin() - *batch_counts.begin(), 1u) << what;
-            ASSERT_EQ(*batch_counts.rbegin(), (n + w * b - 1) / (w * b)) << what;
+            ASSERT_EQ(*batch_counts.begin(), full + 1) << what;
+            ASSERT_EQ(*last_lengths.begin(), (rest + w - 1) / w) << what;
+            // The padding repeats the epoch's first positions, wrapping.
+            const uint64_t pad = (rest + w - 1) / w * w - rest;
+            ASSERT_LT(pad, w) << what;
+            for (uint64_t i = 0; i < pad; ++i) ++want[i % n];
           }
+          for (uint64_t p = 0; p < n; ++p) ASSERT_EQ(hits[p], want[p]) << what << " p=" << p;
         }
       }
     }
   }
+}
+
+TEST(RankSchedule, UnevenTailIsPaddedForEveryRank) {
+  // 120 samples, 7 ranks, batch 17: one step of 119 and one sample left. Without padding
+  // rank 0 got two batches and the others one, and DDP hung in the second step.
+  for (uint32_t r = 0; r < 7; ++r) {
+    const RankSchedule s(120, 17, 7, r, /*drop_last=*/false);
+    ASSERT_EQ(s.num_batches(), 2u) << "rank " << r;
+    ASSERT_EQ(s.batch_length(1), 1u) << "rank " << r;
+    // Rank 0 gets the real sample 119; ranks 1..6 repeat positions 0..5.
+    EXPECT_EQ(s.positions(1), std::vector<uint64_t>{r == 0 ? 119u : r - 1u}) << "rank " << r;
+    EXPECT_EQ(s.padding(), 6u);
+    EXPECT_EQ(s.consumed_after(2), 120u);
+  }
+  // drop_last: the step of one sample is dropped for every rank, as before.
+  for (uint32_t r = 0; r < 7; ++r) EXPECT_EQ(RankSchedule(120, 17, 7, r, true).num_batches(), 1u);
+}
+
+TEST(RankSchedule, TrimTailCutsToAMultipleOfTheWorldSize) {
+  // 130 samples, 7 ranks, batch 17: 11 left after one step: one each, 4 left out.
+  for (uint32_t r = 0; r < 7; ++r) {
+    const RankSchedule s(130, 17, 7, r, false, 0, TailPolicy::kTrim);
+    ASSERT_EQ(s.num_batches(), 2u);
+    EXPECT_EQ(s.positions(1), std::vector<uint64_t>{119u + r});
+    EXPECT_EQ(s.end(), 126u);
+    EXPECT_EQ(s.padding(), 0u);
+  }
+  // Fewer left than ranks: the step goes, the full ones keep their length; one rank
+  // keeps every sample.
+  const RankSchedule few(120, 17, 7, 0, false, 0, TailPolicy::kTrim);
+  EXPECT_EQ(few.num_batches(), 1u);
+  EXPECT_EQ(few.batch_length(0), 17u);
+  EXPECT_EQ(few.end(), 119u);
+  const RankSchedule one(120, 17, 1, 0, false, 0, TailPolicy::kTrim);
+  EXPECT_EQ(one.num_batches(), 8u);
+  EXPECT_EQ(one.batch_length(7), 1u);
 }
 
 TEST(RankSchedule, GlobalSequenceDoesNotDependOnWorldSize) {

@@ -105,6 +105,11 @@ struct LoaderOptions {
 
   // --- order ---
   OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled
+  /// Every rank gets the same number of batches either way (order.h RankSchedule).
+  /// true: the final incomplete step is dropped. false: it is shared out — records are
+  /// padded with the epoch order's first samples (fewer than world_size repeat; "index"
+  /// shows them), token rows are trimmed to a multiple of world_size (fewer than
+  /// world_size rows are left out); with one rank nothing repeats or is left out.
   bool drop_last = false;
   int rank = -1;              ///< -1: from RANK / WORLD_SIZE (0 of 1 when unset)
   int world_size = -1;
@@ -132,6 +137,13 @@ struct LoaderOptions {
   std::function<std::unique_ptr<IoEngine>(std::unique_ptr<IoEngine>)> wrap_io;
   std::shared_ptr<SlotAllocator> slot_allocator;  ///< null: page-aligned host memory
   OnError on_error = OnError::kError;
+  /// OnError::kSkip's budget per epoch on this rank: past it next() throws kDataLoss
+  /// naming how many were skipped and the first reasons (a flipped bit in a shard's
+  /// header or index drops every record of the shard: an epoch of nothing is an error,
+  /// not a quiet success). Under 1: a fraction of the rank's samples in the epoch (0.01:
+  /// 1 %); 1 or more: a count (rounded down); infinity: no limit. Unset: the larger of
+  /// 1 % and 100 samples. Token data counts rows. Negative or NaN: kInvalidArgument.
+  std::optional<double> max_skipped;
   uint64_t max_record_bytes = 256ull << 20;  ///< larger records are errors (untrusted input)
 
   // --- reporting (diagnose.h) ---
@@ -143,6 +155,11 @@ struct LoaderOptions {
   bool report_json = false;
   /// Where reports go; default: stderr, prefixed "stoker: ".
   std::function<void(const std::string&)> report_sink;
+  /// Where warnings go (the ring growing: grow_when_held), once each per Loader;
+  /// default: stderr, prefixed "stoker: warning: ". Called on a loader thread with its
+  /// locks held: store the text, do not call back into the Loader. The Python binding
+  /// turns it into one HeldBatchesWarning instead of a second line on stderr.
+  std::function<void(const std::string&)> warning_sink;
 };
 
 /// Busy/wait accounting of one stage.
@@ -182,8 +199,13 @@ struct LoaderStats {
   std::string advice;
   /// One JSON object (no newline).
   std::string to_json() const;
-  /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ..."
+  /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ...",
+  /// with the figures `evidence` gives (the consumer's wait after its first batch, busy
+  /// fractions capped at 100 %).
   std::string summary() const;
+  /// The consumer's wait after the first batch over the time since: the figure of the
+  /// verdict's evidence, summary() and to_json()'s consumer_wait_frac. In [0, 1].
+  double consumer_wait_frac() const;
 };
 
 class Loader {

@@ -250,49 +250,68 @@ class EpochOrder {
   std::vector<Permutation> window_perm_;  // windowed: the shuffle of each window's positions
 };
 
+/// How a final step with fewer than W*B positions left is shared out (drop_last = false).
+enum class TailPolicy : uint8_t {
+  /// torch DistributedSampler's rule: the step is padded to a multiple of W positions,
+  /// so every rank gets the same number of batches and a final batch of ceil(R/W)
+  /// samples (R = positions left). Padding positions (end() onwards) wrap to the start
+  /// of the epoch: position total + i holds S[i mod total], i.e. the epoch order's first
+  /// samples repeat (at most W - 1 of them, whatever the resume point).
+  kPad,
+  /// The final step is cut to floor(R/W) samples per rank; the last R mod W (< W)
+  /// positions are not delivered (with R < W the step is dropped). Token data: padding
+  /// would need the epoch's first shuffle window decompressed again at its end.
+  kTrim,
+};
+
 /// One rank's batches of one epoch (from a resume point), as positions of S.
 ///
 /// Step k consumes positions [start + k*W*B, start + (k+1)*W*B) where start is the
 /// `consumed` count the schedule began at; rank r's batch k holds positions
-/// start + k*W*B + r + j*W for j = 0..B-1, clipped to the epoch's end. `consumed` may
-/// be any value in [0, N]: the union over ranks of every schedule's positions is exactly
-/// [consumed, end), whatever the world size.
+/// start + k*W*B + r + j*W for j = 0..B-1. `consumed` may be any value in [0, N]: the
+/// union over ranks of every schedule's positions is [consumed, end()), whatever the
+/// world size, so resuming at another world size continues the same sequence.
 ///
+/// Every rank gets the same number of batches and batch k has the same length on every
+/// rank — what DDP needs (unequal batch counts hang collective ops):
 /// drop_last = true: the final incomplete step (fewer than W*B positions left) is
-/// dropped for every rank, so every rank gets the same number of full batches — what
-/// DDP needs (unequal batch counts hang collective ops). When resuming at a different
-/// world size the dropped tail (< W*B samples) is that of the new world size.
-/// drop_last = false: the final partial step is split interleaved as usual, so rank r
-/// gets a final batch of ceil((R - r) / W) samples (R = positions left), which is
-/// shorter than B or, for r >= R, absent: ranks can differ by one batch.
+/// dropped for every rank. When resuming at a different world size the dropped tail
+/// (< W*B samples) is that of the new world size.
+/// drop_last = false: the final partial step follows `tail` (TailPolicy above): padded
+/// with the epoch's first samples (images, the default), or trimmed to a multiple of W
+/// (token data). With W = 1 both give a final batch of the R samples left.
 class RankSchedule {
  public:
   /// total: N (samples in the epoch); batch_size >= 1; world_size >= 1;
   /// rank < world_size; consumed <= total. kInvalidArgument otherwise.
   RankSchedule(uint64_t total, uint64_t batch_size, uint32_t world_size, uint32_t rank,
-               bool drop_last, uint64_t consumed = 0);
+               bool drop_last, uint64_t consumed = 0, TailPolicy tail = TailPolicy::kPad);
 
   uint64_t total() const noexcept { return total_; }
   uint64_t batch_size() const noexcept { return batch_; }
   uint32_t world_size() const noexcept { return world_; }
   uint32_t rank() const noexcept { return rank_; }
   bool drop_last() const noexcept { return drop_last_; }
+  TailPolicy tail() const noexcept { return tail_; }
   /// The position this schedule starts at (the resume point).
   uint64_t start() const noexcept { return start_; }
-  /// One past the last position any rank consumes: total, or start + full steps
-  /// with drop_last.
+  /// One past the last real position any rank consumes: total, or start + the steps
+  /// kept (drop_last; kTrim's cut tail).
   uint64_t end() const noexcept { return end_; }
+  /// Padding positions in the final step (kPad only; < W): samples delivered twice.
+  uint64_t padding() const noexcept { return padding_; }
   /// Global steps from start() to end() (the last may be partial without drop_last).
   uint64_t steps() const noexcept { return steps_; }
-  /// This rank's batch count (len(loader)): steps(), or steps() - 1 when the final
-  /// partial step has nothing for this rank.
-  uint64_t num_batches() const noexcept { return batches_; }
-  /// Samples in this rank's batch k (B except for a final partial batch).
-  /// kInvalidArgument when k >= num_batches().
+  /// This rank's batch count (len(loader)): steps(), the same on every rank.
+  uint64_t num_batches() const noexcept { return steps_; }
+  /// Samples in this rank's batch k (B except for a final partial batch, whose length
+  /// is the same on every rank). kInvalidArgument when k >= num_batches().
   uint64_t batch_length(uint64_t k) const;
-  /// Position of sample j of batch k (unchecked beyond assert).
+  /// Position of sample j of batch k, in [0, total): a padding position wraps to the
+  /// epoch's start (unchecked beyond assert).
   uint64_t position(uint64_t k, uint64_t j) const noexcept {
-    return start_ + k * step_ + rank_ + j * world_;
+    const uint64_t p = start_ + k * step_ + rank_ + j * world_;
+    return p < total_ ? p : (p - total_) % total_;
   }
   /// All positions of batch k (batch_length(k) of them).
   std::vector<uint64_t> positions(uint64_t k) const;
@@ -304,7 +323,8 @@ class RankSchedule {
   uint64_t total_, batch_;
   uint32_t world_, rank_;
   bool drop_last_;
-  uint64_t start_, end_, step_, steps_, batches_;
+  TailPolicy tail_;
+  uint64_t start_, end_ = 0, step_ = 0, steps_ = 0, last_len_ = 0, padding_ = 0;
 };
 
 /// This process's rank and world size.

@@ -29,8 +29,12 @@
 //
 // Threading: a Python Loader is driven by one Python thread at a time (like the C++
 // Loader); the GIL serialises its methods. stats() is safe at any time.
+//
+// Processes: fork() copies the handle but none of its threads. A copy in a forked child
+// raises UnavailableError on use (pid check) and is leaked, never joined, when freed.
+// Options live in loader_options.cc, tensor export in tensor_export.cc.
 #include <pthread.h>
-#include <pybind11/numpy.h>
+#include <unistd.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -42,7 +46,8 @@
 #include <utility>
 
 #include "bindings.h"
-#include "dlpack.h"
+#include "loader_options.h"
+#include "tensor_export.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "io/throttled_engine.h"
@@ -54,146 +59,6 @@
 
 namespace stoker::python {
 namespace {
-
-// ---- options ----------------------------------------------------------------------
-
-struct PyLoaderOptions {
-  LoaderOptions o;
-  double io_limit_bytes_per_s = 0;  // > 0: throttle reads (tests, --io-limit-mbps)
-  // Staging (stage.h): "none" (host tensors straight from the loader's slots), "cuda"
-  // (device tensors from a Stager's device ring) or "host" (the Stager's host backend:
-  // the same ring/event machinery with memcpy; for tests on machines without a GPU).
-  std::string stage = "none";
-  int device = -1;            // CUDA ordinal for "cuda"; -1: LOCAL_RANK, else 0
-  unsigned device_slots = 3;  // the Stager's ring
-};
-
-const std::pair<const char*, PixelFormat> kPixelFormats[] = {
-    {"u8_hwc", PixelFormat::kU8HWC},   {"u8_chw", PixelFormat::kU8CHW},   {"f32_chw", PixelFormat::kF32CHW},
-    {"f16_chw", PixelFormat::kF16CHW}, {"f32_hwc", PixelFormat::kF32HWC}, {"f16_hwc", PixelFormat::kF16HWC},
-};
-
-const std::pair<const char*, ElemType> kTokenTypes[] = {
-    {"uint16", ElemType::kUint16}, {"uint32", ElemType::kUint32}, {"int32", ElemType::kInt32}, {"int64", ElemType::kInt64}};
-
-template <class T, size_t N>
-T from_name(const std::pair<const char*, T> (&table)[N], const std::string& s, const char* what) {
-  std::string names;
-  for (auto& [n, v] : table) {
-    if (s == n) return v;
-    names += names.empty() ? "" : ", ";
-    names += n;
-  }
-  throw_error(ErrorCode::kInvalidArgument, std::string(what) + " '" + s + "' is not one of " + names);
-}
-template <class T, size_t N>
-std::string to_name(const std::pair<const char*, T> (&table)[N], T v) {
-  for (auto& [n, x] : table)
-    if (x == v) return n;
-  return "?";
-}
-
-// ---- DLPack / numpy export ---------------------------------------------------------
-
-struct ManagedCtx {
-  DLManagedTensor managed{};
-  std::shared_ptr<void> lease;  // a SlotLease, or a staged DeviceBatch
-  std::vector<int64_t> shape, strides;
-};
-
-void dl_deleter(DLManagedTensor* self) { delete static_cast<ManagedCtx*>(self->manager_ctx); }
-
-void dl_capsule_destructor(PyObject* cap) {
-  // Consumed capsules were renamed "used_dltensor": the consumer owns (and deletes) it.
-  if (!PyCapsule_IsValid(cap, "dltensor")) return;
-  PyObject *t, *v, *tb;
-  PyErr_Fetch(&t, &v, &tb);
-  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
-  if (m && m->deleter) m->deleter(m);
-  PyErr_Restore(t, v, tb);
-}
-
-DLDataType dl_type(ElemType t) {
-  switch (t) {
-    case ElemType::kUint8: return {kDLUInt, 8, 1};
-    case ElemType::kUint16: return {kDLUInt, 16, 1};
-    case ElemType::kUint32: return {kDLUInt, 32, 1};
-    case ElemType::kInt32: return {kDLInt, 32, 1};
-    case ElemType::kInt64: return {kDLInt, 64, 1};
-    case ElemType::kFloat16: return {kDLFloat, 16, 1};
-    case ElemType::kBFloat16: return {kDLBfloat, 16, 1};
-    case ElemType::kFloat32: return {kDLFloat, 32, 1};
-    case ElemType::kInt8: return {kDLInt, 8, 1};
-    case ElemType::kInt16: return {kDLInt, 16, 1};
-    case ElemType::kFloat64: return {kDLFloat, 64, 1};
-    case ElemType::kBool: return {kDLBool, 8, 1};
-  }
-  return {kDLUInt, 8, 1};
-}
-
-std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> s(shape.size());
-  int64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
-  }
-  return s;
-}
-
-// A "dltensor" capsule viewing `v`, owning a copy of `lease`.
-py::capsule to_dlpack(const TensorView& v, std::shared_ptr<void> lease) {
-  auto* ctx = new ManagedCtx;
-  ctx->lease = std::move(lease);
-  ctx->shape = v.shape;
-  ctx->strides = row_major_strides(v.shape);
-  DLTensor& t = ctx->managed.dl_tensor;
-  t.data = v.data;
-  t.device = v.device < 0 ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, v.device};
-  t.ndim = static_cast<int32_t>(v.shape.size());
-  t.dtype = dl_type(v.dtype);
-  t.shape = ctx->shape.data();
-  t.strides = ctx->strides.data();
-  t.byte_offset = 0;
-  ctx->managed.manager_ctx = ctx;
-  ctx->managed.deleter = dl_deleter;
-  PyObject* cap = PyCapsule_New(&ctx->managed, "dltensor", dl_capsule_destructor);
-  if (!cap) {
-    delete ctx;
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::capsule>(cap);
-}
-
-py::dtype numpy_dtype(ElemType t) {
-  switch (t) {
-    case ElemType::kUint8: return py::dtype("uint8");
-    case ElemType::kUint16: return py::dtype("uint16");
-    case ElemType::kUint32: return py::dtype("uint32");
-    case ElemType::kInt32: return py::dtype("int32");
-    case ElemType::kInt64: return py::dtype("int64");
-    case ElemType::kFloat16: return py::dtype("float16");
-    case ElemType::kFloat32: return py::dtype("float32");
-    case ElemType::kInt8: return py::dtype("int8");
-    case ElemType::kInt16: return py::dtype("int16");
-    case ElemType::kFloat64: return py::dtype("float64");
-    case ElemType::kBool: return py::dtype("bool");
-    case ElemType::kBFloat16: break;
-  }
-  throw_error(ErrorCode::kInvalidArgument,
-              std::string("numpy has no ") + elem_type_name(t) + " type; use torch output for this format");
-}
-
-py::array to_numpy(const TensorView& v, const std::shared_ptr<SlotLease>& lease) {
-  if (v.device >= 0) throw_error(ErrorCode::kInvalidArgument, "numpy output needs host tensors (device='cpu')");
-  py::dtype dt = numpy_dtype(v.dtype);
-  std::vector<py::ssize_t> shape(v.shape.begin(), v.shape.end());
-  std::vector<py::ssize_t> strides;
-  for (int64_t s : row_major_strides(v.shape)) strides.push_back(static_cast<py::ssize_t>(s * elem_size(v.dtype)));
-  py::capsule base(new std::shared_ptr<SlotLease>(lease),
-                   [](void* p) { delete static_cast<std::shared_ptr<SlotLease>*>(p); });
-  return py::array(dt, shape, strides, v.data, base);
-}
 
 // ---- the handle ------------------------------------------------------------------
 
@@ -215,12 +80,15 @@ struct Worker {
   std::optional<DeviceBatch> dbatch;  // staged mode's result
   std::exception_ptr error;
   OrderState state_before;  // loader state when the pending request was made
-  bool grew = false;        // the ring grew past its configured size
+  // The ring grew past its configured size (LoaderOptions::warning_sink, set on a loader
+  // thread): Python raises one HeldBatchesWarning for it instead of the C++ stderr line.
+  std::atomic<bool> grew{false};
+  std::mutex grew_mu;
+  std::string grew_msg;  // why (grew_mu)
 
   // The worker thread's body.
   static void run(std::shared_ptr<Worker> w) {
     pthread_setname_np(pthread_self(), "stoker-py");
-    bool grew_seen = false;
     std::unique_lock<std::mutex> lock(w->mu);
     for (;;) {
       w->cv.wait(lock, [&] { return w->stop || (w->requested && !w->done); });
@@ -229,19 +97,13 @@ struct Worker {
       std::optional<Batch> b;
       std::optional<DeviceBatch> d;
       std::exception_ptr e;
-      bool grew = false;
       try {
-        if (w->stager) {
-          d = w->stager->next();
-        } else {
-          b = w->loader->next();
-          if (b && !grew_seen) grew = grew_seen = w->loader->stats().slots > w->configured_slots;
-        }
+        if (w->stager) d = w->stager->next();
+        else b = w->loader->next();
       } catch (...) {
         e = std::current_exception();
       }
       lock.lock();
-      if (grew) w->grew = true;
       w->batch = std::move(b);
       w->dbatch = std::move(d);
       w->error = e;
@@ -292,6 +154,16 @@ class PyLoader {
       }
       device_slots_ = popt.device_slots;
     }
+    if (popt.pin_memory && !staged_) {
+      if (cuda_device_count() == 0)
+        throw_error(ErrorCode::kUnavailable, "pin_memory=True needs a CUDA device to pin for (" +
+                                                 cuda_unavailable_reason() +
+                                                 "); without one, leave it False: host tensors are then "
+                                                 "ordinary pageable memory");
+      const int dev = select_device(popt.device, cuda_device_count());
+      if (!opt.slot_allocator) opt.slot_allocator = pinned_slot_allocator(dev);
+      if (!opt.gpu_pci_bus_id) opt.gpu_pci_bus_id = cuda_pci_bus_id(dev);
+    }
     if (popt.io_limit_bytes_per_s > 0) {
       const double limit = popt.io_limit_bytes_per_s;
       auto inner_wrap = opt.wrap_io;
@@ -301,6 +173,12 @@ class PyLoader {
       };
     }
     {
+      Worker* wp = w_.get();  // owns the loader, so outlives the sink
+      opt.warning_sink = [wp](const std::string& msg) {
+        std::lock_guard<std::mutex> lock(wp->grew_mu);
+        wp->grew_msg = msg;
+        wp->grew = true;
+      };
       py::gil_scoped_release nogil;
       w_->loader = std::make_unique<Loader>(std::move(opt));
       w_->configured_slots = w_->loader->options().slots;  // the count used when 0 asked for the default
@@ -325,16 +203,33 @@ class PyLoader {
     }
     loader_ = w_->loader.get();
     run_start_ = loader_->state();  // nothing runs yet: safe
+    tokens_ = loader_->stats().tokens;
     num_batches_ = loader_->num_batches();
     worker_ = std::thread(&Worker::run, w_);
   }
 
-  ~PyLoader() { shutdown(); }
+  ~PyLoader() {
+    if (forked()) {
+      // A copy made by fork(): the worker and loader threads (and whatever their mutexes
+      // guarded) exist only in the parent. Joining or locking here would hang, so leak
+      // the handles; the parent's Loader is untouched.
+      new std::shared_ptr<Worker>(std::move(w_));
+      new std::thread(std::move(worker_));
+      return;
+    }
+    shutdown();
+  }
 
   PyLoader(const PyLoader&) = delete;
   PyLoader& operator=(const PyLoader&) = delete;
 
-  void close() { shutdown(); }
+  void close() {
+    if (forked()) {  // a fork's copy: nothing of it runs here (see ~PyLoader)
+      loader_ = nullptr;
+      return;
+    }
+    shutdown();
+  }
 
   py::object next() {
     check_open();
@@ -358,8 +253,9 @@ class PyLoader {
         }
         if (!would_wait) {
           if (!b) return py::none();
-          py::dict out = export_batch(*b);
+          py::dict out = export_batch(*b, converter_);
           b.reset();  // the tensors hold the lease now
+          warn_if_grown();
           return out;
         }
       }
@@ -384,21 +280,33 @@ class PyLoader {
     w.batch.reset();
     std::exception_ptr error = std::exchange(w.error, nullptr);
     w.requested = w.done = false;
-    const bool grew = w.grew;
     lock.unlock();
     if (error) std::rethrow_exception(error);  // stoker::Error -> stoker.*Error (errors.cc)
     if (!have) return py::none();
-    py::dict out = export_batch(batch);
+    py::dict out = export_batch(batch, converter_);
     batch = Batch();  // the tensors hold the lease now
-    if (grew && !warned_) {
-      warned_ = true;
-      const std::string msg =
-          "stoker: the caller holds all " + std::to_string(w.configured_slots) +
-          " batch slots of this Loader (e.g. list(loader)); the ring grows so loading goes on, and memory now "
-          "grows with the batches kept. Drop batches (or tensors) you no longer need to keep it bounded.";
-      if (PyErr_WarnEx(held_batches_warning(), msg.c_str(), 2) != 0) throw py::error_already_set();
-    }
+    warn_if_grown();
     return out;
+  }
+
+  // One HeldBatchesWarning per Loader once its ring grew (the C++ side stays silent).
+  void warn_if_grown() {
+    if (warned_ || !w_->grew.load()) return;
+    warned_ = true;
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(w_->grew_mu);
+      why = w_->grew_msg;
+    }
+    if (why.find("held by the caller") == std::string::npos) {  // a long run of skipped samples
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, ("stoker: " + why).c_str(), 2) != 0) throw py::error_already_set();
+      return;
+    }
+    const std::string msg =
+        "stoker: the caller holds all " + std::to_string(w_->configured_slots) +
+        " batch slots of this Loader (e.g. list(loader)); the ring grows so loading goes on, and memory now "
+        "grows with the batches kept. Drop batches (or tensors) you no longer need to keep it bounded.";
+    if (PyErr_WarnEx(held_batches_warning(), msg.c_str(), 2) != 0) throw py::error_already_set();
   }
 
   void set_epoch(uint64_t e) {
@@ -464,22 +372,75 @@ class PyLoader {
     num_batches_ = loader_->num_batches();
   }
 
-  std::string stats_json() const {
+  // The figures as a dict, and "summary": the one line made from the same LoaderStats,
+  // so the dict's evidence and the summary always agree.
+  py::dict stats() const {
     check_open();
     LoaderStats s = loader_->stats();
+    std::optional<StagerStats> st;
     if (staged_) {
-      // Staged, the copy stream is a stage too and the trainer waits on the Stager.
-      record_verdict(s, diagnose(FeedFigures::from(s, w_->stager->stats())));
+      // Staged, the copy stream is a stage too and the trainer waits on the Stager: its
+      // wait replaces the loader's (which is the copy thread's).
+      st = w_->stager->stats();
+      const FeedFigures f = FeedFigures::from(s, *st);
+      s.consumer_wait_s = f.consumer_wait_s;
+      record_verdict(s, diagnose(f));
     }
-    return s.to_json();
-  }
-  std::string stage_stats_json() const {
-    check_open();
-    return staged_ ? w_->stager->stats().to_json() : std::string();
-  }
-  std::string stats_summary() const {
-    check_open();
-    return loader_->stats().summary();
+    auto stage = [&](const StageStats& x) {
+      py::dict d;
+      d["threads"] = x.threads;
+      d["busy_s"] = x.busy_s;
+      d["wait_s"] = x.wait_s;
+      d["items"] = x.items;
+      d["busy_frac"] = x.busy_frac(s.wall_s);
+      return d;
+    };
+    py::dict d;
+    d["wall_s"] = s.wall_s;
+    d["first_batch_s"] = s.first_batch_s;
+    d["batches"] = s.batches;
+    d["samples"] = s.samples;
+    d["samples_per_s"] = s.wall_s > 0 ? static_cast<double>(s.samples) / s.wall_s : 0.0;
+    d["bytes_read"] = s.bytes_read;
+    d["record_bytes"] = s.record_bytes;
+    d["skipped"] = s.skipped;
+    d["tokens"] = s.tokens;
+    d["io"] = stage(s.io);
+    d["decode"] = stage(s.decode);
+    d["consumer_wait_s"] = s.consumer_wait_s;
+    d["consumer_wait_frac"] = s.consumer_wait_frac();
+    d["decode_queue_avg"] = s.decode_queue_avg;
+    d["slots"] = s.slots;
+    d["slots_ready_avg"] = s.slots_ready_avg;
+    d["slots_free_avg"] = s.slots_free_avg;
+    d["io_engine"] = s.io_engine.engine;
+    d["io_direct"] = s.io_engine.direct;
+    d["io_fallback"] = s.io_engine.fallback_reason;
+    d["slot_memory"] = s.slot_memory;
+    d["cpus"] = s.cpu_explanation;
+    d["bottleneck"] = s.bottleneck;
+    d["evidence"] = s.evidence;
+    d["advice"] = s.advice;
+    d["summary"] = s.summary();
+    if (st) {
+      py::dict g;
+      g["backend"] = st->backend;
+      g["device"] = st->device;
+      g["device_slots"] = st->device_slots;
+      g["slot_bytes"] = st->slot_bytes;
+      g["host_memory"] = st->host_memory;
+      g["batches"] = st->batches;
+      g["bytes_copied"] = st->bytes_copied;
+      g["host_released"] = st->host_released;
+      g["source_wait_s"] = st->source_wait_s;
+      g["slot_wait_s"] = st->slot_wait_s;
+      g["consumer_wait_s"] = st->consumer_wait_s;
+      g["copy_busy_s"] = st->copy_busy_s;
+      g["device_wait_s"] = st->device_wait_s;
+      g["wall_s"] = st->wall_s;
+      d["stage"] = g;
+    }
+    return d;
   }
   std::vector<std::string> class_names() const {
     check_open();
@@ -498,8 +459,16 @@ class PyLoader {
 
  private:
   void check_open() const {
+    if (forked())
+      throw_error(ErrorCode::kUnavailable,
+                  "this stoker.Loader was created in process " + std::to_string(pid_) + " and is used in process " +
+                      std::to_string(::getpid()) +
+                      ", a fork of it: its threads do not exist here. Create the Loader in the process that "
+                      "iterates it (e.g. in the DataLoader worker, or after the fork), or use the 'spawn' start "
+                      "method (multiprocessing.set_start_method('spawn'), DataLoader(multiprocessing_context='spawn'))");
     if (!loader_) throw_error(ErrorCode::kInvalidArgument, "this Loader is closed");
   }
+  bool forked() const { return ::getpid() != pid_; }
 
   // Waits (GIL released, 50 ms at a time, signals checked in between) until no
   // request is running on the worker.
@@ -557,7 +526,8 @@ class PyLoader {
   RankSchedule schedule() const {
     const LoaderOptions& o = loader_->options();
     return RankSchedule(run_start_.total, o.batch_size, static_cast<uint32_t>(loader_->world_size()),
-                        static_cast<uint32_t>(loader_->rank()), o.drop_last, run_start_.consumed);
+                        static_cast<uint32_t>(loader_->rank()), o.drop_last, run_start_.consumed,
+                        tokens_ ? TailPolicy::kTrim : TailPolicy::kPad);  // as the Loader's (loader.h drop_last)
   }
 
   py::object next_staged() {
@@ -619,53 +589,10 @@ class PyLoader {
     return out;
   }
 
-  // Text and byte strings as lists of str / bytes; a variable-length array as its values
-  // [sum of n_i, *inner] plus `name.offsets` [B + 1] (sample i: values[offsets[i]:offsets[i+1]]).
-  template <typename Tensor>
-  static void export_ragged(py::dict& out, const TensorView& v, uint64_t n, Tensor&& tensor) {
-    if (v.kind == TensorKind::kRagged) {
-      out[py::str(v.name)] = tensor(v);
-      TensorView offs;
-      offs.name = v.name + ".offsets";
-      offs.data = const_cast<int64_t*>(v.offsets);
-      offs.shape = {static_cast<int64_t>(n + 1)};
-      offs.dtype = ElemType::kInt64;
-      out[py::str(offs.name)] = tensor(offs);
-      return;
-    }
-    const auto* bytes = static_cast<const char*>(v.data);
-    py::list items;
-    for (uint64_t i = 0; i < n; ++i) {
-      const char* p = bytes + v.offsets[i];
-      const auto len = static_cast<py::ssize_t>(v.offsets[i + 1] - v.offsets[i]);
-      if (v.kind == TensorKind::kText)
-        items.append(py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(p, len, "replace")));
-      else
-        items.append(py::bytes(p, static_cast<size_t>(len)));
-    }
-    out[py::str(v.name)] = items;
-  }
-
-  py::dict export_batch(const Batch& b) {
-    py::dict out;
-    auto lease = b.share_lease();
-    auto tensor = [&](const TensorView& v) -> py::object {
-      if (converter_.is_none()) return to_numpy(v, lease);
-      return converter_(to_dlpack(v, lease));
-    };
-    for (const TensorView& v : b.tensors()) {
-      if (v.kind == TensorKind::kDense) {
-        out[py::str(v.name)] = tensor(v);
-        continue;
-      }
-      export_ragged(out, v, b.size(), tensor);
-    }
-    return out;
-  }
-
   py::object converter_;
   py::object stream_fn_;
   bool staged_ = false;
+  bool tokens_ = false;  // token data (its final step is trimmed, not padded)
   unsigned device_slots_ = 0;
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);  // staged batches Python holds
   OrderState run_start_;   // where the current run started (staged mode's state())
@@ -674,138 +601,13 @@ class PyLoader {
   Loader* loader_ = nullptr;  // w_->loader while open; null once closed
   uint64_t num_batches_ = 0;
   bool warned_ = false;       // HeldBatchesWarning raised (Python thread only)
+  const pid_t pid_ = ::getpid();  // a fork's copy must not touch the threads (check_open)
   std::thread worker_;        // last: started after everything it uses exists
 };
 
 }  // namespace
 
 void init_loader(py::module_& m) {
-  py::class_<FieldTransform> ft(m, "FieldTransform", "How one field becomes part of a batch (see include/stoker/loader.h).");
-  py::enum_<FieldTransform::Kind>(ft, "Kind")
-      .value("RANDOM_RESIZED_CROP", FieldTransform::Kind::kRandomResizedCrop)
-      .value("CENTER_CROP", FieldTransform::Kind::kCenterCrop)
-      .value("FOLLOW", FieldTransform::Kind::kFollow)
-      .value("AS_STORED", FieldTransform::Kind::kAsStored);
-  ft.def(py::init<>())
-      .def_readwrite("kind", &FieldTransform::kind)
-      .def_readwrite("size", &FieldTransform::size)
-      .def_readwrite("scale_min", &FieldTransform::scale_min)
-      .def_readwrite("scale_max", &FieldTransform::scale_max)
-      .def_readwrite("ratio_min", &FieldTransform::ratio_min)
-      .def_readwrite("ratio_max", &FieldTransform::ratio_max)
-      .def_readwrite("flip_prob", &FieldTransform::flip_prob)
-      .def_readwrite("resize", &FieldTransform::resize)
-      .def_readwrite("follow", &FieldTransform::follow)
-      .def_property(
-          "interpolation",
-          [](const FieldTransform& f) { return std::string(f.interpolation == Interpolation::kNearest ? "nearest" : "antialiased"); },
-          [](FieldTransform& f, const std::string& v) {
-            if (v == "nearest") f.interpolation = Interpolation::kNearest;
-            else if (v == "antialiased" || v == "bilinear") f.interpolation = Interpolation::kAntialiased;
-            else throw_error(ErrorCode::kInvalidArgument, "interpolation must be 'nearest' or 'antialiased', got '" + v + "'");
-          })
-      .def_readwrite("channels", &FieldTransform::channels);
-
-  py::class_<PyLoaderOptions> o(m, "LoaderOptions", "Options of a Loader (see include/stoker/loader.h).");
-  o.def(py::init<>())
-      .def_property(
-          "fields", [](const PyLoaderOptions& x) { return x.o.fields; },
-          [](PyLoaderOptions& x, const std::map<std::string, FieldTransform>& v) { x.o.fields = v; })
-      .def_property(
-          "path", [](const PyLoaderOptions& x) { return x.o.path; },
-          [](PyLoaderOptions& x, const std::string& v) { x.o.path = v; })
-      .def_property(
-          "batch_size", [](const PyLoaderOptions& x) { return x.o.batch_size; },
-          [](PyLoaderOptions& x, uint64_t v) { x.o.batch_size = v; })
-      .def_property(
-          "transform", [](const PyLoaderOptions& x) { return x.o.transform; },
-          [](PyLoaderOptions& x, const ImageTransform& v) { x.o.transform = v; })
-      .def_property(
-          "pixel_format", [](const PyLoaderOptions& x) { return to_name(kPixelFormats, x.o.pixel_format); },
-          [](PyLoaderOptions& x, const std::string& v) {
-            x.o.pixel_format = from_name(kPixelFormats, v, "pixel_format");
-          })
-      .def_property(
-          "mean", [](const PyLoaderOptions& x) { return std::vector<float>(x.o.mean, x.o.mean + 3); },
-          [](PyLoaderOptions& x, const std::vector<float>& v) {
-            if (v.size() != 3) throw_error(ErrorCode::kInvalidArgument, "mean needs 3 values");
-            std::copy(v.begin(), v.end(), x.o.mean);
-          })
-      .def_property(
-          "std", [](const PyLoaderOptions& x) { return std::vector<float>(x.o.std, x.o.std + 3); },
-          [](PyLoaderOptions& x, const std::vector<float>& v) {
-            if (v.size() != 3) throw_error(ErrorCode::kInvalidArgument, "std needs 3 values");
-            std::copy(v.begin(), v.end(), x.o.std);
-          })
-      .def_property(
-          "targets", [](const PyLoaderOptions& x) { return x.o.targets; },
-          [](PyLoaderOptions& x, bool v) { x.o.targets = v; })
-      .def_property(
-          "token_dtype",
-          [](const PyLoaderOptions& x) {
-            return x.o.token_type_is_stored ? std::string("stored") : to_name(kTokenTypes, x.o.token_type);
-          },
-          [](PyLoaderOptions& x, const std::string& v) {
-            if (v == "stored") {
-              x.o.token_type_is_stored = true;
-            } else {
-              x.o.token_type = from_name(kTokenTypes, v, "token_dtype");
-              x.o.token_type_is_stored = false;
-            }
-          })
-      .def_property(
-          "order", [](const PyLoaderOptions& x) { return std::string(order_kind_name(x.o.order.kind)); },
-          [](PyLoaderOptions& x, const std::string& v) { x.o.order.kind = parse_order_kind(v); })
-      .def_property(
-          "seed", [](const PyLoaderOptions& x) { return x.o.order.seed; },
-          [](PyLoaderOptions& x, uint64_t v) { x.o.order.seed = v; })
-      .def_property(
-          "chunk_size", [](const PyLoaderOptions& x) { return x.o.order.chunk_size; },
-          [](PyLoaderOptions& x, uint64_t v) { x.o.order.chunk_size = v; })
-      .def_property(
-          "window_chunks", [](const PyLoaderOptions& x) { return x.o.order.window_chunks; },
-          [](PyLoaderOptions& x, uint64_t v) { x.o.order.window_chunks = v; })
-      .def_property(
-          "drop_last", [](const PyLoaderOptions& x) { return x.o.drop_last; },
-          [](PyLoaderOptions& x, bool v) { x.o.drop_last = v; })
-      .def_property(
-          "rank", [](const PyLoaderOptions& x) { return x.o.rank; },
-          [](PyLoaderOptions& x, int v) { x.o.rank = v; })
-      .def_property(
-          "world_size", [](const PyLoaderOptions& x) { return x.o.world_size; },
-          [](PyLoaderOptions& x, int v) { x.o.world_size = v; })
-      .def_property(
-          "threads", [](const PyLoaderOptions& x) { return x.o.threads; },
-          [](PyLoaderOptions& x, unsigned v) { x.o.threads = v; })
-      .def_property(
-          "slots", [](const PyLoaderOptions& x) { return x.o.slots; },
-          [](PyLoaderOptions& x, unsigned v) { x.o.slots = v; })
-      .def_property(
-          "grow_when_held", [](const PyLoaderOptions& x) { return x.o.grow_when_held; },
-          [](PyLoaderOptions& x, bool v) { x.o.grow_when_held = v; })
-      .def_property(
-          "on_error", [](const PyLoaderOptions& x) { return std::string(on_error_name(x.o.on_error)); },
-          [](PyLoaderOptions& x, const std::string& v) { x.o.on_error = on_error_from_name(v); })
-      .def_property(
-          "io_engine", [](const PyLoaderOptions& x) { return std::string(io_engine_kind_name(x.o.io.engine)); },
-          [](PyLoaderOptions& x, const std::string& v) { x.o.io.engine = io_engine_kind_from_name(v); })
-      .def_property(
-          "io_direct", [](const PyLoaderOptions& x) { return x.o.io.direct; },
-          [](PyLoaderOptions& x, bool v) { x.o.io.direct = v; })
-      .def_property(
-          "io_queue_depth", [](const PyLoaderOptions& x) { return x.o.io.queue_depth; },
-          [](PyLoaderOptions& x, unsigned v) { x.o.io.queue_depth = v; })
-      .def_readwrite("io_limit_bytes_per_s", &PyLoaderOptions::io_limit_bytes_per_s)
-      .def_readwrite("stage", &PyLoaderOptions::stage)
-      .def_readwrite("device", &PyLoaderOptions::device)
-      .def_readwrite("device_slots", &PyLoaderOptions::device_slots)
-      .def_property(
-          "max_record_bytes", [](const PyLoaderOptions& x) { return x.o.max_record_bytes; },
-          [](PyLoaderOptions& x, uint64_t v) { x.o.max_record_bytes = v; })
-      .def_property(
-          "gpu_pci_bus_id", [](const PyLoaderOptions& x) { return x.o.gpu_pci_bus_id; },
-          [](PyLoaderOptions& x, std::optional<std::string> v) { x.o.gpu_pci_bus_id = std::move(v); });
-
   py::class_<PyLoader>(m, "Loader", "Native loader handle; use stoker.Loader.")
       .def(py::init([](const PyLoaderOptions& o, py::object converter, py::object stream) {
              return std::make_unique<PyLoader>(o, std::move(converter), std::move(stream));
@@ -820,9 +622,9 @@ void init_loader(py::module_& m) {
       .def_property_readonly("epoch_samples", &PyLoader::epoch_samples)
       .def("state", &PyLoader::state, "The order state (one line) after the batches handed out so far.")
       .def("load_state", &PyLoader::load_state, py::arg("state"))
-      .def("stats_json", &PyLoader::stats_json)
-      .def("stats_summary", &PyLoader::stats_summary)
-      .def("stage_stats_json", &PyLoader::stage_stats_json, "The Stager's figures (JSON), or '' when not staged.")
+      .def("stats", &PyLoader::stats,
+           "LoaderStats as a dict (plus 'stage': the Stager's figures when staged, and 'summary': "
+           "LoaderStats::summary() of the same figures).")
       .def("class_names", &PyLoader::class_names)
       .def_property_readonly("rank", &PyLoader::rank)
       .def_property_readonly("world_size", &PyLoader::world_size)

@@ -1,6 +1,7 @@
 """stoker.Loader: a stoker dataset as an iterable of batches of zero-copy tensors."""
 
-import json
+import math
+import numbers
 import os
 import sys
 
@@ -11,17 +12,82 @@ __all__ = ["Loader", "default_rank_world"]
 
 _STATE_VERSION = 1
 
+# What load_state_dict() insists on: the order state depends on these and on nothing
+# else (not on the transform, size, fields, output types or the world size).
+_RESUME_KEYS = ("dataset_samples", "schema", "order", "seed", "drop_last")
 
-def default_rank_world():
-    """(rank, world_size): torch.distributed's when it is initialised, else torchrun's
-    RANK / WORLD_SIZE environment variables, else (0, 1)."""
+_PIXEL_FORMATS = ("u8_hwc", "u8_chw", "f32_chw", "f16_chw", "f32_hwc", "f16_hwc")
+
+
+def _rank_world_with_source():
+    """(rank, world_size, where they came from)."""
     # A process group exists only if torch.distributed was imported: don't import torch
     # (seconds) just to find out.
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+        return dist.get_rank(), dist.get_world_size(), "torch.distributed"
     # The native parser: the same rules (and errors) as the C++ loader's.
-    return _stoker.rank_from_env()
+    r, w = _stoker.rank_from_env()
+    if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
+        return r, w, "the default (no RANK / WORLD_SIZE)"
+    return r, w, "the RANK / WORLD_SIZE environment variables"
+
+
+def default_rank_world():
+    """(rank, world_size): torch.distributed's when it is initialised, else torchrun's
+    RANK / WORLD_SIZE environment variables, else (0, 1)."""
+    r, w, _ = _rank_world_with_source()
+    return r, w
+
+
+# --- argument checks: TypeError for a wrong type, ValueError for a wrong value, each
+# naming the parameter (the native layer would say "incompatible function arguments").
+
+def _integer(name, value, minimum=None, maximum=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def _number(name, value, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if math.isnan(value) or (minimum is not None and value < minimum):
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _flag(name, value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
+        return bool(value)
+    if type(value).__name__ == "bool_":  # numpy.bool_
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def _choice(name, value, choices):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {', '.join(map(repr, choices))}; "
+                        f"got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def _triple(name, value):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{name} must be a sequence of 3 numbers (one per channel), got {type(value).__name__}")
+    if len(value) != 3:
+        raise ValueError(f"{name} must have 3 values (one per channel), got {len(value)}")
+    return [_number(f"{name}[{i}]", v) for i, v in enumerate(value)]
 
 
 class Loader:
@@ -30,7 +96,8 @@ class Loader:
     Image datasets give ``{"image": uint8 [B, size, size, 3], "label": int64 [B],
     "index": int64 [B]}``; token datasets ``{"tokens": [B, seq_len], "targets": [B,
     seq_len] (targets=True), "index": int64 [B]}`` (int64 tokens by default under torch,
-    the stored dtype with numpy=True). The last batch is smaller unless drop_last.
+    the stored dtype with numpy=True). The last batch is smaller unless drop_last; every
+    rank gets the same number of batches of the same lengths (see drop_last).
 
     Args:
         path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``).
@@ -49,6 +116,13 @@ class Loader:
         shuffle: a global shuffle keyed by (seed, epoch); False: dataset order.
         seed: the run's seed: order and augmentation are a function of (seed, epoch).
         drop_last: drop the final partial step (all ranks then get full batches).
+            Without it the final step is shared out so every rank still gets the same
+            number of batches, the last of equal length on every rank (as torch's
+            DistributedSampler does): records are padded with the epoch order's first
+            samples (fewer than world_size of them repeat, wrapping; "index" shows
+            which), token rows are trimmed to a multiple of world_size (fewer than
+            world_size rows are left out, since padding would decompress the first
+            shuffle window again). With one rank nothing repeats or is left out.
         device: "cpu" or "cuda[:N]" (needs stoker built with CUDA and torch with CUDA):
             batches are then device tensors from the staging layer (pinned host slots,
             copies on their own stream into a ring of `device_slots` device batches,
@@ -59,15 +133,30 @@ class Loader:
         rank, world_size: None: torch.distributed's when initialised, else RANK /
             WORLD_SIZE (torchrun), else 0 of 1. Ranks get disjoint, interleaved samples.
         on_error: "error" (raise, naming shard and record) or "skip".
+        max_skipped: on_error="skip"'s budget per epoch on this rank, past which the
+            next batch raises stoker.DataLossError naming how many were skipped and the
+            first reasons (a damaged shard header drops every record of the shard): a
+            fraction of the rank's samples (< 1, e.g. 0.01), a count (>= 1), or
+            math.inf for no limit. None: the larger of 1 % and 100 samples.
         as_tuple: yield (image, label) / (tokens[, targets]) tuples instead of dicts.
         numpy: yield numpy arrays (no torch needed) instead of torch tensors.
-        targets: token data: also deliver next-token targets.
-        slots: batches in the loader's ring (memory = slots x batch bytes); None: as
-            many as fit in 32 MiB, 4 to 64 (4 for images at 224 px, more for token rows).
+        targets: token data: also deliver next-token targets (an error for records).
+        slots: batches in the loader's ring (memory = slots x batch bytes); None: sized
+            from the batch: as many as fit in 32 MiB, clamped to 4..64 (at least 4 even
+            past 32 MiB: 224 px images in batches of 64 get 4); token data up to one
+            shuffle window's batches per decode thread plus one, which may exceed 64
+            while it fits in 32 MiB. stats()["slots"] says the count in use.
         token_dtype: "int64", "int32", "uint16", "uint32" or "stored" (numpy only for
             the unsigned ones: torch 1.13 has no uint16/uint32).
         pixel_format: "u8_hwc" (default), "u8_chw", "f32_chw", "f16_chw", "f32_hwc",
             "f16_hwc" (float formats normalised with mean/std on the CPU).
+        mean, std: per channel, on the 0..1 scale: float pixels are (x / 255 - mean) /
+            std. Only with a float pixel_format (ValueError with uint8 output, which is
+            not normalised); std must be in (0, 1] and mean in [0, 1] (values like
+            123.7 or 58.4 are pixel-scale by mistake: ValueError).
+        pin_memory: device="cpu": batch slots in pinned (page-locked) memory, so
+            ``tensor.cuda(non_blocking=True)`` is an asynchronous copy. Needs stoker
+            built with CUDA and a CUDA device (stoker.UnavailableError otherwise).
         order: "shuffled", "sequential", "chunk_local" (overrides shuffle).
         io_engine: "auto", "uring" or "pread".
         io_limit_mbps: throttle reads to this many MB/s (simulating slow storage).
@@ -77,6 +166,13 @@ class Loader:
     Iterating starts the current epoch from its beginning (or from the point a
     ``load_state_dict`` restored); call ``set_epoch(e)`` before each epoch for a new
     order, as with DistributedSampler. One iteration at a time per Loader.
+
+    Processes: a Loader runs threads, which a fork() does not copy. Create it in the
+    process that iterates it (inside a DataLoader worker, after the fork) or use the
+    'spawn' start method; one used in a forked child raises stoker.UnavailableError.
+
+    Arguments of the wrong type raise TypeError, out-of-range values ValueError, each
+    naming the parameter.
 
     Lifetime: a tensor keeps its batch's memory alive until it is freed, also after the
     Loader is gone. Holding more batches than ``slots`` (``list(loader)``) works: the
@@ -88,55 +184,72 @@ class Loader:
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
-                 direct=True, device_slots=3, fields=None, _stage=None):
+                 direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
+                 _stage=None):
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path)
         self._tokens = ":tokens" in manifest["schema"]
-        self._numpy = bool(numpy)
-        self._as_tuple = bool(as_tuple)
+        self._numpy = _flag("numpy", numpy)
+        self._as_tuple = _flag("as_tuple", as_tuple)
         self._device = self._parse_device(device)
 
         o = _stoker.LoaderOptions()
         o.path = path
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        o.batch_size = int(batch_size)
-        o.transform = to_image_transform(transform, size)
+        o.batch_size = _integer("batch_size", batch_size, 1)
+        o.transform = to_image_transform(transform, _integer("size", size, 1, 8192))
         if fields is not None:
             if not isinstance(fields, dict):
                 raise TypeError(f"fields must be a dict of field name -> transform, got {type(fields).__name__}")
             o.fields = {str(k): to_field_transform(k, v) for k, v in fields.items()}
-        o.pixel_format = pixel_format
+        o.pixel_format = _choice("pixel_format", pixel_format, _PIXEL_FORMATS)
+        if (mean is not None or std is not None) and pixel_format.startswith("u8"):
+            raise ValueError(f"mean/std normalise float pixels, but pixel_format={pixel_format!r} gives uint8 "
+                             "pixels as stored; pass a float pixel_format (e.g. 'f32_chw') or drop mean/std")
         if mean is not None:
-            o.mean = [float(x) for x in mean]
+            o.mean = _triple("mean", mean)
+            if not all(0 <= m <= 1 for m in o.mean):
+                raise ValueError(f"mean={list(mean)} is not on the 0..1 scale: pixels are normalised as "
+                                 "(x / 255 - mean) / std, so give e.g. (0.485, 0.456, 0.406), not (123.7, ...)")
         if std is not None:
-            o.std = [float(x) for x in std]
-        o.targets = bool(targets)
+            o.std = _triple("std", std)
+            if not all(0 < v <= 1 for v in o.std):
+                raise ValueError(f"std={list(std)} must be in (0, 1] per channel: pixels are normalised as "
+                                 "(x / 255 - mean) / std, so give e.g. (0.229, 0.224, 0.225), not 0 nor (58.4, ...)")
+        o.targets = _flag("targets", targets)
+        if o.targets and not self._tokens:
+            raise ValueError(f"targets=True: next-token targets need token data, and {path} holds records "
+                             f"(schema {manifest['schema']})")
         if token_dtype is None:
             token_dtype = "stored" if self._numpy else "int64"
+        _choice("token_dtype", token_dtype, ("int64", "int32", "uint16", "uint32", "stored"))
         if not self._numpy and token_dtype in ("uint16", "uint32"):
             raise ValueError(f"token_dtype={token_dtype!r} has no torch type; use int64/int32, "
                              "or numpy=True")
         o.token_dtype = token_dtype
-        o.order = order if order is not None else ("shuffled" if shuffle else "sequential")
-        o.seed = int(seed)
+        if order is not None:
+            o.order = _choice("order", order, ("shuffled", "sequential", "chunk_local"))
+        else:
+            o.order = "shuffled" if _flag("shuffle", shuffle) else "sequential"
+        o.seed = _integer("seed", seed, 0, 2**64 - 1)
         if chunk_size is not None:
-            o.chunk_size = int(chunk_size)
+            o.chunk_size = _integer("chunk_size", chunk_size, 1)
         if window_chunks is not None:
-            o.window_chunks = int(window_chunks)
-        o.drop_last = bool(drop_last)
-        if rank is None or world_size is None:
-            dr, dw = default_rank_world()
-            rank = dr if rank is None else rank
-            world_size = dw if world_size is None else world_size
-        o.rank, o.world_size = int(rank), int(world_size)
-        o.threads = 0 if threads is None else int(threads)
-        o.slots = 0 if slots is None else int(slots)
-        o.on_error = on_error
-        o.io_engine = io_engine
-        o.io_direct = bool(direct)
-        if io_limit_mbps:
-            o.io_limit_bytes_per_s = float(io_limit_mbps) * 1e6
+            o.window_chunks = _integer("window_chunks", window_chunks, 1)
+        o.drop_last = _flag("drop_last", drop_last)
+        o.rank, o.world_size = self._rank_world(rank, world_size)
+        o.threads = 0 if threads is None else _integer("threads", threads, 0, 4096)
+        o.slots = 0 if slots is None else _integer("slots", slots, 1, 1 << 20)
+        o.on_error = _choice("on_error", on_error, ("error", "skip"))
+        if max_skipped is not None:
+            o.max_skipped = _number("max_skipped", max_skipped, 0)
+        o.io_engine = _choice("io_engine", io_engine, ("auto", "uring", "pread"))
+        o.io_direct = _flag("direct", direct)
+        if io_limit_mbps is not None:
+            o.io_limit_bytes_per_s = _number("io_limit_mbps", io_limit_mbps, 0) * 1e6
+        o.pin_memory = _flag("pin_memory", pin_memory)
+        if o.pin_memory and self._device is not None:
+            raise ValueError("pin_memory=True is for device='cpu' batches; device='cuda' batches are staged "
+                             "from pinned slots already")
         stream = None
         if self._device is not None:
             # Device batches come from the staging layer: copies on their own stream into a
@@ -147,7 +260,7 @@ class Loader:
             stream = lambda: torch.cuda.current_stream(dev).cuda_stream  # noqa: E731
         elif _stage is not None:
             o.stage = _stage  # "host": the staging machinery on the CPU (tests)
-        o.device_slots = int(device_slots)
+        o.device_slots = _integer("device_slots", device_slots, 1, 64)
 
         converter = None
         if not self._numpy:
@@ -236,13 +349,19 @@ class Loader:
 
     def load_state_dict(self, state):
         """Resume from state_dict(): the next iteration yields the batch after the last
-        one handed out when the state was taken. Raises ValueError (naming the option)
-        when the state was made with a different dataset, order, seed or transform."""
+        one handed out when the state was taken.
+
+        What must match (ValueError naming it otherwise): the dataset (its sample count
+        and schema), the order kind and its chunk parameters, the seed and drop_last:
+        the order state depends on these alone. What may change: the world size and
+        batch size (the position is global: samples consumed by all ranks), and the
+        transform, size, fields and output types — progressive resizing resumes with
+        the same samples in the same order, decoded at the new size."""
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError(f"not a stoker Loader state (version {_STATE_VERSION}): {state!r:.200}")
         theirs = state.get("fingerprint", {})
-        diffs = [f"{k}: saved {theirs.get(k)!r}, loader {v!r}"
-                 for k, v in self._fingerprint.items() if theirs.get(k) != v]
+        diffs = [f"{k}: saved {theirs.get(k)!r}, loader {self._fingerprint[k]!r}"
+                 for k in _RESUME_KEYS if theirs.get(k) != self._fingerprint[k]]
         if diffs:
             raise ValueError("state_dict was made with other options: " + "; ".join(diffs))
         self._impl.load_state(state["order_state"])
@@ -250,17 +369,15 @@ class Loader:
 
     # --- figures ---------------------------------------------------------------------
     def stats(self):
-        """Per-stage figures (LoaderStats::to_json) as a dict: throughput, busy/wait time
-        of the IO and decode stages, consumer wait, ring occupancy, slots, IO engine."""
-        s = json.loads(self._impl.stats_json())
-        stage = self._impl.stage_stats_json()
-        if stage:
-            s["stage"] = json.loads(stage)
-        return s
+        """Per-stage figures (LoaderStats) as a dict: throughput, busy/wait time of the
+        IO and decode stages, consumer wait, ring occupancy, slots, IO engine, the
+        bottleneck with its evidence, "stage" (the Stager's figures, device batches)
+        and "summary" (summary() of the same figures)."""
+        return self._impl.stats()
 
     def summary(self):
-        """stats() in one human-readable line."""
-        return self._impl.stats_summary()
+        """stats() in one human-readable line (the same figures as its evidence)."""
+        return self._impl.stats()["summary"]
 
     # --- lifetime --------------------------------------------------------------------
     def close(self):
@@ -279,6 +396,24 @@ class Loader:
                 f"seed={o.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
 
     # --- helpers ---------------------------------------------------------------------
+    def _rank_world(self, rank, world_size):
+        """(rank, world_size), checked, naming where each value came from."""
+        src_r = src_w = "argument"
+        if rank is None or world_size is None:
+            dr, dw, where = _rank_world_with_source()
+            if rank is None:
+                rank, src_r = dr, where
+            if world_size is None:
+                world_size, src_w = dw, where
+        rank = _integer("rank", rank)
+        world_size = _integer("world_size", world_size)
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size} (from {src_w}) must be >= 1")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} (from {src_r}) is not a rank of world_size={world_size} (from {src_w}): "
+                             f"ranks run 0..{world_size - 1}")
+        return rank, world_size
+
     def _parse_device(self, device):
         if device is None or device == "cpu":
             return None

@@ -80,8 +80,8 @@ def test_a_state_from_other_options_is_refused(image_dataset):
     state = a.state_dict()
     with pytest.raises(ValueError, match="seed"):
         stoker.Loader(path, batch_size=8, size=S, seed=2).load_state_dict(state)
-    with pytest.raises(ValueError, match="transform"):
-        stoker.Loader(path, batch_size=8, size=S + 8, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="drop_last"):
+        stoker.Loader(path, batch_size=8, size=S, seed=1, drop_last=True).load_state_dict(state)
     bad = dict(state, order_state=state["order_state"].replace("consumed=8", "consumed=9"))
     with pytest.raises(stoker.DataLossError):
         stoker.Loader(path, batch_size=8, size=S, seed=1).load_state_dict(bad)

@@ -1,9 +1,11 @@
 #include "diagnose/loader_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "util/json_text.h"
 
@@ -81,7 +83,7 @@ std::string LoaderStats::to_json() const {
   j += ",\"io\":" + stage(io);
   j += ",\"decode\":" + stage(decode);
   j += ",\"consumer_wait_s\":" + internal::json_num(consumer_wait_s);
-  j += ",\"consumer_wait_frac\":" + internal::json_num(wall_s > 0 ? consumer_wait_s / wall_s : 0);
+  j += ",\"consumer_wait_frac\":" + internal::json_num(consumer_wait_frac());
   j += ",\"decode_queue_avg\":" + internal::json_num(decode_queue_avg);
   j += ",\"slots\":" + std::to_string(slots);
   j += ",\"slots_ready_avg\":" + internal::json_num(slots_ready_avg);
@@ -97,14 +99,17 @@ std::string LoaderStats::to_json() const {
   return j + "}";
 }
 
+double LoaderStats::consumer_wait_frac() const { return FeedFigures::from(*this).consumer_wait_frac(); }
+
 std::string LoaderStats::summary() const {
+  // The verdict's figures (diagnose.h), so summary and evidence never disagree.
+  const auto busy = [&](const StageStats& s) { return 100 * std::min(1.0, s.busy_frac(wall_s)); };
   char b[512];
   std::snprintf(b, sizeof b,
                 "%.0f samples/s over %.2f s; io %.0f%% busy; decode %u thread%s %.0f%% busy; consumer waited %.0f%%; "
                 "%.1f of %u slots ready on average",
-                wall_s > 0 ? samples / wall_s : 0.0, wall_s, 100 * io.busy_frac(wall_s), decode.threads,
-                decode.threads == 1 ? "" : "s", 100 * decode.busy_frac(wall_s),
-                wall_s > 0 ? 100 * consumer_wait_s / wall_s : 0.0, slots_ready_avg, slots);
+                wall_s > 0 ? samples / wall_s : 0.0, wall_s, busy(io), decode.threads,
+                decode.threads == 1 ? "" : "s", busy(decode), 100 * consumer_wait_frac(), slots_ready_avg, slots);
   return b;
 }
 

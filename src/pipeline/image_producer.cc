@@ -119,7 +119,9 @@ void ImageProducer::start_job(uint64_t k, size_t slot) {
       js.push_back(static_cast<uint32_t>(j));
     } catch (const Error& e) {
       // A missing or replaced shard: this record fails like a bad read would.
-      ctx_.sample_failed(run, *job, static_cast<uint32_t>(j), std::make_exception_ptr(naming(e, ctx_.record_name(s, r))));
+      const Context::ShardFailure sf{s, e.what()};
+      ctx_.sample_failed(run, *job, static_cast<uint32_t>(j), std::make_exception_ptr(naming(e, ctx_.record_name(s, r))),
+                         &sf);
       run.finish_one(*job);
     }
   }

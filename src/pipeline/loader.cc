@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -68,6 +69,17 @@ struct Loader::Impl {
   LoaderOptions opt;
   internal::Context ctx;
   bool tokens = false;
+  // Token data trims the final step to a multiple of the world size instead of padding it
+  // (order.h TailPolicy): padding would need the first window decompressed again.
+  TailPolicy tail_policy() const noexcept { return tokens ? TailPolicy::kTrim : TailPolicy::kPad; }
+  // LoaderOptions::max_skipped as a count of this run's samples.
+  uint64_t skip_budget(const RankSchedule& s) const {
+    const uint64_t nb = s.num_batches();
+    const uint64_t samples = nb ? (nb - 1) * s.batch_size() + s.batch_length(nb - 1) : 0;
+    const double m = opt.max_skipped.value_or(std::max(100.0, 0.01 * static_cast<double>(samples)));
+    if (m >= 1e19) return UINT64_MAX - 1;  // infinity: no limit (and no overflow below)
+    return m < 1 ? static_cast<uint64_t>(m * static_cast<double>(samples)) : static_cast<uint64_t>(m);
+  }
   std::shared_ptr<SlotRing> ring;
   std::unique_ptr<internal::Run> run;
   std::unique_ptr<internal::Producer> producer;
@@ -93,6 +105,23 @@ struct Loader::Impl {
 
 void Loader::Impl::setup() {
   if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
+  if (opt.max_skipped && !(*opt.max_skipped >= 0))
+    throw_error(ErrorCode::kInvalidArgument, "max_skipped = " + std::to_string(*opt.max_skipped) +
+                                                 " is not a fraction in [0, 1), a count >= 1 or infinity");
+  // Normalisation is (x / 255 - mean) / std: a std of 0 divides by zero, and values
+  // above 1 are almost surely given on the pixel scale (0..255) by mistake.
+  for (int c = 0; c < 3; ++c) {
+    if (!(opt.std[c] > 0) || opt.std[c] > 1)
+      throw_error(ErrorCode::kInvalidArgument,
+                  "std[" + std::to_string(c) + "] = " + std::to_string(opt.std[c]) +
+                      " is not in (0, 1]: pixels are normalised as (x / 255 - mean) / std, so give std on the "
+                      "0..1 scale (e.g. 0.229, not 58.4)");
+    if (!(opt.mean[c] >= 0) || opt.mean[c] > 1)
+      throw_error(ErrorCode::kInvalidArgument,
+                  "mean[" + std::to_string(c) + "] = " + std::to_string(opt.mean[c]) +
+                      " is not in [0, 1]: pixels are normalised as (x / 255 - mean) / std, so give mean on the "
+                      "0..1 scale (e.g. 0.485, not 123.7)");
+  }
   ctx.opt = &opt;
   ShardReaderOptions ro;
   ro.max_record_bytes = opt.max_record_bytes;
@@ -103,14 +132,19 @@ void Loader::Impl::setup() {
   for (size_t i = 0; i < schema.fields.size(); ++i)
     if (schema.fields[i].kind == FieldKind::kTokens && tok.field < 0) tok.field = static_cast<int>(i);
   tokens = tok.field >= 0;
+  if (!tokens && opt.targets)
+    throw_error(ErrorCode::kInvalidArgument, "targets: next-token targets need token data, and " + opt.path +
+                                                 " holds records (schema " + schema.to_string() + ")");
   if (tokens && !opt.fields.empty())
     throw_error(ErrorCode::kInvalidArgument, "fields: per-field transforms apply to datasets of records, not to token data");
 
   // Rank and world size: explicit, else torchrun's environment.
   if (opt.rank >= 0 || opt.world_size >= 0) {
     if (opt.rank < 0 || opt.world_size < 1 || opt.rank >= opt.world_size)
-      throw_error(ErrorCode::kInvalidArgument, "rank " + std::to_string(opt.rank) + " / world_size " +
-                                                   std::to_string(opt.world_size) + " is not a valid pair");
+      throw_error(ErrorCode::kInvalidArgument,
+                  "rank " + std::to_string(opt.rank) + " / world_size " + std::to_string(opt.world_size) +
+                      " is not a valid pair: give both (or neither, for RANK / WORLD_SIZE), world_size >= 1 "
+                      "and 0 <= rank < world_size");
     ctx.rank = RankInfo{static_cast<uint32_t>(opt.rank), static_cast<uint32_t>(opt.world_size)};
   } else {
     ctx.rank = rank_from_env();
@@ -196,6 +230,7 @@ void Loader::Impl::setup() {
   ring->add_slots_locked(opt.slots);
   run = std::make_unique<internal::Run>(ring);
   run->var_outputs = ctx.vars.size();
+  run->warn = opt.warning_sink;
   for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
   producer = tokens ? internal::make_token_producer(ctx, tok) : internal::make_image_producer(ctx, img);
 }
@@ -205,12 +240,17 @@ void Loader::Impl::start_run() {
   r.epoch = epoch;
   r.order = std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch);
   r.sched = std::make_unique<RankSchedule>(r.order->size(), opt.batch_size, ctx.rank.world_size, ctx.rank.rank,
-                                           opt.drop_last, start_consumed);
+                                           opt.drop_last, start_consumed, tail_policy());
   r.stop = false;
   r.next_start = 0;
   r.jobs.clear();
   r.fatal = nullptr;
   r.c.reset();
+  r.skip_budget = skip_budget(*r.sched);
+  {
+    std::lock_guard<std::mutex> lock(ctx.skip_log_mu);
+    ctx.skip_first.clear();
+  }
   next_deliver = 0;
   delivered_error = nullptr;
   first_batch_s = 0;
@@ -264,6 +304,15 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
   for (;;) {
     const uint64_t k = next_deliver;
     if (k >= r.sched->num_batches()) {
+      {
+        // A run that failed after its last batch was ready (the skip budget ran out on
+        // batches that were then all compacted away) must not end as a quiet epoch.
+        std::lock_guard<std::mutex> lock(ring->mu);
+        if (r.fatal) {
+          delivered_error = r.fatal;
+          std::rethrow_exception(r.fatal);
+        }
+      }
       reporter->epoch_end(snap, epoch);
       return std::nullopt;
     }
@@ -308,6 +357,10 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
           delivered_error = std::current_exception();
           throw;
         }
+      }
+      if (opt.on_error == OnError::kSkip && r.fatal) {  // e.g. past the skip budget: stop here
+        delivered_error = r.fatal;
+        std::rethrow_exception(r.fatal);
       }
       r.c.consumer_wait_ns += internal::nanos(Clock::now() - w0);
       r.c.ready_sum += ring->count_locked(SlotRing::State::kReady);
@@ -388,7 +441,7 @@ uint64_t Loader::num_batches() const {
   const Impl& m = *impl_;
   if (m.running) return m.run->sched->num_batches();
   RankSchedule s(m.ctx.layout->units(), m.opt.batch_size, m.ctx.rank.world_size, m.ctx.rank.rank, m.opt.drop_last,
-                 m.start_consumed);
+                 m.start_consumed, m.tail_policy());
   return s.num_batches();
 }
 

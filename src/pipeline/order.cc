@@ -467,9 +467,9 @@ std::pair<uint64_t, uint64_t> EpochOrder::chunk_units(uint64_t chunk) const {
 // RankSchedule
 
 RankSchedule::RankSchedule(uint64_t total, uint64_t batch_size, uint32_t world_size,
-                           uint32_t rank, bool drop_last, uint64_t consumed)
+                           uint32_t rank, bool drop_last, uint64_t consumed, TailPolicy tail)
     : total_(total), batch_(batch_size), world_(world_size), rank_(rank),
-      drop_last_(drop_last), start_(consumed) {
+      drop_last_(drop_last), tail_(tail), start_(consumed) {
   if (total > kMaxOrderUnits) {
     throw_error(ErrorCode::kInvalidArgument,
                 "rank schedule: " + std::to_string(total) + " samples exceed 2^62");
@@ -494,27 +494,32 @@ RankSchedule::RankSchedule(uint64_t total, uint64_t batch_size, uint32_t world_s
   const uint64_t left = total - consumed;
   const uint64_t full = left / step_;
   const uint64_t rest = left % step_;
-  if (drop_last_ || rest == 0) {
-    end_ = start_ + full * step_;
-    steps_ = batches_ = full;
-  } else {
+  end_ = start_ + full * step_;
+  steps_ = full;
+  last_len_ = batch_;
+  if (drop_last_ || rest == 0) return;
+  if (tail_ == TailPolicy::kPad) {
+    // Every rank takes ceil(rest / W) positions; those past the epoch wrap (position()).
+    last_len_ = (rest + world_ - 1) / world_;
+    padding_ = last_len_ * world_ - rest;
     end_ = total_;
     steps_ = full + 1;
-    batches_ = full + (rest > rank_ ? 1 : 0);
+  } else {
+    const uint64_t each = rest / world_;
+    if (each == 0) return;  // fewer left than ranks: the step goes, the full ones stay
+    last_len_ = each;
+    end_ += each * world_;
+    steps_ = full + 1;
   }
 }
 
 uint64_t RankSchedule::batch_length(uint64_t k) const {
-  if (k >= batches_) {
+  if (k >= steps_) {
     throw_error(ErrorCode::kInvalidArgument, "rank schedule: batch " + std::to_string(k) +
                                                  " is past the last (" +
-                                                 std::to_string(batches_) + " batches)");
+                                                 std::to_string(steps_) + " batches)");
   }
-  const uint64_t step_begin = start_ + k * step_;
-  const uint64_t left = end_ - step_begin;
-  if (left >= step_) return batch_;
-  // Final partial step: positions step_begin + rank + j*W < end.
-  return (left - rank_ + world_ - 1) / world_;
+  return k + 1 == steps_ ? last_len_ : batch_;
 }
 
 std::vector<uint64_t> RankSchedule::positions(uint64_t k) const {

@@ -60,11 +60,19 @@ struct Context {
     return dataset->shard_path(shard) + ": record " + std::to_string(rec);
   }
   /// A sample could not be read, checked or decoded: fail its batch (kError) or drop it
-  /// (kSkip: counted in run.c.skipped, each distinct reason logged once).
-  void sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e) const;
-
+  /// (kSkip: counted in run.c.skipped, each distinct reason logged once). Past the run's
+  /// skip budget (Run::skip_budget) the run fails with kDataLoss naming the count and
+  /// the first reasons. `shard_failure`: the record's shard itself cannot be opened (or
+  /// does not match the manifest): logged and listed once per shard, not per record.
+  struct ShardFailure {
+    size_t shard;
+    std::string reason;
+  };
+  void sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e,
+                     const ShardFailure* shard_failure = nullptr) const;
   mutable std::mutex skip_log_mu;
   mutable std::set<std::string> skip_logged;
+  mutable std::vector<std::string> skip_first;  ///< this run's first distinct reasons (skip_log_mu)
 };
 
 /// `e` naming the record it is about: `record` in front, unless the message names it.

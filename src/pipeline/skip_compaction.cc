@@ -1,5 +1,6 @@
 #include "pipeline/skip_compaction.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -17,22 +18,42 @@ void move_sample(const Context& ctx, Job& from, uint64_t j, Job& to, uint64_t i)
 
 }  // namespace
 
-void Context::sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e) const {
+void Context::sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e,
+                            const ShardFailure* shard_failure) const {
   if (opt->on_error == OnError::kError) {
     job.fail(std::move(e));
     return;
   }
   job.mark_bad(j);
-  run.c.skipped++;
+  const uint64_t skipped = ++run.c.skipped;
   std::string what = "unknown error";
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    what = ex.what();
-  } catch (...) {
+  if (shard_failure) {
+    // One line per shard: a shard that cannot be opened would otherwise name each of its
+    // records, hundreds of lines for one cause.
+    what = "every record of " + dataset->shard_path(shard_failure->shard) + ": " + shard_failure->reason;
+  } else {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
   }
   std::lock_guard<std::mutex> lock(skip_log_mu);
   if (skip_logged.insert(what).second) std::fprintf(stderr, "stoker: skipping %s (on_error=skip)\n", what.c_str());
+  if (skip_first.size() < 3 && std::find(skip_first.begin(), skip_first.end(), what) == skip_first.end())
+    skip_first.push_back(what);
+  if (skipped == run.skip_budget + 1) {
+    // Past the budget a damaged dataset is more likely than a few bad samples: an epoch
+    // that silently drops a whole shard trains on something else than intended.
+    std::string first;
+    for (const std::string& r : skip_first) first += (first.empty() ? "" : "; ") + r;
+    run.fail(std::make_exception_ptr(Error(
+        ErrorCode::kDataLoss,
+        "on_error=skip: " + std::to_string(skipped) + " samples skipped in this epoch, more than max_skipped allows (" +
+            std::to_string(run.skip_budget) + "); first reasons: " + first +
+            ". Repair or re-pack the dataset, or raise max_skipped")));
+  }
 }
 
 bool needs_compaction(const LoaderOptions& opt, const Job& job, uint64_t n) {

@@ -146,9 +146,12 @@ std::shared_ptr<Job> Run::wait_ready(uint64_t k, std::unique_lock<std::mutex>& l
         if (!grow)
           throw_error(ErrorCode::kResourceExhausted, why + "; " + (all_held ? "release batches" : "raise `slots`") +
                                                          " or enable grow_when_held");
-        if (!warned_grow.exchange(true))
-          std::fprintf(stderr, "stoker: warning: %s; adding slots so the loader can go on (memory now grows with %s)\n",
-                       why.c_str(), all_held ? "the batches kept; release batches to keep it bounded" : "the run of bad samples");
+        if (!warned_grow.exchange(true)) {
+          const std::string msg = why + "; adding slots so the loader can go on (memory now grows with " +
+                                  (all_held ? "the batches kept; release batches to keep it bounded)" : "the run of bad samples)");
+          if (warn) warn(msg);
+          else std::fprintf(stderr, "stoker: warning: %s\n", msg.c_str());
+        }
         ring->add_slots_locked(1);
         ring->producer_cv.notify_all();
       }

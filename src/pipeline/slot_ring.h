@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -134,6 +135,8 @@ struct Run {
   std::map<uint64_t, std::shared_ptr<Job>> jobs;  ///< ring->mu
   std::exception_ptr fatal;                       ///< ring->mu
   Counters c;
+  uint64_t skip_budget = UINT64_MAX;
+  std::function<void(const std::string&)> warn;  ///< LoaderOptions::warning_sink (null: stderr)  ///< OnError::kSkip: samples this run may drop
   size_t var_outputs = 0;  ///< Context::vars.size(): each job gets a list per output
 
   /// ring->mu held: a new job for batch `k` in free slot `slot` (marked kFilling), with

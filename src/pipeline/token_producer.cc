@@ -49,6 +49,8 @@ struct TokenWindow {
     uint64_t skip = 0;                 // where the record starts in `stored`
     size_t rows_at = 0;                // where its first row is once decompressed
     std::exception_ptr error;          // it could not be read, checked or decompressed
+    int64_t failed_shard = -1;         // its shard could not be opened: why in shard_reason
+    std::string shard_reason;
   };
   std::vector<Rec> recs;
   std::vector<uint32_t> arrived;  // records read (or failed), in completion order; guarded by the ring's mutex
@@ -431,7 +433,13 @@ bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, 
       job.fail(rec.error);
       return false;
     }
-    ctx_.sample_failed(*run_, job, static_cast<uint32_t>(j), rec.error);  // every row of a bad record is skipped
+    // Every row of a bad record is skipped.
+    if (rec.failed_shard >= 0) {
+      const Context::ShardFailure sf{static_cast<size_t>(rec.failed_shard), rec.shard_reason};
+      ctx_.sample_failed(*run_, job, static_cast<uint32_t>(j), rec.error, &sf);
+    } else {
+      ctx_.sample_failed(*run_, job, static_cast<uint32_t>(j), rec.error);
+    }
     job.record_bytes.fetch_sub(f_.row_bytes, std::memory_order_relaxed);
     return false;
   }
@@ -504,6 +512,8 @@ void TokenProducer::token_io_main() {
         } catch (const Error& e) {
           // A missing or replaced shard: the record fails like a bad read would.
           rec.error = std::make_exception_ptr(naming(e, ctx_.record_name(s, rr)));
+          rec.failed_shard = static_cast<int64_t>(s);
+          rec.shard_reason = e.what();
           finished.emplace_back(win, r);
         }
       }

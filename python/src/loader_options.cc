@@ -1,0 +1,178 @@
+// _stoker.LoaderOptions and _stoker.FieldTransform: the options of a Python Loader,
+// set by python/stoker/loader.py (which checks types and names the parameter) and read
+// by loader.cc. Enumerations go by their names ("u8_hwc", "shuffled", ...).
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "bindings.h"
+#include "loader_options.h"
+#include "stoker/error.h"
+#include "stoker/io.h"
+#include "stoker/order.h"
+
+namespace stoker::python {
+namespace {
+
+const std::pair<const char*, PixelFormat> kPixelFormats[] = {
+    {"u8_hwc", PixelFormat::kU8HWC},   {"u8_chw", PixelFormat::kU8CHW},   {"f32_chw", PixelFormat::kF32CHW},
+    {"f16_chw", PixelFormat::kF16CHW}, {"f32_hwc", PixelFormat::kF32HWC}, {"f16_hwc", PixelFormat::kF16HWC},
+};
+
+const std::pair<const char*, ElemType> kTokenTypes[] = {
+    {"uint16", ElemType::kUint16}, {"uint32", ElemType::kUint32}, {"int32", ElemType::kInt32}, {"int64", ElemType::kInt64}};
+
+template <class T, size_t N>
+T from_name(const std::pair<const char*, T> (&table)[N], const std::string& s, const char* what) {
+  std::string names;
+  for (auto& [n, v] : table) {
+    if (s == n) return v;
+    names += names.empty() ? "" : ", ";
+    names += n;
+  }
+  throw_error(ErrorCode::kInvalidArgument, std::string(what) + " '" + s + "' is not one of " + names);
+}
+template <class T, size_t N>
+std::string to_name(const std::pair<const char*, T> (&table)[N], T v) {
+  for (auto& [n, x] : table)
+    if (x == v) return n;
+  return "?";
+}
+
+}  // namespace
+
+void init_loader_options(py::module_& m) {
+  py::class_<FieldTransform> ft(m, "FieldTransform", "How one field becomes part of a batch (see include/stoker/loader.h).");
+  py::enum_<FieldTransform::Kind>(ft, "Kind")
+      .value("RANDOM_RESIZED_CROP", FieldTransform::Kind::kRandomResizedCrop)
+      .value("CENTER_CROP", FieldTransform::Kind::kCenterCrop)
+      .value("FOLLOW", FieldTransform::Kind::kFollow)
+      .value("AS_STORED", FieldTransform::Kind::kAsStored);
+  ft.def(py::init<>())
+      .def_readwrite("kind", &FieldTransform::kind)
+      .def_readwrite("size", &FieldTransform::size)
+      .def_readwrite("scale_min", &FieldTransform::scale_min)
+      .def_readwrite("scale_max", &FieldTransform::scale_max)
+      .def_readwrite("ratio_min", &FieldTransform::ratio_min)
+      .def_readwrite("ratio_max", &FieldTransform::ratio_max)
+      .def_readwrite("flip_prob", &FieldTransform::flip_prob)
+      .def_readwrite("resize", &FieldTransform::resize)
+      .def_readwrite("follow", &FieldTransform::follow)
+      .def_property(
+          "interpolation",
+          [](const FieldTransform& f) { return std::string(f.interpolation == Interpolation::kNearest ? "nearest" : "antialiased"); },
+          [](FieldTransform& f, const std::string& v) {
+            if (v == "nearest") f.interpolation = Interpolation::kNearest;
+            else if (v == "antialiased" || v == "bilinear") f.interpolation = Interpolation::kAntialiased;
+            else throw_error(ErrorCode::kInvalidArgument, "interpolation must be 'nearest' or 'antialiased', got '" + v + "'");
+          })
+      .def_readwrite("channels", &FieldTransform::channels);
+
+  py::class_<PyLoaderOptions> o(m, "LoaderOptions", "Options of a Loader (see include/stoker/loader.h).");
+  o.def(py::init<>())
+      .def_property(
+          "fields", [](const PyLoaderOptions& x) { return x.o.fields; },
+          [](PyLoaderOptions& x, const std::map<std::string, FieldTransform>& v) { x.o.fields = v; })
+      .def_property(
+          "path", [](const PyLoaderOptions& x) { return x.o.path; },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.path = v; })
+      .def_property(
+          "batch_size", [](const PyLoaderOptions& x) { return x.o.batch_size; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.batch_size = v; })
+      .def_property(
+          "transform", [](const PyLoaderOptions& x) { return x.o.transform; },
+          [](PyLoaderOptions& x, const ImageTransform& v) { x.o.transform = v; })
+      .def_property(
+          "pixel_format", [](const PyLoaderOptions& x) { return to_name(kPixelFormats, x.o.pixel_format); },
+          [](PyLoaderOptions& x, const std::string& v) {
+            x.o.pixel_format = from_name(kPixelFormats, v, "pixel_format");
+          })
+      .def_property(
+          "mean", [](const PyLoaderOptions& x) { return std::vector<float>(x.o.mean, x.o.mean + 3); },
+          [](PyLoaderOptions& x, const std::vector<float>& v) {
+            if (v.size() != 3) throw_error(ErrorCode::kInvalidArgument, "mean needs 3 values");
+            std::copy(v.begin(), v.end(), x.o.mean);
+          })
+      .def_property(
+          "std", [](const PyLoaderOptions& x) { return std::vector<float>(x.o.std, x.o.std + 3); },
+          [](PyLoaderOptions& x, const std::vector<float>& v) {
+            if (v.size() != 3) throw_error(ErrorCode::kInvalidArgument, "std needs 3 values");
+            std::copy(v.begin(), v.end(), x.o.std);
+          })
+      .def_property(
+          "targets", [](const PyLoaderOptions& x) { return x.o.targets; },
+          [](PyLoaderOptions& x, bool v) { x.o.targets = v; })
+      .def_property(
+          "token_dtype",
+          [](const PyLoaderOptions& x) {
+            return x.o.token_type_is_stored ? std::string("stored") : to_name(kTokenTypes, x.o.token_type);
+          },
+          [](PyLoaderOptions& x, const std::string& v) {
+            if (v == "stored") {
+              x.o.token_type_is_stored = true;
+            } else {
+              x.o.token_type = from_name(kTokenTypes, v, "token_dtype");
+              x.o.token_type_is_stored = false;
+            }
+          })
+      .def_property(
+          "order", [](const PyLoaderOptions& x) { return std::string(order_kind_name(x.o.order.kind)); },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.order.kind = parse_order_kind(v); })
+      .def_property(
+          "seed", [](const PyLoaderOptions& x) { return x.o.order.seed; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.order.seed = v; })
+      .def_property(
+          "chunk_size", [](const PyLoaderOptions& x) { return x.o.order.chunk_size; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.order.chunk_size = v; })
+      .def_property(
+          "window_chunks", [](const PyLoaderOptions& x) { return x.o.order.window_chunks; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.order.window_chunks = v; })
+      .def_property(
+          "drop_last", [](const PyLoaderOptions& x) { return x.o.drop_last; },
+          [](PyLoaderOptions& x, bool v) { x.o.drop_last = v; })
+      .def_property(
+          "rank", [](const PyLoaderOptions& x) { return x.o.rank; },
+          [](PyLoaderOptions& x, int v) { x.o.rank = v; })
+      .def_property(
+          "world_size", [](const PyLoaderOptions& x) { return x.o.world_size; },
+          [](PyLoaderOptions& x, int v) { x.o.world_size = v; })
+      .def_property(
+          "threads", [](const PyLoaderOptions& x) { return x.o.threads; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.threads = v; })
+      .def_property(
+          "slots", [](const PyLoaderOptions& x) { return x.o.slots; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.slots = v; })
+      .def_property(
+          "grow_when_held", [](const PyLoaderOptions& x) { return x.o.grow_when_held; },
+          [](PyLoaderOptions& x, bool v) { x.o.grow_when_held = v; })
+      .def_property(
+          "on_error", [](const PyLoaderOptions& x) { return std::string(on_error_name(x.o.on_error)); },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.on_error = on_error_from_name(v); })
+      .def_property(
+          "io_engine", [](const PyLoaderOptions& x) { return std::string(io_engine_kind_name(x.o.io.engine)); },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.io.engine = io_engine_kind_from_name(v); })
+      .def_property(
+          "io_direct", [](const PyLoaderOptions& x) { return x.o.io.direct; },
+          [](PyLoaderOptions& x, bool v) { x.o.io.direct = v; })
+      .def_property(
+          "io_queue_depth", [](const PyLoaderOptions& x) { return x.o.io.queue_depth; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.io.queue_depth = v; })
+      .def_readwrite("io_limit_bytes_per_s", &PyLoaderOptions::io_limit_bytes_per_s)
+      .def_readwrite("stage", &PyLoaderOptions::stage)
+      .def_readwrite("device", &PyLoaderOptions::device)
+      .def_readwrite("device_slots", &PyLoaderOptions::device_slots)
+      .def_readwrite("pin_memory", &PyLoaderOptions::pin_memory)
+      .def_property(
+          "max_skipped", [](const PyLoaderOptions& x) { return x.o.max_skipped; },
+          [](PyLoaderOptions& x, std::optional<double> v) { x.o.max_skipped = v; })
+      .def_property(
+          "max_record_bytes", [](const PyLoaderOptions& x) { return x.o.max_record_bytes; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.max_record_bytes = v; })
+      .def_property(
+          "gpu_pci_bus_id", [](const PyLoaderOptions& x) { return x.o.gpu_pci_bus_id; },
+          [](PyLoaderOptions& x, std::optional<std::string> v) { x.o.gpu_pci_bus_id = std::move(v); });
+}
+
+}  // namespace stoker::python
