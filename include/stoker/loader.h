@@ -102,6 +102,17 @@ struct LoaderOptions {
   bool targets = false;               ///< also deliver `targets` (inputs shifted by one)
   ElemType token_type = ElemType::kUint16;  ///< output element type; kUint16/kUint32/kInt32/kInt64
   bool token_type_is_stored = true;   ///< true: deliver the stored dtype (ignore token_type)
+  // Document outputs, for datasets packed with boundaries (pack_tokens with --eos, or
+  // from a Megatron index; kInvalidArgument naming the dataset otherwise). Each is
+  // aligned with `tokens` (input i's target is targets[i]):
+  bool position_ids = false;  ///< "position_ids" int32 [B, seq_len]: position in its document, 0 after each EOS
+  bool loss_mask = false;     ///< "loss_mask" bool [B, seq_len]: false where the target starts another document
+  bool doc_ids = false;       ///< "doc_ids" int32 [B, seq_len]: the token's document within its row, from 0
+  /// "cu_seqlens" int32 [D + 1], D varying per batch: 0, then the cumulative lengths of
+  /// the rows' pieces of documents over the flattened [B * seq_len] inputs (a document
+  /// cut by a row's end counts once per row); the last entry is B * seq_len. A dense 1-D
+  /// tensor whose length varies (FlashAttention's varlen cu_seqlens).
+  bool cu_seqlens = false;
 
   // --- order ---
   OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled

@@ -66,7 +66,7 @@ int pack_imagefolder_cmd(const Args& args) {
 
 int pack_tokens_cmd(const Args& args) {
   ArgParser p(args, {"skip-bad", "overwrite"});
-  p.check_known(with_common({"dtype", "seq-len", "zstd", "rows-per-record"}));
+  p.check_known(with_common({"dtype", "seq-len", "zstd", "rows-per-record", "eos"}));
   need_positional(p, 2, "pack tokens FILE OUT --dtype uint16|uint32 --seq-len N [options]");
   TokensPackOptions o;
   common_options(p, o);
@@ -83,6 +83,7 @@ int pack_tokens_cmd(const Args& args) {
   const int64_t rpr = p.get_int("rows-per-record", 0);
   if (rpr < 0 || rpr > (1 << 24)) throw_error(ErrorCode::kInvalidArgument, "--rows-per-record out of range");
   o.rows_per_record = static_cast<uint32_t>(rpr);
+  if (p.get("eos")) o.eos = p.get_int("eos", 0);
   return print_summary(pack_tokens(p.positional()[0], p.positional()[1], o), p.positional()[1]);
 }
 
@@ -114,9 +115,10 @@ STOKER_COMMAND("pack imagefolder",
                "Pack an ImageFolder tree (SRC/<class>/<image>.jpg) into a dataset of shards.",
                pack_imagefolder_cmd);
 STOKER_COMMAND("pack tokens",
-               "FILE OUT --dtype uint16|uint32 --seq-len N [--zstd LEVEL] [--rows-per-record R] [--shard-size S] "
+               "FILE OUT --dtype uint16|uint32 --seq-len N [--eos ID] [--zstd LEVEL] [--rows-per-record R] [--shard-size S] "
                "[--threads N] [--overwrite]",
-               "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows.",
+               "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows; "
+               "--eos ID (or a Megatron index) also stores document boundaries.",
                pack_tokens_cmd);
 STOKER_COMMAND("pack wds", "TAR... OUT [--skip-bad] [--classes FILE] [--shard-size S] [--threads N] [--overwrite]",
                "Pack WebDataset tars (key.jpg + key.cls samples) into a dataset of shards.", pack_wds_cmd);

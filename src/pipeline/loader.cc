@@ -169,6 +169,26 @@ void Loader::Impl::setup() {
     tok.tokens_t = add("tokens", tt, {static_cast<int64_t>(tok.seq_len)});
     if (opt.targets) tok.targets_t = add("targets", tt, {static_cast<int64_t>(tok.seq_len)});
     tok.index_t = add("index", ElemType::kInt64, {});
+    if (opt.position_ids || opt.loss_mask || opt.doc_ids || opt.cu_seqlens) {
+      const int d = schema.find("doc_starts");
+      if (d < 0 || schema.fields[static_cast<size_t>(d)].kind != FieldKind::kVarArray ||
+          schema.fields[static_cast<size_t>(d)].dtype != DType::kInt32)
+        throw_error(ErrorCode::kInvalidArgument,
+                    opt.path + ": position_ids, loss_mask, doc_ids and cu_seqlens need document boundaries, which "
+                               "this dataset was packed without; pack it with `stoker pack tokens FILE OUT --eos ID` "
+                               "(or from a Megatron .bin/.idx pair)");
+      tok.docs_field = d;
+      const int64_t N = tok.seq_len;
+      if (opt.position_ids) tok.position_t = add("position_ids", ElemType::kInt32, {N});
+      if (opt.loss_mask) tok.mask_t = add("loss_mask", ElemType::kBool, {N});
+      if (opt.doc_ids) tok.doc_ids_t = add("doc_ids", ElemType::kInt32, {N});
+      if (opt.cu_seqlens) {
+        internal::VarOut v{"cu_seqlens", TensorKind::kDense, ElemType::kInt32, {}, 4};
+        v.cumulative = true;
+        ctx.vars.push_back(std::move(v));
+        tok.seqlens_var = static_cast<int>(ctx.vars.size() - 1);
+      }
+    }
   }
   size_t off = 0;
   for (auto& t : ctx.tensors) {
@@ -342,13 +362,38 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
     // (leased with it), and B + 1 offsets.
     SlotRing::Slot& slot = *ring->slots[job->slot];
     size_t total = 0;
-    for (size_t v = 0; v < ctx.vars.size(); ++v)
+    for (size_t v = 0; v < ctx.vars.size(); ++v) {
       for (uint64_t j = 0; j < n; ++j) total += (job->var[v][j].size() + 7) / 8 * 8;
+      if (ctx.vars[v].cumulative) total += 8;  // the leading 0
+    }
     slot.var_mem.resize(std::max<size_t>(total, 8));
     slot.var_offsets.resize(ctx.vars.size() * (opt.batch_size + 1));
     size_t at = 0;
     for (size_t v = 0; v < ctx.vars.size(); ++v) {
       const internal::VarOut& vo = ctx.vars[v];
+      if (vo.cumulative) {
+        // One int32 array for the batch: 0, then the running sum of the samples' values.
+        int32_t* out = reinterpret_cast<int32_t*>(slot.var_mem.data() + at);
+        int64_t count = 0, sum = 0;
+        out[count++] = 0;
+        for (uint64_t j = 0; j < n; ++j) {
+          const auto& bytes = job->var[v][j];
+          for (size_t x = 0; x + 4 <= bytes.size(); x += 4) {
+            int32_t len;
+            std::memcpy(&len, bytes.data() + x, 4);
+            sum += len;
+            out[count++] = static_cast<int32_t>(sum);
+          }
+        }
+        TensorView tv;
+        tv.name = vo.name;
+        tv.data = out;
+        tv.dtype = ElemType::kInt32;
+        tv.shape = {count};
+        views.push_back(std::move(tv));
+        at = (at + static_cast<size_t>(count) * 4 + 7) / 8 * 8;
+        continue;
+      }
       int64_t* offs = slot.var_offsets.data() + v * (opt.batch_size + 1);
       const size_t begin = at;
       offs[0] = 0;
