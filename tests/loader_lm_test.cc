@@ -85,7 +85,7 @@ std::vector<int> check_epoch(Loader& l, const std::vector<uint16_t>& s, const st
     EXPECT_EQ(pv.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), N}));
     const auto* p = static_cast<const int32_t*>(pv.data);
     const auto& mv = (*b)["loss_mask"];
-    EXPECT_EQ(mv.dtype, ElemType::kBool);
+    EXPECT_EQ(mv.dtype, ElemType::kUint8);
     const auto* m = static_cast<const uint8_t*>(mv.data);
     const auto* d = static_cast<const int32_t*>((*b)["doc_ids"].data);
     const auto& cv = (*b)["cu_seqlens"];
@@ -117,6 +117,14 @@ std::vector<int> check_epoch(Loader& l, const std::vector<uint16_t>& s, const st
     EXPECT_EQ(cv.shape[0], static_cast<int64_t>(want_cu.size()));
     if (cv.shape[0] != static_cast<int64_t>(want_cu.size())) return seen;
     EXPECT_EQ(std::vector<int32_t>(cu, cu + want_cu.size()), want_cu);
+    // Ragged: sample j's pieces end at entries [offsets[j], offsets[j + 1]), the last at its row's end.
+    EXPECT_EQ(cv.kind, TensorKind::kRagged);
+    EXPECT_EQ(cv.offsets[0], 0);
+    EXPECT_EQ(cv.offsets[b->size()], cv.shape[0]);
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      EXPECT_LT(cv.offsets[j], cv.offsets[j + 1]);
+      EXPECT_EQ(cu[cv.offsets[j + 1] - 1], static_cast<int32_t>((j + 1) * N));
+    }
   }
   return seen;
 }

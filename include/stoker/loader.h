@@ -106,12 +106,14 @@ struct LoaderOptions {
   // from a Megatron index; kInvalidArgument naming the dataset otherwise). Each is
   // aligned with `tokens` (input i's target is targets[i]):
   bool position_ids = false;  ///< "position_ids" int32 [B, seq_len]: position in its document, 0 after each EOS
-  bool loss_mask = false;     ///< "loss_mask" bool [B, seq_len]: false where the target starts another document
+  bool loss_mask = false;     ///< "loss_mask" uint8 [B, seq_len]: 0 where the target starts another document, else 1
   bool doc_ids = false;       ///< "doc_ids" int32 [B, seq_len]: the token's document within its row, from 0
   /// "cu_seqlens" int32 [D + 1], D varying per batch: 0, then the cumulative lengths of
   /// the rows' pieces of documents over the flattened [B * seq_len] inputs (a document
-  /// cut by a row's end counts once per row); the last entry is B * seq_len. A dense 1-D
-  /// tensor whose length varies (FlashAttention's varlen cu_seqlens).
+  /// cut by a row's end counts once per row); the last entry is B * seq_len
+  /// (FlashAttention's varlen cu_seqlens). TensorKind::kRagged: the values are the whole
+  /// array, and sample j's cumulative ends are entries [offsets[j], offsets[j + 1])
+  /// (sample 0 also holds the leading 0). Kept on the host by the Stager.
   bool cu_seqlens = false;
 
   // --- order ---

@@ -740,6 +740,18 @@ void init_loader(py::module_& m) {
           "targets", [](const PyLoaderOptions& x) { return x.o.targets; },
           [](PyLoaderOptions& x, bool v) { x.o.targets = v; })
       .def_property(
+          "position_ids", [](const PyLoaderOptions& x) { return x.o.position_ids; },
+          [](PyLoaderOptions& x, bool v) { x.o.position_ids = v; })
+      .def_property(
+          "loss_mask", [](const PyLoaderOptions& x) { return x.o.loss_mask; },
+          [](PyLoaderOptions& x, bool v) { x.o.loss_mask = v; })
+      .def_property(
+          "doc_ids", [](const PyLoaderOptions& x) { return x.o.doc_ids; },
+          [](PyLoaderOptions& x, bool v) { x.o.doc_ids = v; })
+      .def_property(
+          "cu_seqlens", [](const PyLoaderOptions& x) { return x.o.cu_seqlens; },
+          [](PyLoaderOptions& x, bool v) { x.o.cu_seqlens = v; })
+      .def_property(
           "token_dtype",
           [](const PyLoaderOptions& x) {
             return x.o.token_type_is_stored ? std::string("stored") : to_name(kTokenTypes, x.o.token_type);

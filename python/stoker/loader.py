@@ -71,6 +71,14 @@ class Loader:
         as_tuple: yield (image, label) / (tokens[, targets]) tuples instead of dicts.
         numpy: yield numpy arrays (no torch needed) instead of torch tensors.
         targets: token data: also deliver next-token targets.
+        position_ids, loss_mask, doc_ids, cu_seqlens: token data packed with document
+            boundaries (``stoker pack tokens ... --eos ID`` or a Megatron index):
+            "position_ids" int32 [B, seq_len] (position in its document, 0 after each
+            EOS), "loss_mask" uint8 [B, seq_len] (0 where the target starts another
+            document), "doc_ids" int32 [B, seq_len] (document within the row, from 0),
+            "cu_seqlens" int32 [D + 1] (cumulative lengths of the rows' document pieces
+            over the flattened batch, for varlen attention; with
+            "cu_seqlens.offsets" [B + 1]: row j's entries).
         slots: batches in the loader's ring (memory = slots x batch bytes); None: as
             many as fit in 32 MiB, 4 to 64 (4 for images at 224 px, more for token rows).
         token_dtype: "int64", "int32", "uint16", "uint32" or "stored" (numpy only for
@@ -97,7 +105,8 @@ class Loader:
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
-                 direct=True, device_slots=3, fields=None, _stage=None):
+                 direct=True, device_slots=3, fields=None, position_ids=False, loss_mask=False,
+                 doc_ids=False, cu_seqlens=False, _stage=None):
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path)
         self._tokens = ":tokens" in manifest["schema"]
@@ -121,6 +130,8 @@ class Loader:
         if std is not None:
             o.std = [float(x) for x in std]
         o.targets = bool(targets)
+        o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
+        o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
         if token_dtype is None:
             token_dtype = "stored" if self._numpy else "int64"
         if not self._numpy and token_dtype in ("uint16", "uint32"):

@@ -180,10 +180,11 @@ void Loader::Impl::setup() {
       tok.docs_field = d;
       const int64_t N = tok.seq_len;
       if (opt.position_ids) tok.position_t = add("position_ids", ElemType::kInt32, {N});
-      if (opt.loss_mask) tok.mask_t = add("loss_mask", ElemType::kBool, {N});
+      // uint8, not bool: the torch of Debian 12 takes no bool tensors over DLPack.
+      if (opt.loss_mask) tok.mask_t = add("loss_mask", ElemType::kUint8, {N});
       if (opt.doc_ids) tok.doc_ids_t = add("doc_ids", ElemType::kInt32, {N});
       if (opt.cu_seqlens) {
-        internal::VarOut v{"cu_seqlens", TensorKind::kDense, ElemType::kInt32, {}, 4};
+        internal::VarOut v{"cu_seqlens", TensorKind::kRagged, ElemType::kInt32, {}, 4};
         v.cumulative = true;
         ctx.vars.push_back(std::move(v));
         tok.seqlens_var = static_cast<int>(ctx.vars.size() - 1);
@@ -371,11 +372,14 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
     size_t at = 0;
     for (size_t v = 0; v < ctx.vars.size(); ++v) {
       const internal::VarOut& vo = ctx.vars[v];
+      int64_t* offs = slot.var_offsets.data() + v * (opt.batch_size + 1);
       if (vo.cumulative) {
-        // One int32 array for the batch: 0, then the running sum of the samples' values.
+        // One int32 array for the batch: 0, then the running sum of the samples' values;
+        // sample j's sums are entries [offs[j], offs[j + 1]) (sample 0 also has the 0).
         int32_t* out = reinterpret_cast<int32_t*>(slot.var_mem.data() + at);
         int64_t count = 0, sum = 0;
         out[count++] = 0;
+        offs[0] = 0;
         for (uint64_t j = 0; j < n; ++j) {
           const auto& bytes = job->var[v][j];
           for (size_t x = 0; x + 4 <= bytes.size(); x += 4) {
@@ -384,17 +388,19 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
             sum += len;
             out[count++] = static_cast<int32_t>(sum);
           }
+          offs[j + 1] = count;
         }
         TensorView tv;
         tv.name = vo.name;
         tv.data = out;
         tv.dtype = ElemType::kInt32;
+        tv.kind = TensorKind::kRagged;
+        tv.offsets = offs;
         tv.shape = {count};
         views.push_back(std::move(tv));
         at = (at + static_cast<size_t>(count) * 4 + 7) / 8 * 8;
         continue;
       }
-      int64_t* offs = slot.var_offsets.data() + v * (opt.batch_size + 1);
       const size_t begin = at;
       offs[0] = 0;
       for (uint64_t j = 0; j < n; ++j) {

@@ -41,7 +41,7 @@ struct VarOut {
   ElemType dtype = ElemType::kUint8;
   std::vector<int64_t> inner;  ///< kRagged: the shape after the first dimension
   size_t row_bytes = 1;        ///< bytes of one row of the first dimension
-  /// Out as a dense 1-D int32 tensor [total + 1]: 0, then the running sum of every
+  /// Out as one int32 array [total + 1] (kRagged): 0, then the running sum of every
   /// sample's int32 values, in sample order (cu_seqlens).
   bool cumulative = false;
 };
