@@ -30,10 +30,10 @@ uint64_t peak_rss_bytes() {
 std::string num(double v) { return internal::json_num(v); }
 
 int run_feed(const Args& args) {
-  ArgParser p(args, {"json", "no-direct"});
+  ArgParser p(args, {"json", "no-direct", "position-ids", "loss-mask"});
   p.check_known({"threads", "transform", "consumer-ms", "batch", "size", "epochs", "json", "order", "seed", "engine",
                  "qd", "slots", "window-chunks", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
-                 "report", "max-seconds"});
+                 "report", "max-seconds", "position-ids", "loss-mask"});
   if (p.positional().size() != 1) {
     std::cerr << "usage: stoker bench feed DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] ...\n";
     return 2;
@@ -56,6 +56,8 @@ int run_feed(const Args& args) {
   o.io.queue_depth = static_cast<unsigned>(p.get_int("qd", 64));
   o.io.direct = !p.flag("no-direct");
   o.on_error = on_error_from_name(p.get_or("on-error", "error"));
+  o.position_ids = p.flag("position-ids");  // token data packed with --eos
+  o.loss_mask = p.flag("loss-mask");
   o.rank = 0;
   o.world_size = 1;
   const double io_limit_mbps = p.get_double("io-limit-mbps", 0);
@@ -231,7 +233,7 @@ int run_feed(const Args& args) {
 
 STOKER_COMMAND("bench feed",
                "DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] [--batch B] [--size S] "
-               "[--epochs E] [--order shuffled|sequential|chunk_local] [--window-chunks W] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--json]",
+               "[--epochs E] [--order shuffled|sequential|chunk_local] [--window-chunks W] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--position-ids] [--loss-mask] [--json]",
                "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.",
                run_feed);
 
