@@ -72,10 +72,12 @@ std::vector<uint8_t> record_doc_starts(const std::vector<uint64_t>& starts, uint
   // The last start at or before `begin`, then every start in (begin, end].
   auto it = std::upper_bound(starts.begin(), starts.end(), begin);
   const uint64_t back = begin - *(it - 1);
-  if (back > static_cast<uint64_t>(INT32_MAX))
+  // Readers take every position in the record to be at most end - (the first entry).
+  if (end - *(it - 1) > static_cast<uint64_t>(INT32_MAX))
     throw_error(ErrorCode::kInvalidArgument,
                 file + ": the document holding token " + std::to_string(begin) + " started " + std::to_string(back) +
-                    " tokens before it, more than document positions (int32) hold; with --eos: is the id right?");
+                    " tokens before it: positions in documents this long pass what int32 holds; with --eos: is the "
+                    "id right?");
   std::vector<uint8_t> out;
   auto put = [&](int64_t v) {
     const uint32_t u = static_cast<uint32_t>(static_cast<int32_t>(v));

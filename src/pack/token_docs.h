@@ -36,8 +36,8 @@ std::vector<uint64_t> megatron_doc_starts(const MegatronIndex& idx);
 
 /// The `doc_starts` payload of the record holding stream positions [begin, end]
 /// (little-endian int32s). kInvalidArgument naming `file` when the document holding
-/// `begin` started more than 2^31 - 1 tokens before it (positions are int32; with --eos
-/// that means the id hardly ever occurs: is it the right one?).
+/// `begin` started more than 2^31 - 1 tokens before `end` (positions are int32; with
+/// --eos that means the id hardly ever occurs: is it the right one?).
 std::vector<uint8_t> record_doc_starts(const std::vector<uint64_t>& starts, uint64_t begin, uint64_t end,
                                        const std::string& file);
 

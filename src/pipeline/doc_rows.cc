@@ -1,6 +1,7 @@
 // Per-row document outputs (doc_rows.h).
 #include "pipeline/doc_rows.h"
 
+#include <climits>
 #include <cstring>
 
 namespace stoker::internal {
@@ -23,6 +24,10 @@ std::string check_doc_starts(std::span<const uint8_t> starts, uint64_t rows, uin
   if (start_at(starts, 0) > 0)
     return "doc_starts begins at " + std::to_string(start_at(starts, 0)) + ", after the record's first token";
   const int64_t end = static_cast<int64_t>(rows * seq_len);
+  // Every position in the record is at most end - (the first entry): int32 must hold it.
+  if (end - start_at(starts, 0) > INT32_MAX)
+    return "doc_starts begins at " + std::to_string(start_at(starts, 0)) + ": positions up to the record's end (" +
+           std::to_string(end) + ") pass what int32 holds";
   for (size_t i = 1; i < n; ++i) {
     const int64_t v = start_at(starts, i);
     if (v <= start_at(starts, i - 1))
