@@ -74,7 +74,7 @@ LoaderOptions lm_options(const std::string& dir) {
 // Every output of every row of `l`'s epoch against the reference from the stream `s`
 // (with `is_start[p]`: a document starts at stream position p). Returns the rows seen.
 std::vector<int> check_epoch(Loader& l, const std::vector<uint16_t>& s, const std::vector<int32_t>& pos,
-                             const std::vector<uint8_t>& is_start, uint32_t N) {
+                             const std::vector<uint8_t>& is_start, uint32_t N, bool from_row_start = false) {
   const uint64_t rows = (s.size() - 1) / N;
   std::vector<int> seen(rows, 0);
   while (auto b = l.next()) {
@@ -106,7 +106,10 @@ std::vector<int> check_epoch(Loader& l, const std::vector<uint16_t>& s, const st
           ++doc;
         }
         EXPECT_EQ(tok[j * N + i], s[a + i]);
-        EXPECT_EQ(p[j * N + i], pos[a + i]) << "row " << r << " token " << i;
+        // From the row's start: the piece of a document begun earlier counts from 0 there.
+        const int32_t want = from_row_start ? std::min<int32_t>(pos[a + i], static_cast<int32_t>(i)) : pos[a + i];
+        EXPECT_EQ(p[j * N + i], want) << "row " << r << " token " << i;
+        if (from_row_start) EXPECT_LT(p[j * N + i], static_cast<int32_t>(N));
         EXPECT_EQ(m[j * N + i], is_start[a + i + 1] ? 0 : 1) << "row " << r << " token " << i;
         EXPECT_EQ(m[j * N + i], s[a + i] == kEos ? 0 : 1) << "row " << r << " token " << i;
         EXPECT_EQ(d[j * N + i], doc) << "row " << r << " token " << i;
@@ -173,12 +176,13 @@ TEST(PackTokensDocs, EosBoundariesPerRecordGivePositionsMasksDocIdsAndCuSeqlens)
     o.batch_size = 1 + rng() % 20;
     o.threads = 1 + rng() % 3;
     o.slots = rng() % 2 ? 0 : 2;  // 2: kept windows (the shared-buffer path)
+    o.position_ids_from_row_start = round % 2 == 1;
     SCOPED_TRACE("round " + std::to_string(round));
     std::vector<int> all(rows, 0);
     for (int rank = 0; rank < o.world_size; ++rank) {
       o.rank = rank;
       Loader l(o);
-      auto seen = check_epoch(l, s, pos, is_start, N);
+      auto seen = check_epoch(l, s, pos, is_start, N, o.position_ids_from_row_start);
       ASSERT_FALSE(HasFailure());
       for (uint64_t r = 0; r < rows; ++r) all[r] += seen[r];
     }

@@ -106,6 +106,10 @@ struct LoaderOptions {
   // from a Megatron index; kInvalidArgument naming the dataset otherwise). Each is
   // aligned with `tokens` (input i's target is targets[i]):
   bool position_ids = false;  ///< "position_ids" int32 [B, seq_len]: position in its document, 0 after each EOS
+  /// position_ids of a document begun in an earlier row count from 0 at the row's first
+  /// token (Megatron's --reset-position-ids: every position < seq_len, as absolute
+  /// position embeddings of seq_len entries need). false: its position in the document.
+  bool position_ids_from_row_start = false;
   bool loss_mask = false;     ///< "loss_mask" uint8 [B, seq_len]: 0 where the target starts another document, else 1
   bool doc_ids = false;       ///< "doc_ids" int32 [B, seq_len]: the token's document within its row, from 0
   /// "cu_seqlens" int32 [D + 1], D varying per batch: 0, then the cumulative lengths of

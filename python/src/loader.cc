@@ -743,6 +743,9 @@ void init_loader(py::module_& m) {
           "position_ids", [](const PyLoaderOptions& x) { return x.o.position_ids; },
           [](PyLoaderOptions& x, bool v) { x.o.position_ids = v; })
       .def_property(
+          "position_ids_from_row_start", [](const PyLoaderOptions& x) { return x.o.position_ids_from_row_start; },
+          [](PyLoaderOptions& x, bool v) { x.o.position_ids_from_row_start = v; })
+      .def_property(
           "loss_mask", [](const PyLoaderOptions& x) { return x.o.loss_mask; },
           [](PyLoaderOptions& x, bool v) { x.o.loss_mask = v; })
       .def_property(

@@ -74,7 +74,9 @@ class Loader:
         position_ids, loss_mask, doc_ids, cu_seqlens: token data packed with document
             boundaries (``stoker pack tokens ... --eos ID`` or a Megatron index):
             "position_ids" int32 [B, seq_len] (position in its document, 0 after each
-            EOS), "loss_mask" uint8 [B, seq_len] (0 where the target starts another
+            EOS; position_ids="row": a document begun in an earlier row counts from 0
+            at the row's start, as Megatron's --reset-position-ids, so every position
+            is < seq_len), "loss_mask" uint8 [B, seq_len] (0 where the target starts another
             document), "doc_ids" int32 [B, seq_len] (document within the row, from 0),
             "cu_seqlens" int32 [D + 1] (cumulative lengths of the rows' document pieces
             over the flattened batch, for varlen attention; with
@@ -130,7 +132,10 @@ class Loader:
         if std is not None:
             o.std = [float(x) for x in std]
         o.targets = bool(targets)
+        if position_ids not in (False, True, "document", "row"):
+            raise ValueError(f"position_ids must be True/'document' or 'row', got {position_ids!r}")
         o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
+        o.position_ids_from_row_start = position_ids == "row"
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
         if token_dtype is None:
             token_dtype = "stored" if self._numpy else "int64"

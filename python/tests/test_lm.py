@@ -62,6 +62,17 @@ def test_document_outputs_match_the_stream(doc_dataset):
             break
 
 
+def test_position_ids_from_the_row_start(doc_dataset):
+    path, stream = doc_dataset
+    b = next(iter(stoker.Loader(path, batch_size=64, shuffle=False, position_ids="row")))
+    for j, r in enumerate(b["index"].tolist()):
+        pos, _, _, _ = reference(stream, r)
+        np.testing.assert_array_equal(b["position_ids"][j].numpy(), np.minimum(pos, np.arange(N)))
+    assert b["position_ids"].max().item() < N
+    with pytest.raises(ValueError, match="position_ids"):
+        stoker.Loader(path, batch_size=4, position_ids="rows")
+
+
 def test_position_ids_need_boundaries(tmp_path):
     np.arange(3000, dtype=np.uint16).tofile(tmp_path / "t.bin")
     stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), seq_len=16)

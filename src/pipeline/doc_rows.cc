@@ -39,7 +39,8 @@ std::string check_doc_starts(std::span<const uint8_t> starts, uint64_t rows, uin
   return {};
 }
 
-void doc_row(std::span<const uint8_t> starts, uint64_t row, uint32_t seq_len, const DocRowOut& out) {
+void doc_row(std::span<const uint8_t> starts, uint64_t row, uint32_t seq_len, const DocRowOut& out,
+             bool from_row_start) {
   const size_t n = starts.size() / 4;
   const int64_t a = static_cast<int64_t>(row * seq_len), N = seq_len;
   // t: the last start at or before the row's first token (entry 0 is <= 0 <= a).
@@ -49,7 +50,7 @@ void doc_row(std::span<const uint8_t> starts, uint64_t row, uint32_t seq_len, co
     (start_at(starts, mid) <= a ? lo : hi) = mid;
   }
   size_t t = lo;
-  int64_t doc_start = start_at(starts, t);
+  int64_t doc_start = from_row_start ? a : start_at(starts, t);
   int32_t doc = 0;
   int64_t i = 0;
   if (out.loss_mask) std::memset(out.loss_mask, 1, static_cast<size_t>(N));

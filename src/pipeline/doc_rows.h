@@ -4,7 +4,8 @@
 //
 // Row r of a record holds stream tokens [r*N, r*N + N]: inputs [r*N, r*N + N), targets
 // one later. For its inputs:
-//   position_ids[i]  the token's position in its document (0 at a document's first token);
+//   position_ids[i]  the token's position in its document (0 at a document's first token;
+//                    or, from_row_start, at the row's first token too);
 //   loss_mask[i]     0 where target i is the first token of another document (the input
 //                    ends its document: predicting across documents), else 1;
 //   doc_ids[i]       which document of the row the token is in (0, 1, ...);
@@ -34,6 +35,8 @@ struct DocRowOut {
 };
 
 /// Fills the outputs of row `row` from checked `starts`.
-void doc_row(std::span<const uint8_t> starts, uint64_t row, uint32_t seq_len, const DocRowOut& out);
+/// `from_row_start`: the document holding the row's first token counts from 0 there.
+void doc_row(std::span<const uint8_t> starts, uint64_t row, uint32_t seq_len, const DocRowOut& out,
+             bool from_row_start = false);
 
 }  // namespace stoker::internal

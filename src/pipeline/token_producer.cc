@@ -467,7 +467,7 @@ bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, 
       out.seqlens = &job.var[static_cast<size_t>(f_.seqlens_var)][j];
       out.seqlens->clear();
     }
-    doc_row({record + rec.docs_at, rec.docs_bytes}, win.row_of[s], f_.seq_len, out);
+    doc_row({record + rec.docs_at, rec.docs_bytes}, win.row_of[s], f_.seq_len, out, ctx_.opt->position_ids_from_row_start);
     if (out.position_ids)
       internal::stream_copy(ctx_.tensor_ptr(job, f_.position_t) + j * N * 4, reinterpret_cast<const uint8_t*>(pos.data()), N * 4);
     if (out.loss_mask) internal::stream_copy(ctx_.tensor_ptr(job, f_.mask_t) + j * N, mask.data(), N);
