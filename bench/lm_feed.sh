@@ -14,8 +14,9 @@ mkdir -p "$dir"
 # (user + sys): on a machine shared with other jobs the wall rate swings with their load,
 # the CPU cost per row far less; the decode-bound feed rate goes as its inverse.
 run() {
-  local out
-  out=$( { TIMEFORMAT='%U %S'; time "$cli" bench feed "$dir/docs" --threads 2 --batch 32 --epochs 10 \
+  local out bin=$cli
+  if [ "${1:-}" = --main ]; then bin=$MAIN; shift; fi
+  out=$( { TIMEFORMAT='%U %S'; time "$bin" bench feed "$dir/docs" --threads 2 --batch 32 --epochs 10 \
            --limit-seconds 0.01 --limit-records 1 --json "$@" 2>/dev/null; } 2>&1 )
   echo "$out" | /usr/bin/python3 -c '
 import json, sys
@@ -24,9 +25,15 @@ j = json.loads(next(l for l in lines if l.startswith("{")))
 user, sys_ = map(float, lines[-1].split())
 print("%.0f %.3f" % (j["samples_per_s"], (user + sys_) / j["samples"] * 1e6))'
 }
+# MAIN=path/to/main's/stoker: also the plain feed of that build, in the same rounds.
 for r in $(seq "$rounds"); do
   read -r ra ca < <(run)
   read -r rb cb < <(run --position-ids --loss-mask)
-  echo "round $r: plain $ra rows/s ${ca} cpu-s/Mrow; position_ids+loss_mask $rb rows/s ${cb} cpu-s/Mrow;" \
-       "rate ratio $(awk "BEGIN{printf \"%.3f\", $rb/$ra}"), cpu ratio $(awk "BEGIN{printf \"%.3f\", $cb/$ca}")"
+  line="round $r: plain $ra rows/s ${ca} cpu-s/Mrow; position_ids+loss_mask $rb rows/s ${cb} cpu-s/Mrow;"
+  line+=" rate ratio $(awk "BEGIN{printf \"%.3f\", $rb/$ra}"), cpu ratio $(awk "BEGIN{printf \"%.3f\", $cb/$ca}")"
+  if [ -n "${MAIN:-}" ]; then
+    read -r rm cm < <(run --main)
+    line+="; main plain $rm rows/s ${cm} cpu-s/Mrow (this plain / main: rate $(awk "BEGIN{printf \"%.3f\", $ra/$rm}"), cpu $(awk "BEGIN{printf \"%.3f\", $ca/$cm}"))"
+  fi
+  echo "$line"
 done
