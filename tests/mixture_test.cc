@@ -29,7 +29,7 @@ TEST(Mixture, QuotasFollowTheWeightsAndEveryBlockHoldsExactlyThem) {
   for (int s = 0; s < 3; ++s) EXPECT_LE(std::fabs(double(q[s]) - three()[s].weight * MixtureOrder::kBlock), 1.0);
   for (uint64_t b = 0; b < 3; ++b) {
     std::vector<uint64_t> count(3, 0);
-    for (uint64_t o = 0; o < MixtureOrder::kBlock; ++o) count[m.at(b * MixtureOrder::kBlock + o).source]++;
+    for (uint64_t o = 0; o < MixtureOrder::kBlock; ++o) count[m.source_at(b * MixtureOrder::kBlock + o)]++;
     EXPECT_EQ(count, q) << "block " << b;
   }
 }
@@ -41,7 +41,7 @@ TEST(Mixture, BatchesDrawInProportionWithinSamplingNoise) {
   std::vector<double> total(3, 0);
   for (uint64_t k = 0; k < batches; ++k) {
     std::vector<double> c(3, 0);
-    for (uint64_t j = 0; j < B; ++j) c[m.at(k * B + j).source]++;
+    for (uint64_t j = 0; j < B; ++j) c[m.source_at(k * B + j)]++;
     for (int s = 0; s < 3; ++s) {
       const double w = three()[s].weight, sd = std::sqrt(B * w * (1 - w));
       EXPECT_LT(std::fabs(c[s] - B * w), 6 * sd + 1) << "batch " << k << " source " << s;
@@ -51,15 +51,25 @@ TEST(Mixture, BatchesDrawInProportionWithinSamplingNoise) {
   for (int s = 0; s < 3; ++s) EXPECT_NEAR(total[s] / (batches * B), three()[s].weight, 0.003) << "source " << s;
   // Not in blocks of one source: the first batch already mixes them.
   std::set<uint32_t> first;
-  for (uint64_t j = 0; j < B; ++j) first.insert(m.at(j).source);
+  for (uint64_t j = 0; j < B; ++j) first.insert(m.source_at(j));
   EXPECT_EQ(first.size(), 3u);
 }
 
 TEST(Mixture, EveryDrawOfASourceIsUsedOnceAndExhaustedSourcesStartANewSubEpoch) {
-  MixtureOrder m(three(), 3, 5);
+  MixtureOrder m(three(), 3, 5, 2 * MixtureOrder::kBlock + 51300);
+  std::vector<MixtureOrder::Draw> all(m.size());
+  m.draws(0, m.size(), all.data());
   std::map<std::pair<uint32_t, uint64_t>, std::set<uint64_t>> seen;  // (source, source epoch) -> positions
+  std::vector<uint64_t> last_draw(3, 0);
+  std::vector<bool> any(3, false);
   for (uint64_t p = 0; p < m.size(); ++p) {
-    const auto d = m.at(p);
+    const auto d = all[p];
+    EXPECT_EQ(d.source, m.source_at(p));
+    // Each source is read through its order front to back: its draws increase with p.
+    const uint64_t draw = d.source_epoch * three()[d.source].samples + d.position;
+    if (any[d.source]) ASSERT_GT(draw, last_draw[d.source]) << "position " << p;
+    any[d.source] = true;
+    last_draw[d.source] = draw;
     ASSERT_LT(d.position, three()[d.source].samples);
     const bool fresh = seen[{d.source, d.source_epoch}].insert(d.position).second;
     ASSERT_TRUE(fresh) << "position " << p << " repeats";
@@ -72,8 +82,10 @@ TEST(Mixture, EveryDrawOfASourceIsUsedOnceAndExhaustedSourcesStartANewSubEpoch) 
   for (size_t i = 0; i + 1 < sub.size(); ++i) EXPECT_EQ(sub[i].second, 300u) << "sub-epoch " << sub[i].first;
   // The next mixture epoch's sub-epochs are new ones.
   MixtureOrder next(three(), 3, 6);
+  std::vector<MixtureOrder::Draw> more(5000);
+  next.draws(0, 5000, more.data());
   for (uint64_t p = 0; p < 5000; ++p) {
-    const auto d = next.at(p);
+    const auto d = more[p];
     EXPECT_EQ(seen.count({d.source, d.source_epoch}), 0u);
   }
 }
@@ -81,13 +93,16 @@ TEST(Mixture, EveryDrawOfASourceIsUsedOnceAndExhaustedSourcesStartANewSubEpoch) 
 TEST(Mixture, DeterministicPerSeedAndEpoch) {
   MixtureOrder a(three(), 9, 1), b(three(), 9, 1), c(three(), 10, 1), e(three(), 9, 2);
   int differ_seed = 0, differ_epoch = 0;
+  std::vector<MixtureOrder::Draw> da(4096), db(4096);
+  a.draws(0, 4096, da.data());
+  b.draws(0, 4096, db.data());
   for (uint64_t p = 0; p < 4096; ++p) {
-    const auto x = a.at(p), y = b.at(p);
+    const auto x = da[p], y = db[p];
     ASSERT_EQ(x.source, y.source);
     ASSERT_EQ(x.position, y.position);
     ASSERT_EQ(x.source_epoch, y.source_epoch);
-    differ_seed += c.at(p).source != x.source;
-    differ_epoch += e.at(p).source != x.source;
+    differ_seed += c.source_at(p) != x.source;
+    differ_epoch += e.source_at(p) != x.source;
   }
   EXPECT_GT(differ_seed, 500);
   EXPECT_GT(differ_epoch, 500);
@@ -98,8 +113,11 @@ TEST(Mixture, DeterministicPerSeedAndEpoch) {
 // global position, split by RankSchedule).
 TEST(Mixture, WorldSizesCoverTheSameSamplesPerStepAndResumeAnywhere) {
   MixtureOrder m(three(), 4, 0, 20000);
+  std::vector<MixtureOrder::Draw> table(m.size());
+  m.draws(0, m.size(), table.data());
+  EXPECT_EQ(m.at(12345).position, table[12345].position);  // one position alone: the same
   auto key = [&](uint64_t p) {
-    const auto d = m.at(p);
+    const auto d = table[p];
     return std::tuple<uint32_t, uint64_t, uint64_t>{d.source, d.source_epoch, d.position};
   };
   const uint64_t B = 8;

@@ -9,13 +9,16 @@
 // remainder so the quotas sum to kBlock (a weight under 1/kBlock of the total is
 // refused). Within block b a keyed permutation pi_b of [0, kBlock) (Permutation, keyed
 // by seed, epoch and b) sends position o of the block to u = pi_b(o); the source is the
-// s whose range [Q_s, Q_s + q_s) holds u (Q: the quotas' prefix sums), and the source's
-// draw number is d = b * q_s + (u - Q_s). So every block holds exactly q_s draws of
-// source s, spread uniformly at random over it (a batch's make-up varies as sampling
-// without replacement does), and each of the source's draw numbers 0, 1, ... is used
-// once — all with O(1) memory and O(log sources) work per position, no index built.
-// A short last block (the epoch's size is no multiple of kBlock) has quotas of its own
-// length, so a source's draws in an epoch are always 0, 1, ..., up to its count.
+// s whose range [Q_s, Q_s + q_s) holds u (Q: the quotas' prefix sums). So every block
+// holds exactly q_s positions of source s, spread uniformly at random over it (a batch's
+// make-up varies as sampling without replacement does). The source's draw number is
+// d = b * q_s + (how many of the block's positions before o are also source s's): each
+// source's draws run 0, 1, 2, ... in position order, so a source is read through its own
+// epoch order front to back (a token source's windows, once each), and a resume knows
+// every source's count from the blocks before it. A block's table (2 bytes and 4 bytes
+// a position, built in O(kBlock)) answers all its positions; the sources of single
+// positions need no table (source_at: O(log sources)). A short last block (the epoch's
+// size is no multiple of kBlock) has quotas of its own length.
 //
 // Draw d of source s is sample d mod n_s of the source's own epoch order for source
 // epoch `epoch * rounds_s + d / n_s` (rounds_s: how many times an epoch of the mixture
@@ -27,6 +30,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "stoker/order.h"
 
 namespace stoker {
 
@@ -49,12 +54,18 @@ class MixtureOrder {
     uint64_t source_epoch = 0;  ///< the source's own epoch to take the sample's order from
     uint64_t position = 0;      ///< the position in that source epoch's order, < samples
   };
-  /// Position p (< size(), checked with assert only) of the epoch.
-  Draw at(uint64_t p) const;
+  /// Positions [first, first + count) of the epoch (within size(), else kInvalidArgument),
+  /// into out: one block table per block touched.
+  void draws(uint64_t first, uint64_t count, Draw* out) const;
+  Draw at(uint64_t p) const;  ///< one position: builds its block's table (O(kBlock))
+  uint32_t source_at(uint64_t p) const;  ///< the source of position p alone, O(log sources)
   /// Every block's draws of each source (they sum to kBlock).
   const std::vector<uint64_t>& quotas() const noexcept { return quota_; }
 
  private:
+  Permutation block_permutation(uint64_t b) const;
+  uint32_t source_of(uint64_t b, uint64_t u) const;  ///< the source of u = pi_b(o)
+
   std::vector<MixtureSource> sources_;
   std::vector<uint64_t> quota_, first_;  // per source: q_s, Q_s
   std::vector<uint64_t> last_quota_, last_first_;  // the short last block's (last_len_ positions)

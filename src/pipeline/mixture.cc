@@ -46,6 +46,7 @@ MixtureOrder::MixtureOrder(std::vector<MixtureSource> sources, uint64_t seed, ui
                            uint64_t samples_per_epoch)
     : sources_(std::move(sources)), seed_(seed), epoch_(epoch) {
   if (sources_.empty()) throw_error(ErrorCode::kInvalidArgument, "a mixture needs at least one source");
+  if (sources_.size() > 65535) throw_error(ErrorCode::kInvalidArgument, "a mixture takes at most 65535 sources");
   double total = 0;
   uint64_t samples = 0;
   for (size_t s = 0; s < sources_.size(); ++s) {
@@ -80,20 +81,59 @@ MixtureOrder::MixtureOrder(std::vector<MixtureSource> sources, uint64_t seed, ui
   }
 }
 
-MixtureOrder::Draw MixtureOrder::at(uint64_t p) const {
-  assert(p < size_);
-  const uint64_t b = p / kBlock, o = p % kBlock;
-  const bool last = b == size_ / kBlock;  // the short last block
-  const std::vector<uint64_t>& first = last ? last_first_ : first_;
+Permutation MixtureOrder::block_permutation(uint64_t b) const {
   // A key per (seed, epoch, block), apart from every key the orders use (the tag).
   const uint64_t key = mix64(mix64(mix64(seed_ ^ 0x6d69787475726531ull) ^ epoch_) ^ b);
-  const uint64_t u = Permutation(last ? last_len_ : kBlock, key)(o);
+  return Permutation(b == size_ / kBlock ? last_len_ : kBlock, key);
+}
+
+uint32_t MixtureOrder::source_of(uint64_t b, uint64_t u) const {
+  const std::vector<uint64_t>& first = b == size_ / kBlock ? last_first_ : first_;
   // The last source whose range starts at or before u (an empty range shares its start
   // with the next and is passed over).
-  const size_t s = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), u) - first.begin()) - 1;
-  const uint64_t d = b * quota_[s] + (u - first[s]);
-  const uint64_t n = sources_[s].samples;
-  return Draw{static_cast<uint32_t>(s), epoch_ * rounds_[s] + d / n, d % n};
+  return static_cast<uint32_t>(std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1);
+}
+
+uint32_t MixtureOrder::source_at(uint64_t p) const {
+  assert(p < size_);
+  const uint64_t b = p / kBlock;
+  return source_of(b, block_permutation(b)(p % kBlock));
+}
+
+void MixtureOrder::draws(uint64_t first, uint64_t count, Draw* out) const {
+  if (first > size_ || count > size_ - first)
+    throw_error(ErrorCode::kInvalidArgument, "mixture positions [" + std::to_string(first) + ", " +
+                                                 std::to_string(first + count) + ") pass the epoch's " +
+                                                 std::to_string(size_));
+  std::vector<uint32_t> rank;  // per position of the block: its draw within the block
+  std::vector<uint16_t> src;
+  std::vector<uint64_t> seen(sources_.size());
+  for (uint64_t p = first; p < first + count;) {
+    const uint64_t b = p / kBlock, begin = b * kBlock, len = b == size_ / kBlock ? last_len_ : kBlock;
+    // The block's table, up to the last position asked for.
+    const uint64_t upto = std::min(len, first + count - begin);
+    rank.resize(upto);
+    src.resize(upto);
+    std::fill(seen.begin(), seen.end(), 0);
+    const Permutation pi = block_permutation(b);
+    for (uint64_t o = 0; o < upto; ++o) {
+      const uint32_t s = source_of(b, pi(o));
+      src[o] = static_cast<uint16_t>(s);
+      rank[o] = static_cast<uint32_t>(seen[s]++);
+    }
+    for (; p < begin + upto; ++p) {
+      const uint32_t s = src[p - begin];
+      const uint64_t d = b * quota_[s] + rank[p - begin];
+      const uint64_t n = sources_[s].samples;
+      out[p - first] = Draw{s, epoch_ * rounds_[s] + d / n, d % n};
+    }
+  }
+}
+
+MixtureOrder::Draw MixtureOrder::at(uint64_t p) const {
+  Draw d;
+  draws(p, 1, &d);
+  return d;
 }
 
 }  // namespace stoker
