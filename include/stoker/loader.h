@@ -86,6 +86,18 @@ struct FieldTransform {
 
 struct LoaderOptions {
   std::string path;             ///< dataset directory
+  /// A weighted mixture instead of `path`: these datasets, drawn in proportion to
+  /// `weights` (one each, > 0) as MixtureOrder (stoker/mixture.h) says — per seed and
+  /// epoch, the same sequence for every world size, resumable from state(). An epoch is
+  /// `samples_per_epoch` samples (0: the sources' sizes summed); a source that runs out
+  /// within it starts a new, reshuffled epoch of its own. Batches hold the sources'
+  /// outputs (which must agree: names, dtypes, shapes; dense ones only) plus "source"
+  /// int64 [B], which source each sample came from; "index" is the sample's index in
+  /// its source. Every source is read by a loader of its own with these options (its
+  /// own order, seeded from `order.seed` and its place in the list). OnError::kError only.
+  std::vector<std::string> sources;
+  std::vector<double> weights;
+  uint64_t samples_per_epoch = 0;
   uint64_t batch_size = 64;     ///< per rank, >= 1
   /// Per-field transforms by field name (see FieldTransform for the defaults). Batch
   /// tensors are named after the fields; version-1 datasets keep the names "image" and

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "diagnose/loader_report.h"
+#include "pipeline/mixture_feed.h"
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
 #include "pipeline/slot_ring.h"
@@ -72,6 +73,7 @@ struct Loader::Impl {
   std::unique_ptr<internal::Run> run;
   std::unique_ptr<internal::Producer> producer;
   std::unique_ptr<internal::LoaderReporter> reporter;
+  std::unique_ptr<internal::MixtureFeed> mix;  // LoaderOptions::sources: the mixture does it all
 
   // ---- the consumer's side of the current run ----
   uint64_t epoch = 0;
@@ -265,15 +267,25 @@ void Loader::Impl::stop_run() {
 
 Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
+  if (!impl_->opt.sources.empty()) {
+    impl_->mix = std::make_unique<internal::MixtureFeed>(impl_->opt);
+    return;
+  }
   impl_->setup();
 }
 
-Loader::~Loader() { impl_->stop_run(); }
+Loader::~Loader() {
+  if (!impl_->mix) impl_->stop_run();
+}
 
-std::optional<Batch> Loader::next() { return impl_->next_batch(true, nullptr); }
+std::optional<Batch> Loader::next() {
+  if (impl_->mix) return impl_->mix->next();
+  return impl_->next_batch(true, nullptr);
+}
 
 std::optional<Batch> Loader::try_next(bool* would_wait) {
   *would_wait = false;
+  if (impl_->mix) return impl_->mix->next();  // its sources' waits are its own
   return impl_->next_batch(false, would_wait);
 }
 
@@ -428,25 +440,30 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
 }
 
 void Loader::set_epoch(uint64_t e) {
+  if (impl_->mix) return impl_->mix->set_epoch(e);
   impl_->stop_run();
   impl_->epoch = e;
   impl_->start_consumed = 0;
 }
 
-uint64_t Loader::epoch() const noexcept { return impl_->epoch; }
+uint64_t Loader::epoch() const noexcept { return impl_->mix ? impl_->mix->epoch() : impl_->epoch; }
 
 uint64_t Loader::num_batches() const {
   const Impl& m = *impl_;
+  if (m.mix) return m.mix->num_batches();
   if (m.running) return m.run->sched->num_batches();
   RankSchedule s(m.ctx.layout->units(), m.opt.batch_size, m.ctx.rank.world_size, m.ctx.rank.rank, m.opt.drop_last,
                  m.start_consumed);
   return s.num_batches();
 }
 
-uint64_t Loader::epoch_samples() const noexcept { return impl_->ctx.layout->units(); }
+uint64_t Loader::epoch_samples() const noexcept {
+  return impl_->mix ? impl_->mix->epoch_samples() : impl_->ctx.layout->units();
+}
 
 OrderState Loader::state() const {
   const Impl& m = *impl_;
+  if (m.mix) return m.mix->state();
   OrderState s = OrderState::start(m.ctx.order_opt, m.ctx.layout->units(), m.epoch);
   if (m.running) s.consumed = m.run->sched->consumed_after(m.next_deliver);
   else s.consumed = m.start_consumed;
@@ -454,6 +471,7 @@ OrderState Loader::state() const {
 }
 
 void Loader::load_state(const OrderState& s) {
+  if (impl_->mix) return impl_->mix->load_state(s);
   s.check_matches(impl_->ctx.order_opt, impl_->ctx.layout->units());
   impl_->stop_run();
   impl_->epoch = s.epoch;
@@ -461,6 +479,7 @@ void Loader::load_state(const OrderState& s) {
 }
 
 LoaderStats Loader::stats() const {
+  if (impl_->mix) return impl_->mix->stats();
   LoaderStats s = impl_->snapshot();
   record_verdict(s, diagnose(FeedFigures::from(s)));
   return s;
@@ -501,10 +520,15 @@ LoaderStats Loader::Impl::snapshot() const {
 }
 
 const LoaderOptions& Loader::options() const noexcept { return impl_->opt; }
-int Loader::rank() const noexcept { return static_cast<int>(impl_->ctx.rank.rank); }
-int Loader::world_size() const noexcept { return static_cast<int>(impl_->ctx.rank.world_size); }
+int Loader::rank() const noexcept {
+  return impl_->mix ? impl_->mix->rank() : static_cast<int>(impl_->ctx.rank.rank);
+}
+int Loader::world_size() const noexcept {
+  return impl_->mix ? impl_->mix->world_size() : static_cast<int>(impl_->ctx.rank.world_size);
+}
 const std::vector<std::string>& Loader::class_names() const noexcept {
-  return impl_->ctx.dataset->manifest().class_names;
+  static const std::vector<std::string> none;
+  return impl_->mix ? none : impl_->ctx.dataset->manifest().class_names;
 }
 
 }  // namespace stoker
