@@ -740,6 +740,15 @@ void init_loader(py::module_& m) {
           "targets", [](const PyLoaderOptions& x) { return x.o.targets; },
           [](PyLoaderOptions& x, bool v) { x.o.targets = v; })
       .def_property(
+          "sources", [](const PyLoaderOptions& x) { return x.o.sources; },
+          [](PyLoaderOptions& x, const std::vector<std::string>& v) { x.o.sources = v; })
+      .def_property(
+          "weights", [](const PyLoaderOptions& x) { return x.o.weights; },
+          [](PyLoaderOptions& x, const std::vector<double>& v) { x.o.weights = v; })
+      .def_property(
+          "samples_per_epoch", [](const PyLoaderOptions& x) { return x.o.samples_per_epoch; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.samples_per_epoch = v; })
+      .def_property(
           "position_ids", [](const PyLoaderOptions& x) { return x.o.position_ids; },
           [](PyLoaderOptions& x, bool v) { x.o.position_ids = v; })
       .def_property(

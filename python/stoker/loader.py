@@ -42,7 +42,14 @@ class Loader:
     the stored dtype with numpy=True). The last batch is smaller unless drop_last.
 
     Args:
-        path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``).
+        path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``), or a
+            list of them: a weighted mixture (`weights`, default equal). Each batch then
+            draws from the datasets in proportion, the same sequence per seed and epoch
+            for any world size, resumable; ``"source"`` int64 [B] says which dataset each
+            sample came from and ``"index"`` is its index there. An epoch is
+            `samples_per_epoch` samples (default: the datasets' sizes summed); a dataset
+            that runs out within it starts a reshuffled epoch of its own. The datasets'
+            outputs must agree (dense outputs only: no cu_seqlens, text or bytes).
         batch_size: samples per batch on this rank.
         transform: "train", "eval", None (no decode) or transform objects
             (``stoker.transforms``) or an ``ImageTransform``: the first image field's,
@@ -108,7 +115,16 @@ class Loader:
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
                  direct=True, device_slots=3, fields=None, position_ids=False, loss_mask=False,
-                 doc_ids=False, cu_seqlens=False, _stage=None):
+                 doc_ids=False, cu_seqlens=False, weights=None, samples_per_epoch=None, _stage=None):
+        sources = None
+        if isinstance(path, (list, tuple)):
+            sources = [os.fspath(p) for p in path]
+            if not sources:
+                raise ValueError("a mixture needs at least one dataset")
+            weights = [1.0] * len(sources) if weights is None else [float(w) for w in weights]
+            path = sources[0]
+        elif weights is not None:
+            raise ValueError("weights= goes with a list of datasets")
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path)
         self._tokens = ":tokens" in manifest["schema"]
@@ -118,6 +134,9 @@ class Loader:
 
         o = _stoker.LoaderOptions()
         o.path = path
+        if sources is not None:
+            o.sources, o.weights = sources, weights
+            o.samples_per_epoch = int(samples_per_epoch or 0)
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         o.batch_size = int(batch_size)
@@ -183,6 +202,7 @@ class Loader:
         self._fresh = True  # the next iteration continues where the loader stands
         self._fingerprint = {
             "dataset_samples": self._impl.epoch_samples,
+            "sources": [sources, weights] if sources is not None else None,
             "schema": manifest["schema"],
             "order": o.order,
             "seed": o.seed,

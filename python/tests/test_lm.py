@@ -27,13 +27,24 @@ def doc_dataset(tmp_path_factory):
     return str(d / "ds"), stream
 
 
+_POS = {}
+
+
+def positions(stream):
+    """Per stream token: its position in its document (0 after each EOS), vectorised."""
+    key = id(stream)
+    if key not in _POS:
+        starts = np.zeros(len(stream), dtype=bool)
+        starts[0] = True
+        starts[1:] = stream[:-1] == EOS
+        last_start = np.maximum.accumulate(np.where(starts, np.arange(len(stream)), 0))
+        _POS[key] = (np.arange(len(stream)) - last_start, stream)
+    return _POS[key][0]
+
+
 def reference(stream, r):
     a = r * N
-    pos = np.zeros(len(stream), dtype=np.int64)
-    p = 0
-    for i, t in enumerate(stream[: a + N + 1]):
-        pos[i] = p
-        p = 0 if t == EOS else p + 1
+    pos = positions(stream)
     inp = stream[a: a + N]
     starts = [i for i in range(1, N) if stream[a + i - 1] == EOS]
     return pos[a: a + N], inp != EOS, np.cumsum([0] + [1 if i in starts else 0 for i in range(1, N)]), starts
@@ -78,3 +89,38 @@ def test_position_ids_need_boundaries(tmp_path):
     stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), seq_len=16)
     with pytest.raises(stoker.InvalidArgumentError, match="--eos"):
         stoker.Loader(str(tmp_path / "ds"), batch_size=4, position_ids=True)
+
+
+def test_mixture_with_position_ids(doc_dataset, tmp_path):
+    path_a, stream_a = doc_dataset
+    rng = np.random.default_rng(9)
+    stream_b = rng.integers(0, 50000, size=20000).astype(np.uint16)
+    stream_b[rng.integers(0, 20000, size=300)] = EOS
+    stream_b.tofile(tmp_path / "b.bin")
+    stoker.pack_tokens(str(tmp_path / "b.bin"), str(tmp_path / "b"), seq_len=N, rows_per_record=7, eos=EOS)
+    streams = [stream_a, stream_b]
+    opts = dict(batch_size=8, seed=2, threads=1, weights=[3, 1], position_ids=True)
+    full = stoker.Loader([path_a, str(tmp_path / "b")], **opts)
+    seq, counts = [], [0, 0]
+    for b in full:
+        for j, (s, r) in enumerate(zip(b["source"].tolist(), b["index"].tolist())):
+            pos, _, _, _ = reference(streams[s], r)
+            np.testing.assert_array_equal(b["position_ids"][j].numpy(), pos)
+            counts[s] += 1
+            seq.append((s, r))
+    assert abs(counts[0] / sum(counts) - 0.75) < 0.03
+    # Two ranks stop after 20 steps; three resume from the state and finish the epoch.
+    seen = []
+    for rank in range(2):
+        lo = stoker.Loader([path_a, str(tmp_path / "b")], rank=rank, world_size=2, **opts)
+        it = iter(lo)
+        for _ in range(20):
+            b = next(it)
+            seen += list(zip(b["source"].tolist(), b["index"].tolist()))
+        state = lo.state_dict()
+    for rank in range(3):
+        lo = stoker.Loader([path_a, str(tmp_path / "b")], rank=rank, world_size=3, **opts)
+        lo.load_state_dict(state)
+        for b in lo:
+            seen += list(zip(b["source"].tolist(), b["index"].tolist()))
+    assert sorted(seen) == sorted(seq)
