@@ -173,3 +173,69 @@ TEST(LoaderMixture, BadMixturesAreNamed) {
   o.on_error = OnError::kSkip;
   EXPECT_THROW(Loader{o}, Error);
 }
+
+// Image datasets mix the same way: each sample is what its own dataset's loader gives
+// for that record (eval transform: no random draw), with its label.
+TEST(LoaderMixture, ImageDatasetsMixToo) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int s = 0; s < 2; ++s) {
+    SampleImageFolderOptions so;
+    so.images = 24 + 12 * s;
+    so.classes = 3;
+    so.seed = 40 + s;
+    so.threads = 2;
+    make_sample_imagefolder(dir.str("src" + std::to_string(s)), so);
+    pack_imagefolder(dir.str("src" + std::to_string(s)), dir.str("img" + std::to_string(s)));
+    paths.push_back(dir.str("img" + std::to_string(s)));
+  }
+  auto base = [](const std::string& path) {
+    LoaderOptions o;
+    o.path = path;
+    o.batch_size = 5;
+    o.rank = 0;
+    o.world_size = 1;
+    o.threads = 2;
+    o.transform.kind = ImageTransform::Kind::kEval;
+    o.transform.size = 32;
+    o.order.kind = OrderKind::kSequential;
+    return o;
+  };
+  // Each dataset alone: index -> (image bytes, label).
+  std::vector<std::map<int64_t, std::pair<std::vector<uint8_t>, int64_t>>> alone(2);
+  for (int s = 0; s < 2; ++s) {
+    Loader l(base(paths[s]));
+    while (auto b = l.next()) {
+      const auto& im = (*b)["image"];
+      const size_t per = im.bytes() / b->size();
+      for (uint64_t j = 0; j < b->size(); ++j) {
+        const auto* p = static_cast<const uint8_t*>(im.data) + j * per;
+        alone[s][static_cast<const int64_t*>((*b)["index"].data)[j]] = {
+            std::vector<uint8_t>(p, p + per), static_cast<const int64_t*>((*b)["label"].data)[j]};
+      }
+    }
+  }
+  auto o = base("");
+  o.sources = paths;
+  o.weights = {2, 1};
+  o.order.kind = OrderKind::kShuffled;
+  o.samples_per_epoch = 90;  // more than both hold: each starts epochs of its own
+  Loader l(o);
+  std::vector<int> count(2, 0);
+  while (auto b = l.next()) {
+    const auto& im = (*b)["image"];
+    ASSERT_EQ(im.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), 32, 32, 3}));
+    const size_t per = im.bytes() / b->size();
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      const int64_t s = static_cast<const int64_t*>((*b)["source"].data)[j];
+      const int64_t i = static_cast<const int64_t*>((*b)["index"].data)[j];
+      const auto& want = alone.at(static_cast<size_t>(s)).at(i);
+      const auto* p = static_cast<const uint8_t*>(im.data) + j * per;
+      EXPECT_EQ(std::vector<uint8_t>(p, p + per), want.first) << "source " << s << " index " << i;
+      EXPECT_EQ(static_cast<const int64_t*>((*b)["label"].data)[j], want.second);
+      count[static_cast<size_t>(s)]++;
+    }
+  }
+  EXPECT_EQ(count[0] + count[1], 90);
+  EXPECT_NEAR(count[0], 60, 6);
+}
