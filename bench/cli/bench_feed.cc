@@ -33,7 +33,7 @@ int run_feed(const Args& args) {
   ArgParser p(args, {"json", "no-direct", "position-ids", "loss-mask"});
   p.check_known({"threads", "transform", "consumer-ms", "batch", "size", "epochs", "json", "order", "seed", "engine",
                  "qd", "slots", "window-chunks", "limit-seconds", "limit-records", "io-limit-mbps", "on-error", "no-direct",
-                 "report", "max-seconds", "position-ids", "loss-mask"});
+                 "report", "max-seconds", "position-ids", "loss-mask", "mix"});
   if (p.positional().size() != 1) {
     std::cerr << "usage: stoker bench feed DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] ...\n";
     return 2;
@@ -58,6 +58,10 @@ int run_feed(const Args& args) {
   o.on_error = on_error_from_name(p.get_or("on-error", "error"));
   o.position_ids = p.flag("position-ids");  // token data packed with --eos
   o.loss_mask = p.flag("loss-mask");
+  if (auto other = p.get("mix")) {  // a 2-source mixture, equal weights: DATASET and this one
+    o.sources = {o.path, *other};
+    o.weights = {1, 1};
+  }
   o.rank = 0;
   o.world_size = 1;
   const double io_limit_mbps = p.get_double("io-limit-mbps", 0);
@@ -233,7 +237,7 @@ int run_feed(const Args& args) {
 
 STOKER_COMMAND("bench feed",
                "DATASET [--threads N] [--transform train|eval|none] [--consumer-ms X] [--batch B] [--size S] "
-               "[--epochs E] [--order shuffled|sequential|chunk_local] [--window-chunks W] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--position-ids] [--loss-mask] [--json]",
+               "[--epochs E] [--order shuffled|sequential|chunk_local] [--window-chunks W] [--slots N] [--no-direct] [--io-limit-mbps X] [--report SECONDS] [--max-seconds S] [--position-ids] [--loss-mask] [--mix DATASET2] [--json]",
                "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.",
                run_feed);
 

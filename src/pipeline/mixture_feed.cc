@@ -28,6 +28,7 @@ struct MixtureFeed::Impl {
     uint64_t epoch = UINT64_MAX;  // the source epoch the loader runs (UINT64_MAX: none yet)
     std::optional<Batch> cur;     // the batch holding positions [cur_pos, cur_pos + size)
     uint64_t cur_pos = 0, next_pos = 0;  // next_pos: where the loader's next batch starts
+    std::vector<const uint8_t*> data;    // per output (outs' order): `cur`'s, once checked
   };
   std::vector<Source> src;
   uint64_t epoch = 0, start_consumed = 0;
@@ -53,6 +54,7 @@ struct MixtureFeed::Impl {
                                            start_consumed);
     next_k = 0;
     table_block = UINT64_MAX;
+    batches_out = samples_out = 0;  // stats() count the current run, as a Loader's do
   }
 
   MixtureOrder::Draw draw_at(uint64_t p) {
@@ -88,6 +90,11 @@ struct MixtureFeed::Impl {
                                std::to_string(pos));
       x.cur_pos = x.next_pos;
       x.next_pos += x.cur->size();
+      // Each batch of a source checked and its outputs found once, not per sample.
+      plan_outputs(*x.cur, s);
+      x.data.clear();
+      for (const Out& o : outs)
+        x.data.push_back(o.name == "source" ? nullptr : static_cast<const uint8_t*>((*x.cur)[o.name].data));
     }
     return {&*x.cur, pos - x.cur_pos};
   }
@@ -154,6 +161,9 @@ MixtureFeed::MixtureFeed(const LoaderOptions& options) : impl_(std::make_unique<
     so.batch_size = std::max<uint64_t>(opt.batch_size, 64);
     so.order.seed = mix64(opt.order.seed ^ (0x736f7572636531ull + s));  // its own order per source
     so.report_interval_s = 0;
+    // The sources share the threads asked for (their decoders would otherwise contend
+    // for the same CPUs, each source with the full count).
+    if (opt.threads) so.threads = std::max<unsigned>(1, opt.threads / static_cast<unsigned>(opt.sources.size()));
     Impl::Source x;
     x.loader = std::make_unique<Loader>(so);
     m.sizes.push_back(MixtureSource{x.loader->epoch_samples(), opt.weights[s]});
@@ -172,17 +182,18 @@ std::optional<Batch> MixtureFeed::next() {
   auto lease = std::make_shared<OwnedLease>();
   for (uint64_t j = 0; j < n; ++j) {
     const MixtureOrder::Draw d = m.draw_at(m.sched->position(k, j));
-    auto [b, i] = m.sample(d.source, d.source_epoch, d.position);
-    m.plan_outputs(*b, d.source);
-    if (lease->mem.empty()) lease->mem.assign(m.batch_bytes, 0);
-    for (const Impl::Out& o : m.outs) {
+    const uint64_t i = m.sample(d.source, d.source_epoch, d.position).second;
+    const std::vector<const uint8_t*>& data = m.src[d.source].data;
+    if (lease->mem.empty()) lease->mem.resize(m.batch_bytes);
+    for (size_t t = 0; t < m.outs.size(); ++t) {
+      const Impl::Out& o = m.outs[t];
       uint8_t* dst = lease->mem.data() + o.offset + j * o.sample_bytes;
-      if (o.name == "source") {
+      if (!data[t]) {  // "source"
         const int64_t v = d.source;
         std::memcpy(dst, &v, 8);
         continue;
       }
-      std::memcpy(dst, static_cast<const uint8_t*>((*b)[o.name].data) + i * o.sample_bytes, o.sample_bytes);
+      std::memcpy(dst, data[t] + i * o.sample_bytes, o.sample_bytes);
     }
   }
   std::vector<TensorView> views;
@@ -233,6 +244,14 @@ LoaderStats MixtureFeed::stats() const {
     s.record_bytes += t.record_bytes;
     s.tokens = t.tokens;
     s.wall_s = std::max(s.wall_s, t.wall_s);
+    s.decode.threads += t.decode.threads;
+    s.decode.busy_s += t.decode.busy_s;
+    s.decode.wait_s += t.decode.wait_s;
+    s.decode.items += t.decode.items;
+    s.io.threads += t.io.threads;
+    s.io.busy_s += t.io.busy_s;
+    s.io.wait_s += t.io.wait_s;
+    s.io.items += t.io.items;
   }
   s.batches = impl_->batches_out;
   s.samples = impl_->samples_out;

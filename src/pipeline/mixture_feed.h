@@ -31,7 +31,8 @@ class MixtureFeed {
   uint64_t epoch_samples() const noexcept;
   OrderState state() const;
   void load_state(const OrderState& s);
-  LoaderStats stats() const;  ///< the sources' summed figures, this feed's batch counts
+  /// The sources' summed figures (their runs), this run's batches and samples.
+  LoaderStats stats() const;
   int rank() const noexcept;
   int world_size() const noexcept;
 
