@@ -285,7 +285,10 @@ std::optional<Batch> Loader::next() {
 
 std::optional<Batch> Loader::try_next(bool* would_wait) {
   *would_wait = false;
-  if (impl_->mix) return impl_->mix->next();  // its sources' waits are its own
+  if (impl_->mix) {  // its next() waits on its sources and copies: always the caller's other thread
+    *would_wait = true;
+    return std::nullopt;
+  }
   return impl_->next_batch(false, would_wait);
 }
 

@@ -1,6 +1,7 @@
 // MixtureFeed (mixture_feed.h).
 #include "pipeline/mixture_feed.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "stoker/error.h"
@@ -37,7 +38,7 @@ struct MixtureFeed::Impl {
   uint64_t next_k = 0;
   uint64_t table_block = UINT64_MAX;
   std::vector<MixtureOrder::Draw> table;  // the draws of block table_block
-  uint64_t batches_out = 0, samples_out = 0;
+  std::atomic<uint64_t> batches_out{0}, samples_out{0};  // stats() may run on any thread
   // Output layout, from the first batch seen: per dense output, its bytes a sample.
   struct Out {
     std::string name;
