@@ -86,6 +86,18 @@ struct FieldTransform {
 
 struct LoaderOptions {
   std::string path;             ///< dataset directory
+  /// A weighted mixture instead of `path`: these datasets, drawn in proportion to
+  /// `weights` (one each, > 0) as MixtureOrder (stoker/mixture.h) says — per seed and
+  /// epoch, the same sequence for every world size, resumable from state(). An epoch is
+  /// `samples_per_epoch` samples (0: the sources' sizes summed); a source that runs out
+  /// within it starts a new, reshuffled epoch of its own. Batches hold the sources'
+  /// outputs (which must agree: names, dtypes, shapes; dense ones only) plus "source"
+  /// int64 [B], which source each sample came from; "index" is the sample's index in
+  /// its source. Every source is read by a loader of its own with these options (its
+  /// own order, seeded from `order.seed` and its place in the list). OnError::kError only.
+  std::vector<std::string> sources;
+  std::vector<double> weights;
+  uint64_t samples_per_epoch = 0;
   uint64_t batch_size = 64;     ///< per rank, >= 1
   /// Per-field transforms by field name (see FieldTransform for the defaults). Batch
   /// tensors are named after the fields; version-1 datasets keep the names "image" and
@@ -102,6 +114,23 @@ struct LoaderOptions {
   bool targets = false;               ///< also deliver `targets` (inputs shifted by one)
   ElemType token_type = ElemType::kUint16;  ///< output element type; kUint16/kUint32/kInt32/kInt64
   bool token_type_is_stored = true;   ///< true: deliver the stored dtype (ignore token_type)
+  // Document outputs, for datasets packed with boundaries (pack_tokens with --eos, or
+  // from a Megatron index; kInvalidArgument naming the dataset otherwise). Each is
+  // aligned with `tokens` (input i's target is targets[i]):
+  bool position_ids = false;  ///< "position_ids" int32 [B, seq_len]: position in its document, 0 after each EOS
+  /// position_ids of a document begun in an earlier row count from 0 at the row's first
+  /// token (Megatron's --reset-position-ids: every position < seq_len, as absolute
+  /// position embeddings of seq_len entries need). false: its position in the document.
+  bool position_ids_from_row_start = false;
+  bool loss_mask = false;     ///< "loss_mask" uint8 [B, seq_len]: 0 where the target starts another document, else 1
+  bool doc_ids = false;       ///< "doc_ids" int32 [B, seq_len]: the token's document within its row, from 0
+  /// "cu_seqlens" int32 [D + 1], D varying per batch: 0, then the cumulative lengths of
+  /// the rows' pieces of documents over the flattened [B * seq_len] inputs (a document
+  /// cut by a row's end counts once per row); the last entry is B * seq_len
+  /// (FlashAttention's varlen cu_seqlens). TensorKind::kRagged: the values are the whole
+  /// array, and sample j's cumulative ends are entries [offsets[j], offsets[j + 1])
+  /// (sample 0 also holds the leading 0). Kept on the host by the Stager.
+  bool cu_seqlens = false;
 
   // --- order ---
   OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ struct TokensPackOptions : PackOptions {
   uint32_t seq_len = 1024;       ///< training sequence length N (>= 1); rows hold N+1 tokens
   uint32_t rows_per_record = 0;  ///< rows per record; 0 = as many as fit in ~256 KiB raw
   int zstd_level = 0;            ///< 0 = store raw; 1..19 = zstd per record
+  /// Flat files: the end-of-document token id (nanoGPT style: a document ends with its
+  /// EOS, which belongs to it). Set, the dataset stores document boundaries (below).
+  /// A Megatron index gives them itself, so it takes no eos.
+  std::optional<int64_t> eos;
 };
 
 /// Packs a token stream into `out` with schema `tokens:tokens` (Field kind kTokens,
@@ -110,6 +115,11 @@ struct TokensPackOptions : PackOptions {
 /// Manifest meta: "seq_len", "dtype", "tokens" (tokens in the source stream), "rows",
 /// "rows_per_record", "tokens_dropped" and "source" ("flat:<file name>" or
 /// "megatron:<.bin name>").
+/// Document boundaries (with `eos`, and always from a Megatron index): a second field
+/// `doc_starts` (vararray int32) per record, the positions where documents start
+/// relative to the record's first token, the first one <= 0 (shards/FORMAT.md); meta
+/// "documents" (their count) and "eos". They feed the Loader's position_ids, loss_mask,
+/// doc_ids and cu_seqlens.
 PackSummary pack_tokens(const std::string& file, const std::string& out,
                         const TokensPackOptions& options = {});
 

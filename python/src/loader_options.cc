@@ -73,6 +73,30 @@ void init_loader_options(py::module_& m) {
   py::class_<PyLoaderOptions> o(m, "LoaderOptions", "Options of a Loader (see include/stoker/loader.h).");
   o.def(py::init<>())
       .def_property(
+          "sources", [](const PyLoaderOptions& x) { return x.o.sources; },
+          [](PyLoaderOptions& x, const std::vector<std::string>& v) { x.o.sources = v; })
+      .def_property(
+          "weights", [](const PyLoaderOptions& x) { return x.o.weights; },
+          [](PyLoaderOptions& x, const std::vector<double>& v) { x.o.weights = v; })
+      .def_property(
+          "samples_per_epoch", [](const PyLoaderOptions& x) { return x.o.samples_per_epoch; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.samples_per_epoch = v; })
+      .def_property(
+          "position_ids", [](const PyLoaderOptions& x) { return x.o.position_ids; },
+          [](PyLoaderOptions& x, bool v) { x.o.position_ids = v; })
+      .def_property(
+          "position_ids_from_row_start", [](const PyLoaderOptions& x) { return x.o.position_ids_from_row_start; },
+          [](PyLoaderOptions& x, bool v) { x.o.position_ids_from_row_start = v; })
+      .def_property(
+          "loss_mask", [](const PyLoaderOptions& x) { return x.o.loss_mask; },
+          [](PyLoaderOptions& x, bool v) { x.o.loss_mask = v; })
+      .def_property(
+          "doc_ids", [](const PyLoaderOptions& x) { return x.o.doc_ids; },
+          [](PyLoaderOptions& x, bool v) { x.o.doc_ids = v; })
+      .def_property(
+          "cu_seqlens", [](const PyLoaderOptions& x) { return x.o.cu_seqlens; },
+          [](PyLoaderOptions& x, bool v) { x.o.cu_seqlens = v; })
+      .def_property(
           "fields", [](const PyLoaderOptions& x) { return x.o.fields; },
           [](PyLoaderOptions& x, const std::map<std::string, FieldTransform>& v) { x.o.fields = v; })
       .def_property(

@@ -100,7 +100,14 @@ class Loader:
     rank gets the same number of batches of the same lengths (see drop_last).
 
     Args:
-        path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``).
+        path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``), or a
+            list of them: a weighted mixture (`weights`, default equal). Each batch then
+            draws from the datasets in proportion, the same sequence per seed and epoch
+            for any world size, resumable; ``"source"`` int64 [B] says which dataset each
+            sample came from and ``"index"`` is its index there. An epoch is
+            `samples_per_epoch` samples (default: the datasets' sizes summed); a dataset
+            that runs out within it starts a reshuffled epoch of its own. The datasets'
+            outputs must agree (dense outputs only: no cu_seqlens, text or bytes).
         batch_size: samples per batch on this rank.
         transform: "train", "eval", None (no decode) or transform objects
             (``stoker.transforms``) or an ``ImageTransform``: the first image field's,
@@ -141,6 +148,16 @@ class Loader:
         as_tuple: yield (image, label) / (tokens[, targets]) tuples instead of dicts.
         numpy: yield numpy arrays (no torch needed) instead of torch tensors.
         targets: token data: also deliver next-token targets (an error for records).
+        position_ids, loss_mask, doc_ids, cu_seqlens: token data packed with document
+            boundaries (``stoker pack tokens ... --eos ID`` or a Megatron index):
+            "position_ids" int32 [B, seq_len] (position in its document, 0 after each
+            EOS; position_ids="row": a document begun in an earlier row counts from 0
+            at the row's start, as Megatron's --reset-position-ids, so every position
+            is < seq_len), "loss_mask" uint8 [B, seq_len] (0 where the target starts another
+            document), "doc_ids" int32 [B, seq_len] (document within the row, from 0),
+            "cu_seqlens" int32 [D + 1] (cumulative lengths of the rows' document pieces
+            over the flattened batch, for varlen attention; with
+            "cu_seqlens.offsets" [B + 1]: row j's entries).
         slots: batches in the loader's ring (memory = slots x batch bytes); None: sized
             from the batch: as many as fit in 32 MiB, clamped to 4..64 (at least 4 even
             past 32 MiB: 224 px images in batches of 64 get 4); token data up to one
@@ -185,7 +202,17 @@ class Loader:
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
                  direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
-                 _stage=None):
+                 position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
+                 samples_per_epoch=None, _stage=None):
+        sources = None
+        if isinstance(path, (list, tuple)):
+            sources = [os.fspath(p) for p in path]
+            if not sources:
+                raise ValueError("a mixture needs at least one dataset")
+            weights = [1.0] * len(sources) if weights is None else [float(w) for w in weights]
+            path = sources[0]
+        elif weights is not None:
+            raise ValueError("weights= goes with a list of datasets")
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path)
         self._tokens = ":tokens" in manifest["schema"]
@@ -195,6 +222,9 @@ class Loader:
 
         o = _stoker.LoaderOptions()
         o.path = path
+        if sources is not None:
+            o.sources, o.weights = sources, weights
+            o.samples_per_epoch = int(samples_per_epoch or 0)
         o.batch_size = _integer("batch_size", batch_size, 1)
         o.transform = to_image_transform(transform, _integer("size", size, 1, 8192))
         if fields is not None:
@@ -219,6 +249,11 @@ class Loader:
         if o.targets and not self._tokens:
             raise ValueError(f"targets=True: next-token targets need token data, and {path} holds records "
                              f"(schema {manifest['schema']})")
+        if position_ids not in (False, True, "document", "row"):
+            raise ValueError(f"position_ids must be True/'document' or 'row', got {position_ids!r}")
+        o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
+        o.position_ids_from_row_start = position_ids == "row"
+        o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
         if token_dtype is None:
             token_dtype = "stored" if self._numpy else "int64"
         _choice("token_dtype", token_dtype, ("int64", "int32", "uint16", "uint32", "stored"))
@@ -271,6 +306,7 @@ class Loader:
         self._fresh = True  # the next iteration continues where the loader stands
         self._fingerprint = {
             "dataset_samples": self._impl.epoch_samples,
+            "sources": [sources, weights] if sources is not None else None,
             "schema": manifest["schema"],
             "order": o.order,
             "seed": o.seed,

@@ -34,7 +34,8 @@ struct FeedArgs {
   int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
           epochs = 1, limit_records = 2000;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
-  bool no_direct = false, json = false;
+  bool no_direct = false, json = false, position_ids = false, loss_mask = false;
+  std::string mix;  // a second dataset: a 2-source mixture of equal weights
 };
 
 int run_feed(const FeedArgs& a) {
@@ -55,6 +56,12 @@ int run_feed(const FeedArgs& a) {
   o.io.queue_depth = static_cast<unsigned>(a.qd);
   o.io.direct = !a.no_direct;
   o.on_error = on_error_from_name(a.on_error);
+  o.position_ids = a.position_ids;  // token data packed with --eos
+  o.loss_mask = a.loss_mask;
+  if (!a.mix.empty()) {
+    o.sources = {o.path, a.mix};
+    o.weights = {1, 1};
+  }
   o.rank = 0;
   o.world_size = 1;
   const double io_limit_mbps = a.io_limit_mbps;
@@ -269,6 +276,9 @@ void setup(CLI::App& tool) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--max-seconds", a->max_seconds, "stop after this long in all (0: whole epochs)")
       ->check(CLI::NonNegativeNumber);
+  c->add_flag("--position-ids", a->position_ids, "token data packed with --eos: also deliver position_ids");
+  c->add_flag("--loss-mask", a->loss_mask, "token data packed with --eos: also deliver loss_mask");
+  c->add_option("--mix", a->mix, "a second dataset: feed a 2-source mixture of equal weights");
   c->add_flag("--json", a->json, "a JSON object after the text");
   on_run(c, [a] { return run_feed(*a); });
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "cli.h"
 #include "interrupt.h"
@@ -83,6 +84,7 @@ struct TokensArgs {
   std::string file, out, dtype;
   CommonArgs common;
   int64_t seq_len = 0, zstd = 0, rows_per_record = 0;
+  std::optional<int64_t> eos;
 };
 
 int pack_tokens_cmd(const TokensArgs& a) {
@@ -92,6 +94,7 @@ int pack_tokens_cmd(const TokensArgs& a) {
   o.seq_len = static_cast<uint32_t>(a.seq_len);
   o.zstd_level = static_cast<int>(a.zstd);
   o.rows_per_record = static_cast<uint32_t>(a.rows_per_record);
+  o.eos = a.eos;
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
     return print_summary(pack_tokens(a.file, a.out, o), a.out);
@@ -154,6 +157,9 @@ void setup(CLI::App& tool) {
   c->add_option("--zstd", tk->zstd, "zstd level of the records (0: stored raw)")->check(CLI::Range(0, 19))->capture_default_str();
   c->add_option("--rows-per-record", tk->rows_per_record, "rows in a record (0: chosen from the shard size)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  c->add_option("--eos", tk->eos,
+                 "end-of-document token id: store document boundaries (a document ends with its EOS token) for "
+                 "position_ids, loss_mask, doc_ids and cu_seqlens (a Megatron index gives them itself)");
   tk->common.declare(c);
   on_run(c, [tk] { return pack_tokens_cmd(*tk); });
 

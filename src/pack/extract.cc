@@ -195,7 +195,9 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
   PackSummary summary;
   ProgressReporter progress("extract", n, 0, options.progress);
 
-  if (tokens >= 0 && schema.fields.size() == 1) {
+  // Document boundaries (a second field, doc_starts) are dropped: the stream is
+  // rebuilt as a flat file, which has no place for them (--eos finds EOS-ended ones again).
+  if (tokens >= 0 && (schema.fields.size() == 1 || (schema.fields.size() == 2 && schema.find("doc_starts") >= 0))) {
     // Flat stream: row 0 whole, then each row without its first token, which must
     // equal the previous row's last token.
     const Field& f = schema.fields[tokens];

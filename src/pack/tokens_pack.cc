@@ -19,6 +19,7 @@
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
 #include "pack/progress.h"
+#include "pack/token_docs.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/pack.h"
@@ -200,6 +201,8 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   DType dtype = options.dtype;
   std::unique_ptr<TokenStream> stream;
   std::string source;
+  std::vector<uint64_t> doc_starts;  // document boundaries, when the input has them
+  bool docs = false;
   if (!idx_path.empty()) {
     auto probe = std::make_unique<TokenStream>(bin_path, 1);
     MegatronIndex idx = read_megatron_index(idx_path, static_cast<int64_t>(probe->file_size()));
@@ -214,6 +217,10 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
     for (size_t i = 0; i < idx.sizes.size(); ++i)
       stream->add_extent(static_cast<uint64_t>(idx.pointers[i]), static_cast<uint64_t>(idx.sizes[i]));
     source = "megatron:" + base_name(bin_path);
+    if (options.eos)
+      throw_error(ErrorCode::kInvalidArgument, idx_path + ": --eos is for flat token files; a Megatron index gives the documents");
+    doc_starts = megatron_doc_starts(idx);
+    docs = true;
   } else {
     if (dtype != DType::kUint16 && dtype != DType::kUint32 && dtype != DType::kInt32 && dtype != DType::kInt64)
       throw_error(ErrorCode::kInvalidArgument, file + ": a flat token file needs --dtype uint16|uint32 (int32, int64 also accepted)");
@@ -224,6 +231,12 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
                                                    " (" + dtype_name(dtype) + " tokens); wrong --dtype?");
     stream->add_extent(0, stream->file_size() / dtype_size(dtype));
     source = "flat:" + base_name(file);
+    if (options.eos) {
+      const TokenStream& st = *stream;
+      doc_starts = eos_doc_starts([&](uint64_t first, uint64_t count, uint8_t* out) { st.read(first, count, out); },
+                                  st.total(), dtype, *options.eos, file);
+      docs = true;
+    }
   }
 
   const uint64_t N = options.seq_len;
@@ -244,6 +257,7 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   Schema schema;
   Field f{"tokens", FieldKind::kTokens, dtype, static_cast<uint32_t>(N)};
   schema.fields = {f};
+  if (docs) schema.fields.push_back(Field{kDocStartsField, FieldKind::kVarArray, DType::kInt32, 0, {}});
   DatasetWriterOptions wopts;
   wopts.shard_size = options.shard_size;
   wopts.shard.align = options.align;
@@ -260,6 +274,8 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   m.meta["rows_per_record"] = std::to_string(R);
   m.meta["tokens_dropped"] = std::to_string(dropped);
   m.meta["source"] = source;
+  if (docs) m.meta["documents"] = std::to_string(doc_starts.size());
+  if (options.eos) m.meta["eos"] = std::to_string(*options.eos);
 
   const ShardWriterOptions shard_opts = writer.options().shard;
   auto produce = [&](size_t k) {
@@ -269,8 +285,10 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
     std::vector<uint8_t> raw(static_cast<size_t>(n * row_bytes));
     for (uint64_t j = 0; j < n; ++j)
       std::memcpy(raw.data() + j * row_bytes, window.data() + j * N * elem, static_cast<size_t>(row_bytes));
-    const std::span<const uint8_t> fields[] = {raw};
-    return prepare_record(schema, fields, shard_opts);
+    std::vector<uint8_t> starts;
+    if (docs) starts = record_doc_starts(doc_starts, r0 * N, (r0 + n) * N, file);
+    const std::span<const uint8_t> fields[] = {raw, starts};
+    return prepare_record(schema, std::span(fields, docs ? 2 : 1), shard_opts);
   };
 
   PackSummary summary;

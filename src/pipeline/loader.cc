@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "diagnose/loader_report.h"
+#include "pipeline/mixture_feed.h"
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
 #include "pipeline/slot_ring.h"
@@ -84,6 +85,7 @@ struct Loader::Impl {
   std::unique_ptr<internal::Run> run;
   std::unique_ptr<internal::Producer> producer;
   std::unique_ptr<internal::LoaderReporter> reporter;
+  std::unique_ptr<internal::MixtureFeed> mix;  // LoaderOptions::sources: the mixture does it all
 
   // ---- the consumer's side of the current run ----
   uint64_t epoch = 0;
@@ -203,6 +205,27 @@ void Loader::Impl::setup() {
     tok.tokens_t = add("tokens", tt, {static_cast<int64_t>(tok.seq_len)});
     if (opt.targets) tok.targets_t = add("targets", tt, {static_cast<int64_t>(tok.seq_len)});
     tok.index_t = add("index", ElemType::kInt64, {});
+    if (opt.position_ids || opt.loss_mask || opt.doc_ids || opt.cu_seqlens) {
+      const int d = schema.find("doc_starts");
+      if (d < 0 || schema.fields[static_cast<size_t>(d)].kind != FieldKind::kVarArray ||
+          schema.fields[static_cast<size_t>(d)].dtype != DType::kInt32)
+        throw_error(ErrorCode::kInvalidArgument,
+                    opt.path + ": position_ids, loss_mask, doc_ids and cu_seqlens need document boundaries, which "
+                               "this dataset was packed without; pack it with `stoker pack tokens FILE OUT --eos ID` "
+                               "(or from a Megatron .bin/.idx pair)");
+      tok.docs_field = d;
+      const int64_t N = tok.seq_len;
+      if (opt.position_ids) tok.position_t = add("position_ids", ElemType::kInt32, {N});
+      // uint8, not bool: the torch of Debian 12 takes no bool tensors over DLPack.
+      if (opt.loss_mask) tok.mask_t = add("loss_mask", ElemType::kUint8, {N});
+      if (opt.doc_ids) tok.doc_ids_t = add("doc_ids", ElemType::kInt32, {N});
+      if (opt.cu_seqlens) {
+        internal::VarOut v{"cu_seqlens", TensorKind::kRagged, ElemType::kInt32, {}, 4};
+        v.cumulative = true;
+        ctx.vars.push_back(std::move(v));
+        tok.seqlens_var = static_cast<int>(ctx.vars.size() - 1);
+      }
+    }
   }
   size_t off = 0;
   for (auto& t : ctx.tensors) {
@@ -284,15 +307,28 @@ void Loader::Impl::stop_run() {
 
 Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
+  if (!impl_->opt.sources.empty()) {
+    impl_->mix = std::make_unique<internal::MixtureFeed>(impl_->opt);
+    return;
+  }
   impl_->setup();
 }
 
-Loader::~Loader() { impl_->stop_run(); }
+Loader::~Loader() {
+  if (!impl_->mix) impl_->stop_run();
+}
 
-std::optional<Batch> Loader::next() { return impl_->next_batch(true, nullptr); }
+std::optional<Batch> Loader::next() {
+  if (impl_->mix) return impl_->mix->next();
+  return impl_->next_batch(true, nullptr);
+}
 
 std::optional<Batch> Loader::try_next(bool* would_wait) {
   *would_wait = false;
+  if (impl_->mix) {  // its next() waits on its sources and copies: always the caller's other thread
+    *would_wait = true;
+    return std::nullopt;
+  }
   return impl_->next_batch(false, would_wait);
 }
 
@@ -395,14 +431,44 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
     // (leased with it), and B + 1 offsets.
     SlotRing::Slot& slot = *ring->slots[job->slot];
     size_t total = 0;
-    for (size_t v = 0; v < ctx.vars.size(); ++v)
+    for (size_t v = 0; v < ctx.vars.size(); ++v) {
       for (uint64_t j = 0; j < n; ++j) total += (job->var[v][j].size() + 7) / 8 * 8;
+      if (ctx.vars[v].cumulative) total += 8;  // the leading 0
+    }
     slot.var_mem.resize(std::max<size_t>(total, 8));
     slot.var_offsets.resize(ctx.vars.size() * (opt.batch_size + 1));
     size_t at = 0;
     for (size_t v = 0; v < ctx.vars.size(); ++v) {
       const internal::VarOut& vo = ctx.vars[v];
       int64_t* offs = slot.var_offsets.data() + v * (opt.batch_size + 1);
+      if (vo.cumulative) {
+        // One int32 array for the batch: 0, then the running sum of the samples' values;
+        // sample j's sums are entries [offs[j], offs[j + 1]) (sample 0 also has the 0).
+        int32_t* out = reinterpret_cast<int32_t*>(slot.var_mem.data() + at);
+        int64_t count = 0, sum = 0;
+        out[count++] = 0;
+        offs[0] = 0;
+        for (uint64_t j = 0; j < n; ++j) {
+          const auto& bytes = job->var[v][j];
+          for (size_t x = 0; x + 4 <= bytes.size(); x += 4) {
+            int32_t len;
+            std::memcpy(&len, bytes.data() + x, 4);
+            sum += len;
+            out[count++] = static_cast<int32_t>(sum);
+          }
+          offs[j + 1] = count;
+        }
+        TensorView tv;
+        tv.name = vo.name;
+        tv.data = out;
+        tv.dtype = ElemType::kInt32;
+        tv.kind = TensorKind::kRagged;
+        tv.offsets = offs;
+        tv.shape = {count};
+        views.push_back(std::move(tv));
+        at = (at + static_cast<size_t>(count) * 4 + 7) / 8 * 8;
+        continue;
+      }
       const size_t begin = at;
       offs[0] = 0;
       for (uint64_t j = 0; j < n; ++j) {
@@ -430,25 +496,30 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
 }
 
 void Loader::set_epoch(uint64_t e) {
+  if (impl_->mix) return impl_->mix->set_epoch(e);
   impl_->stop_run();
   impl_->epoch = e;
   impl_->start_consumed = 0;
 }
 
-uint64_t Loader::epoch() const noexcept { return impl_->epoch; }
+uint64_t Loader::epoch() const noexcept { return impl_->mix ? impl_->mix->epoch() : impl_->epoch; }
 
 uint64_t Loader::num_batches() const {
   const Impl& m = *impl_;
+  if (m.mix) return m.mix->num_batches();
   if (m.running) return m.run->sched->num_batches();
   RankSchedule s(m.ctx.layout->units(), m.opt.batch_size, m.ctx.rank.world_size, m.ctx.rank.rank, m.opt.drop_last,
                  m.start_consumed, m.tail_policy());
   return s.num_batches();
 }
 
-uint64_t Loader::epoch_samples() const noexcept { return impl_->ctx.layout->units(); }
+uint64_t Loader::epoch_samples() const noexcept {
+  return impl_->mix ? impl_->mix->epoch_samples() : impl_->ctx.layout->units();
+}
 
 OrderState Loader::state() const {
   const Impl& m = *impl_;
+  if (m.mix) return m.mix->state();
   OrderState s = OrderState::start(m.ctx.order_opt, m.ctx.layout->units(), m.epoch);
   if (m.running) s.consumed = m.run->sched->consumed_after(m.next_deliver);
   else s.consumed = m.start_consumed;
@@ -456,6 +527,7 @@ OrderState Loader::state() const {
 }
 
 void Loader::load_state(const OrderState& s) {
+  if (impl_->mix) return impl_->mix->load_state(s);
   s.check_matches(impl_->ctx.order_opt, impl_->ctx.layout->units());
   impl_->stop_run();
   impl_->epoch = s.epoch;
@@ -463,6 +535,7 @@ void Loader::load_state(const OrderState& s) {
 }
 
 LoaderStats Loader::stats() const {
+  if (impl_->mix) return impl_->mix->stats();
   LoaderStats s = impl_->snapshot();
   record_verdict(s, diagnose(FeedFigures::from(s)));
   return s;
@@ -503,10 +576,15 @@ LoaderStats Loader::Impl::snapshot() const {
 }
 
 const LoaderOptions& Loader::options() const noexcept { return impl_->opt; }
-int Loader::rank() const noexcept { return static_cast<int>(impl_->ctx.rank.rank); }
-int Loader::world_size() const noexcept { return static_cast<int>(impl_->ctx.rank.world_size); }
+int Loader::rank() const noexcept {
+  return impl_->mix ? impl_->mix->rank() : static_cast<int>(impl_->ctx.rank.rank);
+}
+int Loader::world_size() const noexcept {
+  return impl_->mix ? impl_->mix->world_size() : static_cast<int>(impl_->ctx.rank.world_size);
+}
 const std::vector<std::string>& Loader::class_names() const noexcept {
-  return impl_->ctx.dataset->manifest().class_names;
+  static const std::vector<std::string> none;
+  return impl_->mix ? none : impl_->ctx.dataset->manifest().class_names;
 }
 
 }  // namespace stoker

@@ -41,6 +41,9 @@ struct VarOut {
   ElemType dtype = ElemType::kUint8;
   std::vector<int64_t> inner;  ///< kRagged: the shape after the first dimension
   size_t row_bytes = 1;        ///< bytes of one row of the first dimension
+  /// Out as one int32 array [total + 1] (kRagged): 0, then the running sum of every
+  /// sample's int32 values, in sample order (cu_seqlens).
+  bool cumulative = false;
 };
 
 /// What every producer reads, fixed when the Loader opens (run state is in Run).
@@ -101,6 +104,9 @@ struct TokenFacts {
   size_t capacity = 0;          ///< the largest record's raw size
   uint64_t largest_stored = 0;  ///< the largest record as stored (sizes the read slab)
   int tokens_t = -1, targets_t = -1, index_t = -1;  ///< tensors (targets_t -1: not asked for)
+  int docs_field = -1;  ///< `doc_starts`, when an output below needs it
+  int position_t = -1, mask_t = -1, doc_ids_t = -1;  ///< tensors, -1: not asked for
+  int seqlens_var = -1;  ///< Context::vars: per-row piece lengths for cu_seqlens
 };
 
 /// How one record field reaches the batch (image datasets).

@@ -24,6 +24,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "pipeline/doc_rows.h"
 #include "pipeline/producer.h"
 #include "pipeline/record_reads.h"
 #include "util/bytes.h"
@@ -48,6 +49,7 @@ struct TokenWindow {
     std::shared_ptr<IoBuffer> stored;  // the read, until decompressed
     uint64_t skip = 0;                 // where the record starts in `stored`
     size_t rows_at = 0;                // where its first row is once decompressed
+    size_t docs_at = 0, docs_bytes = 0;  // where its doc_starts are once decompressed (when wanted)
     std::exception_ptr error;          // it could not be read, checked or decompressed
     int64_t failed_shard = -1;         // its shard could not be opened: why in shard_reason
     std::string shard_reason;
@@ -222,8 +224,9 @@ class TokenProducer final : public Producer {
   std::shared_ptr<Job> token_job_locked(uint64_t k, std::unique_lock<std::mutex>& lock, WorkerClock& clock);
   /// Checks and decompresses record r of `win` into `out`; keeps the error in the record.
   void unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* out);
-  /// Puts window sample s (its row at `src`, or its record's error) into its place in
-  /// `job`; returns whether a row went in.
+  /// Puts window sample s (its row of its record decompressed at `record`, or the
+  /// record's error) into its place in `job`, with its document outputs; returns whether
+  /// a row went in.
   bool put_token_row(Job& job, const TokenWindow& win, uint64_t s, const uint8_t* src);
   /// Copies the rows batch k draws from `win` (records decompressed at `buf`, `capacity`
   /// apart) into its slot, or hands their record's error to it.
@@ -383,6 +386,7 @@ std::shared_ptr<Job> TokenProducer::token_job_locked(uint64_t k, std::unique_loc
     const uint64_t len = run_->sched->batch_length(job->k);
     job->samples.resize(len);
     job->bad.assign(len, 0);
+    job->var.assign(run_->var_outputs, std::vector<std::vector<uint8_t>>(len));
     // Every row is delivered unless its record fails (taken back out then).
     job->record_bytes.store(len * f_.row_bytes, std::memory_order_relaxed);
     // One hand-over per window the batch draws rows from.
@@ -413,6 +417,14 @@ void TokenProducer::unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* 
       auto fields = unpack_record_into(ctx_.dataset->schema(), loc, {rec.stored->data() + rec.skip, loc.stored_size},
                                        {out, f_.capacity}, ctx_.record_name(s, rr));
       rec.rows_at = static_cast<size_t>(fields[static_cast<size_t>(f_.field)].data() - out);
+      if (f_.docs_field >= 0) {
+        const auto docs = fields[static_cast<size_t>(f_.docs_field)];
+        const std::string bad =
+            check_doc_starts(docs, fields[static_cast<size_t>(f_.field)].size() / f_.row_bytes, f_.seq_len);
+        if (!bad.empty()) throw Error(ErrorCode::kDataLoss, bad);
+        rec.docs_at = static_cast<size_t>(docs.data() - out);
+        rec.docs_bytes = docs.size();
+      }
     } catch (const Error& e) {
       rec.error = std::make_exception_ptr(naming(e, ctx_.record_name(s, rr)));
     } catch (...) {
@@ -422,7 +434,7 @@ void TokenProducer::unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* 
   rec.stored.reset();  // the read buffer goes back to the engine's slab
 }
 
-bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, const uint8_t* src) {
+bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, const uint8_t* record) {
   const uint64_t j = win.i0 + s - job.k * ctx_.opt->batch_size;
   job.samples[j] = win.units[s];
   const int64_t gi = static_cast<int64_t>(win.units[s]);
@@ -443,11 +455,33 @@ bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, 
     job.record_bytes.fetch_sub(f_.row_bytes, std::memory_order_relaxed);
     return false;
   }
+  const uint8_t* src = record + rec.rows_at + win.row_of[s] * f_.row_bytes;
   const DType stored = ctx_.dataset->schema().fields[static_cast<size_t>(f_.field)].dtype;
   const TensorLayout& tl = ctx_.tensors[static_cast<size_t>(f_.tokens_t)];
   copy_tokens(src, stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.tokens_t) + j * tl.sample_bytes);
   if (f_.targets_t >= 0)
     copy_tokens(src + dtype_size(stored), stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.targets_t) + j * tl.sample_bytes);
+  if (f_.docs_field >= 0) {
+    // Made in this thread's cache, then streamed into the slot like the tokens (written
+    // in place, every line of the slot would first be read in).
+    const size_t N = f_.seq_len;
+    thread_local std::vector<int32_t> pos, ids;
+    thread_local std::vector<uint8_t> mask;
+    DocRowOut out;
+    if (f_.position_t >= 0) out.position_ids = (pos.resize(N), pos.data());
+    if (f_.mask_t >= 0) out.loss_mask = (mask.resize(N), mask.data());
+    if (f_.doc_ids_t >= 0) out.doc_ids = (ids.resize(N), ids.data());
+    if (f_.seqlens_var >= 0) {
+      out.seqlens = &job.var[static_cast<size_t>(f_.seqlens_var)][j];
+      out.seqlens->clear();
+    }
+    doc_row({record + rec.docs_at, rec.docs_bytes}, win.row_of[s], f_.seq_len, out, ctx_.opt->position_ids_from_row_start);
+    if (out.position_ids)
+      internal::stream_copy(ctx_.tensor_ptr(job, f_.position_t) + j * N * 4, reinterpret_cast<const uint8_t*>(pos.data()), N * 4);
+    if (out.loss_mask) internal::stream_copy(ctx_.tensor_ptr(job, f_.mask_t) + j * N, mask.data(), N);
+    if (out.doc_ids)
+      internal::stream_copy(ctx_.tensor_ptr(job, f_.doc_ids_t) + j * N * 4, reinterpret_cast<const uint8_t*>(ids.data()), N * 4);
+  }
   return true;
 }
 
@@ -458,7 +492,7 @@ void TokenProducer::fill_token_batch(Job& job, const TokenWindow& win, const uin
   for (uint64_t i = from; i < to; ++i) {
     const uint64_t s = i - win.i0;
     const uint32_t q = win.rec_of[s];
-    delivered += put_token_row(job, win, s, buf + q * f_.capacity + win.recs[q].rows_at + win.row_of[s] * f_.row_bytes);
+    delivered += put_token_row(job, win, s, buf + q * f_.capacity);
   }
   run_->c.dec_samples += delivered;
 }
@@ -630,11 +664,10 @@ void TokenProducer::fill_window_direct_locked(std::unique_lock<std::mutex>& lock
     records_waiting--;
     lock.unlock();
     unpack_window_record(win, r, scratch.data());
-    const uint8_t* rows = scratch.data() + win.recs[r].rows_at;
     uint64_t delivered = 0;
     for (uint32_t t = win.rec_begin[r]; t < win.rec_begin[r + 1]; ++t) {
       const uint32_t s = win.by_rec[t];
-      delivered += put_token_row(*batches[(win.i0 + s) / B - win.k_first], win, s, rows + win.row_of[s] * f_.row_bytes);
+      delivered += put_token_row(*batches[(win.i0 + s) / B - win.k_first], win, s, scratch.data());
     }
     run_->c.dec_samples += delivered;
     clock.charge_busy();

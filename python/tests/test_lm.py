@@ -1,0 +1,126 @@
+"""Document outputs of token data: pack with eos=, then position_ids, loss_mask, doc_ids
+and cu_seqlens against a reference from the raw stream."""
+
+import numpy as np
+import pytest
+import torch
+
+import stoker
+
+EOS = 50256
+N = 32
+
+
+@pytest.fixture(scope="module")
+def doc_dataset(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lm")
+    rng = np.random.default_rng(5)
+    parts = []
+    while sum(len(p) for p in parts) < 60000:
+        n = int(rng.choice([1, 2, N, N + 1, 2000, int(rng.integers(1, 200))]))
+        doc = rng.integers(0, 50000, size=n).astype(np.uint16)
+        doc[-1] = EOS
+        parts.append(doc)
+    stream = np.concatenate(parts)
+    stream.tofile(d / "train.bin")
+    stoker.pack_tokens(str(d / "train.bin"), str(d / "ds"), seq_len=N, rows_per_record=5, zstd=3, eos=EOS)
+    return str(d / "ds"), stream
+
+
+_POS = {}
+
+
+def positions(stream):
+    """Per stream token: its position in its document (0 after each EOS), vectorised."""
+    key = id(stream)
+    if key not in _POS:
+        starts = np.zeros(len(stream), dtype=bool)
+        starts[0] = True
+        starts[1:] = stream[:-1] == EOS
+        last_start = np.maximum.accumulate(np.where(starts, np.arange(len(stream)), 0))
+        _POS[key] = (np.arange(len(stream)) - last_start, stream)
+    return _POS[key][0]
+
+
+def reference(stream, r):
+    a = r * N
+    pos = positions(stream)
+    inp = stream[a: a + N]
+    starts = [i for i in range(1, N) if stream[a + i - 1] == EOS]
+    return pos[a: a + N], inp != EOS, np.cumsum([0] + [1 if i in starts else 0 for i in range(1, N)]), starts
+
+
+def test_document_outputs_match_the_stream(doc_dataset):
+    path, stream = doc_dataset
+    loader = stoker.Loader(path, batch_size=6, seed=1, threads=2, position_ids=True, loss_mask=True,
+                           doc_ids=True, cu_seqlens=True)
+    checked = 0
+    for b in loader:
+        assert b["position_ids"].dtype == torch.int32 and b["position_ids"].shape == (len(b["index"]), N)
+        assert b["loss_mask"].dtype == torch.uint8
+        assert b["cu_seqlens"].dtype == torch.int32
+        cu = [0]
+        for j, r in enumerate(b["index"].tolist()):
+            pos, mask, ids, starts = reference(stream, r)
+            np.testing.assert_array_equal(b["position_ids"][j].numpy(), pos)
+            np.testing.assert_array_equal(b["loss_mask"][j].numpy(), mask)
+            np.testing.assert_array_equal(b["doc_ids"][j].numpy(), ids)
+            cu += [j * N + s for s in starts] + [(j + 1) * N]
+        assert b["cu_seqlens"].tolist() == cu
+        assert b["cu_seqlens.offsets"][-1].item() == len(cu)
+        checked += 1
+        if checked == 12:
+            break
+
+
+def test_position_ids_from_the_row_start(doc_dataset):
+    path, stream = doc_dataset
+    b = next(iter(stoker.Loader(path, batch_size=64, shuffle=False, position_ids="row")))
+    for j, r in enumerate(b["index"].tolist()):
+        pos, _, _, _ = reference(stream, r)
+        np.testing.assert_array_equal(b["position_ids"][j].numpy(), np.minimum(pos, np.arange(N)))
+    assert b["position_ids"].max().item() < N
+    with pytest.raises(ValueError, match="position_ids"):
+        stoker.Loader(path, batch_size=4, position_ids="rows")
+
+
+def test_position_ids_need_boundaries(tmp_path):
+    np.arange(3000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), seq_len=16)
+    with pytest.raises(stoker.InvalidArgumentError, match="--eos"):
+        stoker.Loader(str(tmp_path / "ds"), batch_size=4, position_ids=True)
+
+
+def test_mixture_with_position_ids(doc_dataset, tmp_path):
+    path_a, stream_a = doc_dataset
+    rng = np.random.default_rng(9)
+    stream_b = rng.integers(0, 50000, size=20000).astype(np.uint16)
+    stream_b[rng.integers(0, 20000, size=300)] = EOS
+    stream_b.tofile(tmp_path / "b.bin")
+    stoker.pack_tokens(str(tmp_path / "b.bin"), str(tmp_path / "b"), seq_len=N, rows_per_record=7, eos=EOS)
+    streams = [stream_a, stream_b]
+    opts = dict(batch_size=8, seed=2, threads=1, weights=[3, 1], position_ids=True)
+    full = stoker.Loader([path_a, str(tmp_path / "b")], **opts)
+    seq, counts = [], [0, 0]
+    for b in full:
+        for j, (s, r) in enumerate(zip(b["source"].tolist(), b["index"].tolist())):
+            pos, _, _, _ = reference(streams[s], r)
+            np.testing.assert_array_equal(b["position_ids"][j].numpy(), pos)
+            counts[s] += 1
+            seq.append((s, r))
+    assert abs(counts[0] / sum(counts) - 0.75) < 0.03
+    # Two ranks stop after 20 steps; three resume from the state and finish the epoch.
+    seen = []
+    for rank in range(2):
+        lo = stoker.Loader([path_a, str(tmp_path / "b")], rank=rank, world_size=2, **opts)
+        it = iter(lo)
+        for _ in range(20):
+            b = next(it)
+            seen += list(zip(b["source"].tolist(), b["index"].tolist()))
+        state = lo.state_dict()
+    for rank in range(3):
+        lo = stoker.Loader([path_a, str(tmp_path / "b")], rank=rank, world_size=3, **opts)
+        lo.load_state_dict(state)
+        for b in lo:
+            seen += list(zip(b["source"].tolist(), b["index"].tolist()))
+    assert sorted(seen) == sorted(seq)

@@ -1,0 +1,400 @@
+// Language-model outputs of token data: document boundaries packed with --eos or from a
+// Megatron index, and the Loader's position_ids, loss_mask, doc_ids and cu_seqlens,
+// checked against references computed from the raw token stream.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "stoker/loader.h"
+#include "stoker/pack.h"
+#include "util/test_util.h"
+
+using namespace stoker;
+using stoker::testing::TempDir;
+using stoker::testing::write_file;
+
+namespace {
+
+constexpr uint16_t kEos = 50256;
+
+std::vector<uint8_t> bytes_of(const std::vector<uint16_t>& v) {
+  std::vector<uint8_t> b(v.size() * 2);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Documents of 1 to 40k tokens (each ending with its EOS), some placed so that an EOS is
+// a row's first or last input token.
+std::vector<uint16_t> make_doc_stream(uint64_t min_tokens, uint32_t N, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> s;
+  auto doc = [&](uint64_t len) {
+    for (uint64_t i = 0; i + 1 < len; ++i) s.push_back(static_cast<uint16_t>(rng() % 50000));
+    s.push_back(kEos);
+  };
+  while (s.size() < min_tokens) {
+    const uint32_t c = rng() % 16;
+    if (c == 0) doc(1);                                          // an EOS alone
+    else if (c == 1) doc(40000 - rng() % 3);                     // long: across rows and records
+    else if (c < 5) doc((N - s.size() % N) % N + 1);             // EOS at a row's first place (= a row start)
+    else if (c < 8) doc((2 * N - 1 - s.size() % N) % N + 1);     // EOS at a row's last input place
+    else doc(1 + rng() % (3 * N));
+  }
+  return s;
+}
+
+// Per stream position: its position in its document.
+std::vector<int32_t> reference_positions(const std::vector<uint16_t>& s) {
+  std::vector<int32_t> pos(s.size());
+  int32_t p = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    pos[i] = p++;
+    if (s[i] == kEos) p = 0;
+  }
+  return pos;
+}
+
+LoaderOptions lm_options(const std::string& dir) {
+  LoaderOptions o;
+  o.path = dir;
+  o.batch_size = 8;
+  o.rank = 0;
+  o.world_size = 1;
+  o.threads = 2;
+  o.position_ids = o.loss_mask = o.doc_ids = o.cu_seqlens = true;
+  o.targets = true;
+  return o;
+}
+
+// Every output of every row of `l`'s epoch against the reference from the stream `s`
+// (with `is_start[p]`: a document starts at stream position p). Returns the rows seen.
+std::vector<int> check_epoch(Loader& l, const std::vector<uint16_t>& s, const std::vector<int32_t>& pos,
+                             const std::vector<uint8_t>& is_start, uint32_t N, bool from_row_start = false) {
+  const uint64_t rows = (s.size() - 1) / N;
+  std::vector<int> seen(rows, 0);
+  while (auto b = l.next()) {
+    const auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+    const auto* tok = static_cast<const uint16_t*>((*b)["tokens"].data);
+    const auto& pv = (*b)["position_ids"];
+    EXPECT_EQ(pv.dtype, ElemType::kInt32);
+    EXPECT_EQ(pv.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), N}));
+    const auto* p = static_cast<const int32_t*>(pv.data);
+    const auto& mv = (*b)["loss_mask"];
+    EXPECT_EQ(mv.dtype, ElemType::kUint8);
+    const auto* m = static_cast<const uint8_t*>(mv.data);
+    const auto* d = static_cast<const int32_t*>((*b)["doc_ids"].data);
+    const auto& cv = (*b)["cu_seqlens"];
+    EXPECT_EQ(cv.dtype, ElemType::kInt32);
+    EXPECT_EQ(cv.shape.size(), 1u);
+    const auto* cu = static_cast<const int32_t*>(cv.data);
+    std::vector<int32_t> want_cu{0};
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      const uint64_t r = static_cast<uint64_t>(idx[j]);
+      EXPECT_LT(r, rows);
+      if (r >= rows) return seen;
+      seen[r]++;
+      const uint64_t a = r * N;
+      int32_t doc = 0;
+      for (uint32_t i = 0; i < N; ++i) {
+        if (i > 0 && is_start[a + i]) {
+          want_cu.push_back(static_cast<int32_t>(j * N + i));  // a piece ends where a document starts
+          ++doc;
+        }
+        EXPECT_EQ(tok[j * N + i], s[a + i]);
+        // From the row's start: the piece of a document begun earlier counts from 0 there.
+        const int32_t want = from_row_start ? std::min<int32_t>(pos[a + i], static_cast<int32_t>(i)) : pos[a + i];
+        EXPECT_EQ(p[j * N + i], want) << "row " << r << " token " << i;
+        if (from_row_start) EXPECT_LT(p[j * N + i], static_cast<int32_t>(N));
+        EXPECT_EQ(m[j * N + i], is_start[a + i + 1] ? 0 : 1) << "row " << r << " token " << i;
+        EXPECT_EQ(m[j * N + i], s[a + i] == kEos ? 0 : 1) << "row " << r << " token " << i;
+        EXPECT_EQ(d[j * N + i], doc) << "row " << r << " token " << i;
+      }
+      if (::testing::Test::HasFailure()) return seen;
+      want_cu.push_back(static_cast<int32_t>((j + 1) * N));
+    }
+    EXPECT_EQ(cv.shape[0], static_cast<int64_t>(want_cu.size()));
+    if (cv.shape[0] != static_cast<int64_t>(want_cu.size())) return seen;
+    EXPECT_EQ(std::vector<int32_t>(cu, cu + want_cu.size()), want_cu);
+    // Ragged: sample j's pieces end at entries [offsets[j], offsets[j + 1]), the last at its row's end.
+    EXPECT_EQ(cv.kind, TensorKind::kRagged);
+    EXPECT_EQ(cv.offsets[0], 0);
+    EXPECT_EQ(cv.offsets[b->size()], cv.shape[0]);
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      EXPECT_LT(cv.offsets[j], cv.offsets[j + 1]);
+      EXPECT_EQ(cu[cv.offsets[j + 1] - 1], static_cast<int32_t>((j + 1) * N));
+    }
+  }
+  return seen;
+}
+
+}  // namespace
+
+TEST(PackTokensDocs, EosBoundariesPerRecordGivePositionsMasksDocIdsAndCuSeqlens) {
+  TempDir dir;
+  const uint32_t N = 64;
+  const auto s = make_doc_stream(300000, N, 7);
+  write_file(dir.str("train.bin"), bytes_of(s));
+  TokensPackOptions po;
+  po.seq_len = N;
+  po.rows_per_record = 13;
+  po.zstd_level = 3;
+  po.eos = kEos;
+  pack_tokens(dir.str("train.bin"), dir.str("ds"), po);
+  auto ds = Dataset::open(dir.str("ds"));
+  ASSERT_EQ(ds->schema().to_string(), "tokens:tokens/uint16/64 doc_starts:vararray/int32/*");
+  const uint64_t eos_count = static_cast<uint64_t>(std::count(s.begin(), s.end(), kEos));
+  EXPECT_EQ(ds->manifest().meta.at("documents"), std::to_string(eos_count + (s.back() == kEos ? 0 : 1)));
+  EXPECT_EQ(ds->manifest().meta.at("eos"), std::to_string(kEos));
+
+  const auto pos = reference_positions(s);
+  std::vector<uint8_t> is_start(s.size() + 1, 0);
+  is_start[0] = 1;
+  for (size_t i = 0; i + 1 < s.size(); ++i) is_start[i + 1] = s[i] == kEos;
+  // The stream has what the test means to cover.
+  uint64_t eos_first = 0, eos_last = 0;
+  const uint64_t rows = (s.size() - 1) / N;
+  for (uint64_t r = 0; r < rows; ++r) {
+    eos_first += s[r * N] == kEos;
+    eos_last += s[r * N + N - 1] == kEos;
+  }
+  EXPECT_GT(eos_first, 5u);
+  EXPECT_GT(eos_last, 5u);
+  EXPECT_GT(*std::max_element(pos.begin(), pos.end()), 39000);
+
+  std::mt19937 rng(11);
+  for (int round = 0; round < 6; ++round) {
+    auto o = lm_options(dir.str("ds"));
+    o.world_size = 1 + static_cast<int>(rng() % 3);
+    o.order.kind = round % 3 ? OrderKind::kShuffled : OrderKind::kSequential;
+    o.order.window_chunks = 1 + rng() % 8;
+    o.order.seed = round;
+    o.batch_size = 1 + rng() % 20;
+    o.threads = 1 + rng() % 3;
+    o.slots = rng() % 2 ? 0 : 2;  // 2: kept windows (the shared-buffer path)
+    o.position_ids_from_row_start = round % 2 == 1;
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<int> all(rows, 0);
+    for (int rank = 0; rank < o.world_size; ++rank) {
+      o.rank = rank;
+      Loader l(o);
+      auto seen = check_epoch(l, s, pos, is_start, N, o.position_ids_from_row_start);
+      ASSERT_FALSE(HasFailure());
+      for (uint64_t r = 0; r < rows; ++r) all[r] += seen[r];
+    }
+    for (uint64_t r = 0; r < rows; ++r) ASSERT_EQ(all[r], 1) << "row " << r;
+  }
+}
+
+// A hand-built Megatron index: documents are runs of sequences (doc_idx), the first
+// of them not at a row start; an empty document folds away.
+TEST(PackTokensDocs, MegatronDocumentsComeFromTheIndex) {
+  TempDir dir;
+  const uint32_t N = 16;
+  const std::vector<int32_t> sizes = {5, 30, 1, 77, 100, 42, 9};
+  const std::vector<int64_t> doc_idx = {0, 2, 3, 3, 6, 7};  // docs: seqs 0-1, 2, (empty), 3-5, 6
+  std::vector<uint8_t> bin, idx;
+  std::vector<int64_t> ptrs;
+  std::vector<uint16_t> s;
+  std::mt19937 rng(3);
+  for (int32_t n : sizes) {
+    bin.resize(bin.size() + 4, 0xEE);  // a gap the index skips
+    ptrs.push_back(static_cast<int64_t>(bin.size()));
+    for (int32_t i = 0; i < n; ++i) {
+      const uint16_t v = static_cast<uint16_t>(rng() % 60000);
+      s.push_back(v);
+      bin.push_back(static_cast<uint8_t>(v));
+      bin.push_back(static_cast<uint8_t>(v >> 8));
+    }
+  }
+  auto put = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) idx.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  const char magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+  idx.insert(idx.end(), magic, magic + 9);
+  put(1, 8);   // version
+  put(8, 1);   // dtype code: uint16
+  put(sizes.size(), 8);
+  put(doc_idx.size(), 8);
+  for (int32_t n : sizes) put(static_cast<uint32_t>(n), 4);
+  for (int64_t p : ptrs) put(static_cast<uint64_t>(p), 8);
+  for (int64_t d : doc_idx) put(static_cast<uint64_t>(d), 8);
+  write_file(dir.str("c.bin"), bin);
+  write_file(dir.str("c.idx"), idx);
+  TokensPackOptions po;
+  po.dtype = DType::kNone;
+  po.seq_len = N;
+  po.rows_per_record = 3;
+  pack_tokens(dir.str("c.bin"), dir.str("ds"), po);
+  auto ds = Dataset::open(dir.str("ds"));
+  EXPECT_EQ(ds->manifest().meta.at("documents"), "4");
+
+  // Documents start at stream positions 0, 35 (seq 2), 36 (seq 3) and 255 (seq 6).
+  std::vector<uint8_t> is_start(s.size() + 1, 0);
+  for (uint64_t p : {0, 35, 36, 255}) is_start[p] = 1;
+  std::vector<int32_t> pos(s.size());
+  for (size_t i = 0, p = 0; i < s.size(); ++i, ++p) {
+    if (is_start[i]) p = 0;
+    pos[i] = static_cast<int32_t>(p);
+  }
+  auto o = lm_options(dir.str("ds"));
+  o.batch_size = 3;
+  // loss_mask has no EOS to agree with here: check_epoch's EOS cross-check only holds
+  // for EOS streams, so compare the start-based part by hand.
+  Loader l(o);
+  const uint64_t rows = (s.size() - 1) / N;
+  std::vector<int> seen(rows, 0);
+  while (auto b = l.next()) {
+    const auto* idxv = static_cast<const int64_t*>((*b)["index"].data);
+    const auto* p = static_cast<const int32_t*>((*b)["position_ids"].data);
+    const auto* m = static_cast<const uint8_t*>((*b)["loss_mask"].data);
+    const auto* d = static_cast<const int32_t*>((*b)["doc_ids"].data);
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      const uint64_t a = static_cast<uint64_t>(idxv[j]) * N;
+      seen[static_cast<size_t>(idxv[j])]++;
+      int32_t doc = 0;
+      for (uint32_t i = 0; i < N; ++i) {
+        doc += i > 0 && is_start[a + i];
+        ASSERT_EQ(p[j * N + i], pos[a + i]) << "row " << idxv[j] << " token " << i;
+        ASSERT_EQ(m[j * N + i], is_start[a + i + 1] ? 0 : 1) << "row " << idxv[j] << " token " << i;
+        ASSERT_EQ(d[j * N + i], doc);
+      }
+    }
+  }
+  for (uint64_t r = 0; r < rows; ++r) EXPECT_EQ(seen[r], 1);
+  // --eos is for flat files: the index has the documents.
+  po.eos = 0;
+  EXPECT_THROW(pack_tokens(dir.str("c.bin"), dir.str("ds2"), po), Error);
+}
+
+TEST(PackTokensDocs, DocumentOutputsNeedBoundariesAndTheEosMustFitTheDtype) {
+  TempDir dir;
+  std::vector<uint16_t> s(5000, 7);
+  write_file(dir.str("t.bin"), bytes_of(s));
+  TokensPackOptions po;
+  po.seq_len = 32;
+  pack_tokens(dir.str("t.bin"), dir.str("plain"), po);
+  auto o = lm_options(dir.str("plain"));
+  o.loss_mask = o.doc_ids = o.cu_seqlens = false;
+  try {
+    Loader l(o);
+    FAIL() << "position_ids on a dataset without boundaries";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--eos"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir.str("plain")), std::string::npos) << e.what();
+  }
+  po.eos = 70000;  // not a uint16
+  EXPECT_THROW(pack_tokens(dir.str("t.bin"), dir.str("bad"), po), Error);
+  // An EOS that never occurs: one document, positions counting on across records.
+  po.eos = 9;
+  po.rows_per_record = 4;
+  pack_tokens(dir.str("t.bin"), dir.str("one"), po);
+  o.path = dir.str("one");
+  o.order.kind = OrderKind::kSequential;
+  Loader l(o);
+  int64_t rows = 0;
+  while (auto b = l.next()) {
+    const auto* p = static_cast<const int32_t*>((*b)["position_ids"].data);
+    for (uint64_t j = 0; j < b->size() * 32; ++j) ASSERT_EQ(p[j], static_cast<int32_t>(rows * 32 + j));
+    rows += static_cast<int64_t>(b->size());
+  }
+  EXPECT_EQ(rows, (5000 - 1) / 32);
+}
+
+TEST(PackTokensDocs, BadStoredBoundariesAreDataLossNamingTheRecord) {
+  TempDir dir;
+  const uint32_t N = 8;
+  Schema schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, N, {}},
+                 Field{"doc_starts", FieldKind::kVarArray, DType::kInt32, 0, {}}}};
+  DatasetWriter w(dir.str("ds"), schema);
+  std::vector<uint8_t> rows(2 * (N + 1) * 2, 1);
+  auto starts = [](std::vector<int32_t> v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  const std::vector<std::vector<int32_t>> cases = {{0, 3}, {0, 5, 5}, {2}, {0, 17}, {}};
+  for (const auto& c : cases) {
+    auto sb = starts(c);
+    std::vector<std::span<const uint8_t>> f{rows, sb};
+    w.add(f);
+  }
+  w.finish();
+  for (uint64_t bad = 1; bad < cases.size(); ++bad) {
+    auto o = lm_options(dir.str("ds"));
+    o.batch_size = 2;
+    o.order.kind = OrderKind::kSequential;
+    Loader l(o);
+    l.load_state([&] {
+      OrderState st = l.state();
+      st.consumed = 2 * bad;  // from record `bad`: two rows a record
+      return st;
+    }());
+    try {
+      l.next();
+      FAIL() << "case " << bad << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+      EXPECT_NE(std::string(e.what()).find("record " + std::to_string(bad)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("doc_starts"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The outputs are a function of the row: a resume mid-epoch, on another world size, gives
+// the rest of the rows with theirs.
+TEST(PackTokensDocs, ResumeOnAnotherWorldSizeKeepsTheOutputs) {
+  TempDir dir;
+  const uint32_t N = 48;
+  const auto s = make_doc_stream(120000, N, 21);
+  write_file(dir.str("train.bin"), bytes_of(s));
+  TokensPackOptions po;
+  po.seq_len = N;
+  po.rows_per_record = 9;
+  po.zstd_level = 1;
+  po.eos = kEos;
+  pack_tokens(dir.str("train.bin"), dir.str("ds"), po);
+  const auto pos = reference_positions(s);
+  std::vector<uint8_t> is_start(s.size() + 1, 0);
+  is_start[0] = 1;
+  for (size_t i = 0; i + 1 < s.size(); ++i) is_start[i + 1] = s[i] == kEos;
+  const uint64_t rows = (s.size() - 1) / N;
+
+  auto o = lm_options(dir.str("ds"));
+  o.batch_size = 7;
+  o.order.seed = 4;
+  o.world_size = 2;
+  std::vector<int> seen(rows, 0);
+  OrderState st;
+  for (int rank = 0; rank < 2; ++rank) {  // both ranks take 10 batches, then stop
+    o.rank = rank;
+    Loader l(o);
+    l.set_epoch(1);
+    for (int k = 0; k < 10; ++k) {
+      auto b = l.next();
+      ASSERT_TRUE(b);
+      const auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+      const auto* p = static_cast<const int32_t*>((*b)["position_ids"].data);
+      for (uint64_t j = 0; j < b->size(); ++j) {
+        seen[static_cast<size_t>(idx[j])]++;
+        for (uint32_t i = 0; i < N; ++i) ASSERT_EQ(p[j * N + i], pos[static_cast<size_t>(idx[j]) * N + i]);
+      }
+    }
+    st = l.state();
+  }
+  o.world_size = 3;
+  for (int rank = 0; rank < 3; ++rank) {
+    o.rank = rank;
+    Loader l(o);
+    l.load_state(st);
+    auto more = check_epoch(l, s, pos, is_start, N);
+    ASSERT_FALSE(HasFailure());
+    for (uint64_t r = 0; r < rows; ++r) seen[r] += more[r];
+  }
+  for (uint64_t r = 0; r < rows; ++r) ASSERT_EQ(seen[r], 1) << "row " << r;
+}
