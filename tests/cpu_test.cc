@@ -162,7 +162,7 @@ TEST(Platform, OpenFileLimitIsRaisedTowardsTheHardLimitAndSaysSo) {
   getrlimit(RLIMIT_NOFILE, &now);
   EXPECT_EQ(got, 60u);
   EXPECT_EQ(now.rlim_cur, 60u);
-  EXPECT_NE(said.find("stoker: raised the open-file limit (RLIMIT_NOFILE) from 48 to 60 for a test of 30 shards"),
+  EXPECT_NE(said.find("raised the open-file limit (RLIMIT_NOFILE) from 48 to 60 for a test of 30 shards"),
             std::string::npos)
       << said;
   // Enough already: silent, unchanged.

@@ -137,7 +137,8 @@ TEST(LoaderMixture, WorldSizesCoverTheSameSamplesPerStepAndResumeOnAnother) {
       std::multiset<Sample> got, want;
       for (int r = 0; r < W; ++r)
         if (k < per_rank[r].size()) got.insert(per_rank[r][k].begin(), per_rank[r][k].end());
-      for (size_t p = k * W * B; p < std::min(S.size(), (k + 1) * W * B); ++p) want.insert(S[p]);
+      // The final step is padded with the epoch's first samples (RankSchedule, no drop_last).
+      for (size_t p = k * W * B; p < k * W * B + got.size(); ++p) want.insert(S[p % S.size()]);
       ASSERT_EQ(got, want) << "world " << W << " step " << k;
     }
   }
@@ -159,7 +160,11 @@ TEST(LoaderMixture, WorldSizesCoverTheSameSamplesPerStepAndResumeOnAnother) {
     l.load_state(st);
     for (auto s : epoch_of(l)) seen.insert(s);
   }
-  EXPECT_EQ(seen, std::multiset<Sample>(S.begin(), S.end()));
+  std::multiset<Sample> want(S.begin(), S.end());
+  ASSERT_GE(seen.size(), S.size());
+  EXPECT_LT(seen.size() - S.size(), 3u);  // three ranks pad the final step
+  want.insert(S.begin(), S.begin() + static_cast<long>(seen.size() - S.size()));
+  EXPECT_EQ(seen, want);
 }
 
 TEST(LoaderMixture, BadMixturesAreNamed) {

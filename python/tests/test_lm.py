@@ -123,4 +123,8 @@ def test_mixture_with_position_ids(doc_dataset, tmp_path):
         lo.load_state_dict(state)
         for b in lo:
             seen += list(zip(b["source"].tolist(), b["index"].tolist()))
-    assert sorted(seen) == sorted(seq)
+    # Without drop_last the final step is padded so every rank gets as many batches
+    # (DistributedSampler's rule): fewer than world_size samples repeat, the epoch's first.
+    pad = len(seen) - len(seq)
+    assert 0 <= pad < 3
+    assert sorted(seen) == sorted(seq + seq[:pad])

@@ -33,7 +33,7 @@ def test_pack_imagefolder_fast_crop_gives_the_same_batches(tmp_path):
     s = stoker.pack_imagefolder(src, fast, threads=1, fast_crop=True)
     assert s["rewritten"] == 9
     assert stoker.read_manifest(fast)["meta"]["fast_crop"] == "1"
-    assert stoker.read_record(fast, 0)["jpeg"] != stoker.read_record(plain, 0)["jpeg"]
+    assert stoker.read_record(fast, 0)["image"] != stoker.read_record(plain, 0)["image"]
 
     def batches(path):
         loader = stoker.Loader(path, batch_size=4, transform="train", size=64, threads=1, seed=5,

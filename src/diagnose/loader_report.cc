@@ -7,7 +7,7 @@
 
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
-#include "util/json_text.h"
+#include "util/json.h"
 
 namespace stoker::internal {
 
@@ -52,8 +52,13 @@ void LoaderReporter::report(const LoaderStats& s, bool epoch_end, uint64_t epoch
   const Verdict& v = tracker_->update(s);
   std::string line;
   if (json_) {
-    line = v.to_json();
-    if (epoch_end) line.insert(1, "\"epoch_end\":true,\"epoch\":" + std::to_string(epoch) + ",");
+    internal::Json j;
+    if (epoch_end) {
+      j["epoch_end"] = true;
+      j["epoch"] = epoch;
+    }
+    for (auto& [k, val] : internal::to_json_value(v).items()) j[k] = val;
+    line = internal::json_text(j);
   } else {
     line = (epoch_end ? "epoch " + std::to_string(epoch) + " done: " : std::string()) + v.summary();
   }
@@ -66,37 +71,43 @@ void LoaderReporter::report(const LoaderStats& s, bool epoch_end, uint64_t epoch
 namespace stoker {
 
 std::string LoaderStats::to_json() const {
+  using internal::figure;
   auto stage = [&](const StageStats& st) {
-    return "{\"threads\":" + std::to_string(st.threads) + ",\"busy_s\":" + internal::json_num(st.busy_s) + ",\"wait_s\":" +
-           internal::json_num(st.wait_s) + ",\"items\":" + std::to_string(st.items) + ",\"busy_frac\":" + internal::json_num(st.busy_frac(wall_s)) + "}";
+    internal::Json j;
+    j["threads"] = st.threads;
+    j["busy_s"] = figure(st.busy_s);
+    j["wait_s"] = figure(st.wait_s);
+    j["items"] = st.items;
+    j["busy_frac"] = figure(st.busy_frac(wall_s));
+    return j;
   };
-  std::string j = "{";
-  j += "\"wall_s\":" + internal::json_num(wall_s);
-  j += ",\"first_batch_s\":" + internal::json_num(first_batch_s);
-  j += ",\"batches\":" + std::to_string(batches);
-  j += ",\"samples\":" + std::to_string(samples);
-  j += ",\"samples_per_s\":" + internal::json_num(wall_s > 0 ? samples / wall_s : 0);
-  j += ",\"bytes_read\":" + std::to_string(bytes_read);
-  j += ",\"record_bytes\":" + std::to_string(record_bytes);
-  j += ",\"skipped\":" + std::to_string(skipped);
-  j += ",\"tokens\":" + std::string(tokens ? "true" : "false");
-  j += ",\"io\":" + stage(io);
-  j += ",\"decode\":" + stage(decode);
-  j += ",\"consumer_wait_s\":" + internal::json_num(consumer_wait_s);
-  j += ",\"consumer_wait_frac\":" + internal::json_num(consumer_wait_frac());
-  j += ",\"decode_queue_avg\":" + internal::json_num(decode_queue_avg);
-  j += ",\"slots\":" + std::to_string(slots);
-  j += ",\"slots_ready_avg\":" + internal::json_num(slots_ready_avg);
-  j += ",\"slots_free_avg\":" + internal::json_num(slots_free_avg);
-  j += ",\"io_engine\":" + internal::json_str(io_engine.engine);
-  j += ",\"io_direct\":" + std::string(io_engine.direct ? "true" : "false");
-  j += ",\"io_fallback\":" + internal::json_str(io_engine.fallback_reason);
-  j += ",\"slot_memory\":" + internal::json_str(slot_memory);
-  j += ",\"cpus\":" + internal::json_str(cpu_explanation);
-  j += ",\"bottleneck\":" + internal::json_str(bottleneck);
-  j += ",\"evidence\":" + internal::json_str(evidence);
-  j += ",\"advice\":" + internal::json_str(advice);
-  return j + "}";
+  internal::Json j;
+  j["wall_s"] = figure(wall_s);
+  j["first_batch_s"] = figure(first_batch_s);
+  j["batches"] = batches;
+  j["samples"] = samples;
+  j["samples_per_s"] = figure(wall_s > 0 ? samples / wall_s : 0);
+  j["bytes_read"] = bytes_read;
+  j["record_bytes"] = record_bytes;
+  j["skipped"] = skipped;
+  j["tokens"] = tokens;
+  j["io"] = stage(io);
+  j["decode"] = stage(decode);
+  j["consumer_wait_s"] = figure(consumer_wait_s);
+  j["consumer_wait_frac"] = figure(consumer_wait_frac());
+  j["decode_queue_avg"] = figure(decode_queue_avg);
+  j["slots"] = slots;
+  j["slots_ready_avg"] = figure(slots_ready_avg);
+  j["slots_free_avg"] = figure(slots_free_avg);
+  j["io_engine"] = io_engine.engine;
+  j["io_direct"] = io_engine.direct;
+  j["io_fallback"] = io_engine.fallback_reason;
+  j["slot_memory"] = slot_memory;
+  j["cpus"] = cpu_explanation;
+  j["bottleneck"] = bottleneck;
+  j["evidence"] = evidence;
+  j["advice"] = advice;
+  return internal::json_text(j);
 }
 
 double LoaderStats::consumer_wait_frac() const { return FeedFigures::from(*this).consumer_wait_frac(); }

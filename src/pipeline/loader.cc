@@ -19,6 +19,7 @@
 #include "pipeline/slot_ring.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
+#include "util/platform.h"
 
 namespace stoker {
 
@@ -46,23 +47,6 @@ ElemType token_elem_type(DType d) {
   return ElemType::kUint8;
 }
 
-// Every shard may end up with two descriptors (the reader's and the IO engine's
-// O_DIRECT one). Datasets of thousands of shards outgrow the usual soft limit of 1024:
-// raise it towards the hard limit, and say so when even that is short.
-void raise_fd_limit(size_t shards) {
-  const uint64_t need = 2 * shards + 256;
-  struct rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return;
-  struct rlimit want = rl;
-  want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(rl.rlim_max, need);
-  if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
-  if (rl.rlim_cur < need)
-    std::fprintf(stderr,
-                 "stoker: warning: %zu shards may need %llu file descriptors but the limit is %llu (hard %llu); "
-                 "raise it with `ulimit -n` or pack into fewer, larger shards\n",
-                 shards, static_cast<unsigned long long>(need), static_cast<unsigned long long>(rl.rlim_cur),
-                 static_cast<unsigned long long>(rl.rlim_max));
-}
 
 }  // namespace
 
@@ -174,7 +158,9 @@ void Loader::Impl::setup() {
     for (const ShardEntry& s : dataset.manifest().shards) groups.push_back(s.records);
   }
   ctx.layout = std::make_shared<UnitLayout>(groups);
-  raise_fd_limit(dataset.shard_count());
+  // Every shard may end up with two descriptors (the reader's and the IO engine's
+  // O_DIRECT one): thousands of shards outgrow the usual soft limit of 1024.
+  internal::ensure_open_file_limit(2 * dataset.shard_count() + 256, std::to_string(dataset.shard_count()) + " shards");
   reporter = std::make_unique<internal::LoaderReporter>(opt);
 
   ctx.cpu = plan_cpus(opt.gpu_pci_bus_id);

@@ -113,8 +113,12 @@ struct MixtureFeed::Impl {
     }
     size_t off = 0;
     for (const TensorView& t : b.tensors()) {
+      // Mixtures carry dense outputs; `__key__` (every version-2 dataset has one) is left
+      // out, any other text, bytes or ragged field is refused by name.
+      if (t.kind != TensorKind::kDense && t.name == kKeyField) continue;
       if (t.kind != TensorKind::kDense)
-        throw_error(ErrorCode::kInvalidArgument, "mixtures deliver dense outputs only; '" + t.name + "' is not");
+        throw_error(ErrorCode::kInvalidArgument, "mixtures deliver dense outputs only; '" + t.name +
+                                                     "' is not (text, bytes and variable-length fields are not mixed yet)");
       if (t.name == "source")
         throw_error(ErrorCode::kInvalidArgument, "mixture source " + std::to_string(s) + " (" + opt.sources[s] +
                                                      ") has an output named 'source', the name the mixture gives its own");

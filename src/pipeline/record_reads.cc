@@ -1,4 +1,5 @@
 #include "pipeline/record_reads.h"
+#include "util/log.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -59,7 +60,7 @@ void RecordReads::close_run() {
       engine_->reap(done, 1, std::chrono::milliseconds(5));
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "stoker: warning: draining the IO engine at shutdown: %s\n", e.what());
+    log_warn(std::string("draining the IO engine at shutdown: ") + e.what());
   }
   engine_.reset();
 }

@@ -1,4 +1,5 @@
 #include "pipeline/skip_compaction.h"
+#include "util/log.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -40,7 +41,7 @@ void Context::sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e
     }
   }
   std::lock_guard<std::mutex> lock(skip_log_mu);
-  if (skip_logged.insert(what).second) std::fprintf(stderr, "stoker: skipping %s (on_error=skip)\n", what.c_str());
+  if (skip_logged.insert(what).second) log_warn("skipping " + what + " (on_error=skip)");
   if (skip_first.size() < 3 && std::find(skip_first.begin(), skip_first.end(), what) == skip_first.end())
     skip_first.push_back(what);
   if (skipped == run.skip_budget + 1) {

@@ -1,4 +1,5 @@
 #include "pipeline/slot_ring.h"
+#include "util/log.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -150,7 +151,7 @@ std::shared_ptr<Job> Run::wait_ready(uint64_t k, std::unique_lock<std::mutex>& l
           const std::string msg = why + "; adding slots so the loader can go on (memory now grows with " +
                                   (all_held ? "the batches kept; release batches to keep it bounded)" : "the run of bad samples)");
           if (warn) warn(msg);
-          else std::fprintf(stderr, "stoker: warning: %s\n", msg.c_str());
+          else log_warn(msg);
         }
         ring->add_slots_locked(1);
         ring->producer_cv.notify_all();

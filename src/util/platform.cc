@@ -1,5 +1,7 @@
 #include "util/platform.h"
 
+#include "util/log.h"
+
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -35,9 +37,6 @@ std::optional<double> to_double(const std::string& s) {
   return v;
 }
 
-// One line on stderr, "stoker: <message>". The call sites are the ones to route
-// through the library's logger (info for a raise, warning for a shortfall) once it lands.
-void report(const std::string& message) { std::fprintf(stderr, "stoker: %s\n", message.c_str()); }
 
 std::vector<int> cpu_list_or_empty(const std::optional<std::string>& text) {
   if (!text) return {};
@@ -161,11 +160,11 @@ uint64_t ensure_open_file_limit(uint64_t need, const std::string& what) {
   want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min<rlim_t>(rl.rlim_max, need);
   if (want.rlim_cur > before && setrlimit(RLIMIT_NOFILE, &want) == 0) {
     rl = want;
-    report("raised the open-file limit (RLIMIT_NOFILE) from " + std::to_string(before) + " to " +
+    log_warn("raised the open-file limit (RLIMIT_NOFILE) from " + std::to_string(before) + " to " +
            std::to_string(rl.rlim_cur) + " for " + what);
   }
   if (rl.rlim_cur < need) {
-    report("warning: " + what + " may need " + std::to_string(need) + " file descriptors but the limit is " +
+    log_warn(what + " may need " + std::to_string(need) + " file descriptors but the limit is " +
            std::to_string(rl.rlim_cur) + " (hard " +
            (rl.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_max)) +
            "); raise it with `ulimit -n`");

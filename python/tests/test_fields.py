@@ -1,0 +1,65 @@
+"""The README's multi-field example, end to end: Writer -> Loader(fields=...)."""
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import stoker
+
+COLOURS = [(230, 20, 20), (20, 230, 20), (20, 20, 230), (230, 230, 20)]
+
+
+def pair(w, h, seed):
+    """A blocky RGB image and its palette mask: each 8x8 block's class id and colour."""
+    y, x = np.mgrid[0:h, 0:w]
+    cls = ((x // 8) * 7 + (y // 8) * 13 + seed) % 4
+    rgb = np.array(COLOURS, dtype=np.uint8)[cls]
+    img, mask = io.BytesIO(), io.BytesIO()
+    Image.fromarray(rgb).save(img, format="PNG")
+    m = Image.fromarray(cls.astype(np.uint8), mode="P")
+    m.putpalette([c for col in COLOURS for c in col])
+    m.save(mask, format="PNG")
+    return img.getvalue(), mask.getvalue()
+
+
+@pytest.fixture(scope="module")
+def seg_dataset(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("seg") / "ds")
+    with stoker.Writer(path, fields={"jpg": "image", "png": "image", "txt": "text"}) as w:
+        for i in range(20):
+            img, mask = pair(64 + 8 * (i % 3), 48 + 8 * (i % 2), i)
+            w.write({"__key__": f"scene/{i:03d}", "jpg": img, "png": mask, "txt": f"scène {i} ✓"})
+    return path
+
+
+def test_image_mask_and_caption_end_to_end(seg_dataset):
+    loader = stoker.Loader(seg_dataset, batch_size=6, seed=1, threads=2, fields={
+        "jpg": stoker.RandomResizedCrop(32, scale=(0.1, 1.0), flip=0.5),
+        "png": stoker.Follow("jpg"),
+    })
+    palette = np.array(COLOURS, dtype=np.int32)
+    seen = set()
+    for b in loader:
+        n = len(b["txt"])
+        assert b["jpg"].shape == (n, 32, 32, 3) and b["png"].shape == (n, 32, 32, 1)
+        assert all(k.startswith("scene/") for k in b["__key__"])
+        for j, i in enumerate(b["index"].tolist()):
+            assert b["txt"][j] == f"scène {i} ✓" and b["__key__"][j] == f"scene/{i:03d}"
+            seen.add(i)
+            img = b["jpg"][j].numpy().astype(np.int32)
+            dist = np.abs(img[:, :, None, :] - palette[None, None]).sum(-1)
+            clear = dist.min(-1) <= 30  # not an edge blend
+            assert (dist.argmin(-1)[clear] == b["png"][j].numpy()[:, :, 0][clear]).all()
+    assert seen == set(range(20))
+
+
+def test_bad_specs_raise_value_errors_naming_the_parameter(seg_dataset):
+    with pytest.raises(ValueError, match="scale"):
+        stoker.RandomResizedCrop(32, scale=(0.0, 1.0))
+    with pytest.raises(ValueError, match="size"):
+        stoker.RandomResizedCrop(0)
+    with pytest.raises(ValueError, match="'caption'"):
+        stoker.Loader(seg_dataset, batch_size=2, fields={"caption": stoker.RandomResizedCrop(32)})
+    with pytest.raises(ValueError, match="Follow"):
+        stoker.Loader(seg_dataset, batch_size=2, fields={"png": stoker.Follow("txt")})
