@@ -42,6 +42,7 @@
 #include "stoker/image.h"
 #include "stoker/io.h"
 #include "stoker/order.h"
+#include "stoker/remote.h"
 
 namespace stoker {
 
@@ -85,7 +86,17 @@ struct FieldTransform {
 };
 
 struct LoaderOptions {
-  std::string path;             ///< dataset directory
+  std::string path;             ///< dataset directory, or an http(s):// / s3:// URL of one
+  /// A URL is read through a node-local ShardCache (include/stoker/remote.h) under
+  /// cache_dir (required with a URL): each run tells it this rank's shards in the order
+  /// they are first read, and a shard stays pinned while the loader has it open, which
+  /// is for the loader's lifetime (its readers and IO engine keep descriptors open).
+  /// So cache_limit must hold the whole dataset; 0: the dataset's size. A smaller
+  /// limit is kInvalidArgument at construction.
+  std::string cache_dir;
+  uint64_t cache_limit = 0;
+  unsigned cache_prefetch = 4;  ///< shards fetched ahead of the one being read
+  RemoteOptions remote;         ///< connections, part size, S3 profile, retries
   uint64_t batch_size = 64;     ///< per rank, >= 1
   /// Per-field transforms by field name (see FieldTransform for the defaults). Batch
   /// tensors are named after the fields; version-1 datasets keep the names "image" and

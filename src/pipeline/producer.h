@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/cached_shards.h"
 #include "pipeline/slot_ring.h"
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
@@ -47,6 +48,7 @@ struct VarOut {
 struct Context {
   const LoaderOptions* opt = nullptr;
   std::shared_ptr<Dataset> dataset;
+  std::shared_ptr<CachedShards> cached;  ///< a remote dataset's shards; null when local
   OrderOptions order_opt;  ///< effective (token data: kTokenWindow when shuffled)
   std::shared_ptr<const UnitLayout> layout;
   RankInfo rank;
