@@ -802,6 +802,24 @@ void init_loader(py::module_& m) {
           "max_record_bytes", [](const PyLoaderOptions& x) { return x.o.max_record_bytes; },
           [](PyLoaderOptions& x, uint64_t v) { x.o.max_record_bytes = v; })
       .def_property(
+          "cache_dir", [](const PyLoaderOptions& x) { return x.o.cache_dir; },
+          [](PyLoaderOptions& x, std::string v) { x.o.cache_dir = std::move(v); })
+      .def_property(
+          "cache_limit", [](const PyLoaderOptions& x) { return x.o.cache_limit; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.cache_limit = v; })
+      .def_property(
+          "cache_prefetch", [](const PyLoaderOptions& x) { return x.o.cache_prefetch; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.cache_prefetch = v; })
+      .def_property(
+          "remote_connections", [](const PyLoaderOptions& x) { return x.o.remote.connections; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.remote.connections = v; })
+      .def_property(
+          "remote_part_bytes", [](const PyLoaderOptions& x) { return x.o.remote.part_bytes; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.remote.part_bytes = v; })
+      .def_property(
+          "remote_profile", [](const PyLoaderOptions& x) { return x.o.remote.aws_profile; },
+          [](PyLoaderOptions& x, std::string v) { x.o.remote.aws_profile = std::move(v); })
+      .def_property(
           "gpu_pci_bus_id", [](const PyLoaderOptions& x) { return x.o.gpu_pci_bus_id; },
           [](PyLoaderOptions& x, std::optional<std::string> v) { x.o.gpu_pci_bus_id = std::move(v); });
 

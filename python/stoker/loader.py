@@ -42,7 +42,10 @@ class Loader:
     the stored dtype with numpy=True). The last batch is smaller unless drop_last.
 
     Args:
-        path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``).
+        path: the dataset directory (made by ``stoker pack`` / ``stoker.pack_*``), or
+            an ``http(s)://`` or ``s3://`` URL of one: its shards are then downloaded
+            (parallel ranged GETs, every record's CRC checked) into `cache_dir` ahead
+            of use and read from there.
         batch_size: samples per batch on this rank.
         transform: "train", "eval", None (no decode) or transform objects
             (``stoker.transforms``) or an ``ImageTransform``: the first image field's,
@@ -80,6 +83,13 @@ class Loader:
         order: "shuffled", "sequential", "chunk_local" (overrides shuffle).
         io_engine: "auto", "uring" or "pread".
         io_limit_mbps: throttle reads to this many MB/s (simulating slow storage).
+        cache_dir: a URL's node-local shard cache (required with a URL; ranks on one
+            node share it and fetch each shard once).
+        cache_limit: bytes the cache may hold; None: the dataset's size. The loader
+            keeps every shard it has read in the cache, so a smaller limit is an error.
+        cache_prefetch: shards fetched ahead of the one being read.
+        remote_connections: ranged GETs in flight at once; remote_profile: the S3
+            credentials profile (None: $AWS_PROFILE or "default").
         device_slots: device="cuda": batches in the device ring. Holding all but one of
             them (``list(loader)``) makes further batches copies (one warning).
 
@@ -97,9 +107,10 @@ class Loader:
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
-                 direct=True, device_slots=3, fields=None, _stage=None):
+                 direct=True, device_slots=3, fields=None, cache_dir=None, cache_limit=None,
+                 cache_prefetch=4, remote_connections=None, remote_profile=None, _stage=None):
         path = os.fspath(path)
-        manifest = _stoker.read_manifest(path)
+        manifest = _stoker.read_manifest(path, remote_profile or "")
         self._tokens = ":tokens" in manifest["schema"]
         self._numpy = bool(numpy)
         self._as_tuple = bool(as_tuple)
@@ -157,6 +168,15 @@ class Loader:
         elif _stage is not None:
             o.stage = _stage  # "host": the staging machinery on the CPU (tests)
         o.device_slots = int(device_slots)
+        if cache_dir is not None:
+            o.cache_dir = os.fspath(cache_dir)
+        if cache_limit is not None:
+            o.cache_limit = int(cache_limit)
+        o.cache_prefetch = int(cache_prefetch)
+        if remote_connections is not None:
+            o.remote_connections = int(remote_connections)
+        if remote_profile is not None:
+            o.remote_profile = str(remote_profile)
 
         converter = None
         if not self._numpy:
