@@ -120,6 +120,28 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
   }
 }
 
+TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
+  testing::Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--corrupt-first", "100000"}));
+  TempDir cache;
+  LoaderOptions o = options(proxy.url());
+  o.cache_dir = cache.str();
+  o.remote.part_bytes = 64 << 10;
+  o.remote.backoff_base = std::chrono::milliseconds(5);
+  try {
+    Loader l(o);
+    while (l.next()) {
+    }
+    FAIL() << "batches came from a server that flips a byte of every answer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+    const std::string m = e.what();
+    EXPECT_NE(m.find("127.0.0.1:" + std::to_string(proxy.port)), std::string::npos) << m;
+    EXPECT_NE(m.find(".stk"), std::string::npos) << m;
+    EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
+  }
+}
+
 TEST_F(RemoteLoader, ACacheTheDatasetCannotFitOrNoCacheIsANamedError) {
   LoaderOptions o = options(nginx_.url());
   try {
