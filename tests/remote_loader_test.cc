@@ -86,6 +86,30 @@ class RemoteLoader : public ::testing::Test {
   Nginx nginx_;
 };
 
+// Three epochs of `lo` (local) and `ro` (the URL) give the same batches; opening and the
+// first epoch fetch every one of `shards` shards, the later epochs ask the server for none.
+void expect_same_batches(const LoaderOptions& lo, const LoaderOptions& ro, const Nginx& nginx, size_t shards) {
+  const int before = shard_requests(nginx);
+  Loader local(lo), remote(ro);
+  ASSERT_EQ(remote.num_batches(), local.num_batches());
+  int after_first = 0;
+  for (uint64_t e = 0; e < 3; ++e) {
+    const auto want = epoch_digests(local, e);
+    const auto got = epoch_digests(remote, e);
+    ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
+    ASSERT_GT(got.size(), 0u);
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
+    const int fetched = shard_requests(nginx) - before;
+    if (e == 0) {
+      // Every shard arrived, each by one or more ranged GETs (parts of 64 KiB).
+      EXPECT_GE(fetched, static_cast<int>(shards)) << "epoch 0";
+      after_first = fetched;
+    } else {
+      EXPECT_EQ(fetched, after_first) << "epoch " << e << " asked the server for shards again";
+    }
+  }
+}
+
 TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchNoShard) {
   for (const auto& [rank, world] : {std::pair{0, 1}, std::pair{1, 2}}) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world));
@@ -98,26 +122,40 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
     ro.world_size = world;
     ro.cache_dir = cache.str();
     ro.remote.part_bytes = 64 << 10;  // several ranged GETs per shard
-    Loader local(lo), remote(ro);
-    ASSERT_EQ(remote.num_batches(), local.num_batches());
-    const int before = shard_requests(nginx_);
-    int after_first = 0;
-    for (uint64_t e = 0; e < 3; ++e) {
-      const auto want = epoch_digests(local, e);
-      const auto got = epoch_digests(remote, e);
-      ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
-      ASSERT_GT(got.size(), 0u);
-      for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
-      const int fetched = shard_requests(nginx_) - before;
-      if (e == 0) {
-        // Every shard arrived, each by one or more ranged GETs (parts of 64 KiB).
-        EXPECT_GE(fetched, static_cast<int>(manifest_.shards.size())) << "epoch 0";
-        after_first = fetched;
-      } else {
-        EXPECT_EQ(fetched, after_first) << "epoch " << e << " asked the server for shards again";
-      }
-    }
+    expect_same_batches(lo, ro, nginx_, manifest_.shards.size());
   }
+}
+
+// Token data needs every shard's index when the loader opens: all shards arrive then.
+TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
+  DatasetWriterOptions wo;
+  wo.shard_size = 8 << 10;
+  wo.shard.compression = Compression::kZstd;
+  wo.shard.fsync = false;
+  const uint32_t L = 16;
+  DatasetWriter w(root_.str("tok"), Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, wo);
+  for (uint32_t r0 = 0; r0 < 2400; r0 += 8) {
+    std::vector<uint8_t> buf;
+    for (uint32_t r = r0; r < r0 + 8; ++r)  // a row: L tokens and the next one (its target)
+      for (uint32_t t = r * L; t <= r * L + L; ++t) {
+        const uint16_t v = static_cast<uint16_t>((t * 7919u) % 65521u);
+        buf.push_back(v & 0xFF);
+        buf.push_back(v >> 8);
+      }
+    std::vector<std::span<const uint8_t>> f{buf};
+    w.add(f);
+  }
+  const Manifest m = w.finish();
+  ASSERT_GE(m.shards.size(), 3u);
+  TempDir cache;
+  LoaderOptions lo = options(root_.str("tok"));
+  lo.targets = true;
+  lo.rank = 0;
+  lo.world_size = 1;
+  LoaderOptions ro = lo;
+  ro.path = nginx_.url("tok");
+  ro.cache_dir = cache.str();
+  expect_same_batches(lo, ro, nginx_, m.shards.size());
 }
 
 TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
