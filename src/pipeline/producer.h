@@ -47,8 +47,10 @@ struct VarOut {
 /// What every producer reads, fixed when the Loader opens (run state is in Run).
 struct Context {
   const LoaderOptions* opt = nullptr;
+  /// A remote dataset's shards (null when local). Declared before `dataset` so that the
+  /// readers' descriptors close before the pins go.
+  std::shared_ptr<CachedShards> cached;
   std::shared_ptr<Dataset> dataset;
-  std::shared_ptr<CachedShards> cached;  ///< a remote dataset's shards; null when local
   OrderOptions order_opt;  ///< effective (token data: kTokenWindow when shuffled)
   std::shared_ptr<const UnitLayout> layout;
   RankInfo rank;
