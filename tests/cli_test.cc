@@ -172,6 +172,15 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
       {"extract " + p + " " + p + "/o extra", "unexpected argument 'extra'"},
       {"bench feed " + p + " --transform blur", "--transform"},
       {"bench io " + p + " --engine warp", "--engine"},
+      // The remote forms: options checked before anything is fetched (port 9: nothing).
+      {"bench io http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
+      {"bench io http://127.0.0.1:9/ds --cache-dir " + p + " --qd 8", "--qd does not apply with a URL"},
+      {"bench io " + p + " --rounds 2", "--rounds does not apply without a URL"},
+      {"bench io http://127.0.0.1:9/ds --cache-dir " + p + " --rounds 0", "--rounds"},
+      {"verify " + p + " --connections 4", "--connections does not apply without a URL"},
+      {"inspect http://127.0.0.1:9/ds --connections 0", "--connections"},
+      {"inspect http://127.0.0.1:9/ds --part 4XB", "bad size unit in '4XB'"},
+      {"doctor --profile x", "--profile does not apply without a URL --dataset"},
   };
   for (const Row& row : rows) {
     const Result r = stoker(row.args);

@@ -42,6 +42,7 @@
 #include "stoker/image.h"
 #include "stoker/io.h"
 #include "stoker/order.h"
+#include "stoker/remote.h"
 
 namespace stoker {
 
@@ -85,7 +86,17 @@ struct FieldTransform {
 };
 
 struct LoaderOptions {
-  std::string path;             ///< dataset directory
+  std::string path;             ///< dataset directory, or an http(s):// / s3:// URL of one
+  /// A URL is read through a node-local ShardCache (include/stoker/remote.h) under
+  /// cache_dir (required with a URL): each run tells it this rank's shards in the order
+  /// they are first read, and a shard stays pinned while the loader has it open, which
+  /// is for the loader's lifetime (its readers and IO engine keep descriptors open).
+  /// So cache_limit must hold the whole dataset; 0: the dataset's size. A smaller
+  /// limit is kInvalidArgument at construction.
+  std::string cache_dir;
+  uint64_t cache_limit = 0;
+  unsigned cache_prefetch = 4;  ///< shards fetched ahead of the one being read
+  RemoteOptions remote;         ///< connections, part size, S3 profile, retries
   /// A weighted mixture instead of `path`: these datasets, drawn in proportion to
   /// `weights` (one each, > 0) as MixtureOrder (stoker/mixture.h) says — per seed and
   /// epoch, the same sequence for every world size, resumable from state(). An epoch is

@@ -61,10 +61,13 @@
 #include <vector>
 
 #include "stoker/dataset.h"
-#include "stoker/diagnose.h"
 #include "stoker/shard.h"
 
 namespace stoker {
+
+// diagnose.h (which the doctor's callers include) holds Check; it includes loader.h,
+// which includes this header for RemoteOptions.
+struct Check;
 
 /// True for "http://", "https://" and "s3://" locations.
 bool is_remote_url(std::string_view location);

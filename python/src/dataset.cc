@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "stoker/dataset.h"
+#include "stoker/remote.h"
 #include "stoker/shard.h"
 
 namespace stoker::python {
@@ -13,8 +14,16 @@ namespace stoker::python {
 void init_dataset(py::module_& m) {
   m.def(
       "read_manifest",
-      [](const std::string& dir) {
-        Manifest man = read_manifest(dir);
+      [](const std::string& dir, const std::string& profile) {
+        Manifest man;
+        if (is_remote_url(dir)) {
+          py::gil_scoped_release nogil;
+          RemoteOptions o;
+          o.aws_profile = profile;
+          man = RemoteStore::open(dir, o)->read_manifest();
+        } else {
+          man = read_manifest(dir);
+        }
         py::dict d;
         d["schema"] = man.schema.to_string();
         d["class_names"] = man.class_names;
@@ -31,7 +40,9 @@ void init_dataset(py::module_& m) {
         d["shards"] = shards;
         return d;
       },
-      py::arg("dir"), "The dataset's MANIFEST as a dict (schema, class_names, meta, records, shards).");
+      py::arg("dir"), py::arg("profile") = "",
+      "The dataset's MANIFEST as a dict (schema, class_names, meta, records, shards); `dir` may be an http(s):// "
+      "or s3:// URL (`profile`: the S3 credentials profile).");
 
   m.def(
       "read_record",

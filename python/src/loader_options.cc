@@ -73,6 +73,24 @@ void init_loader_options(py::module_& m) {
   py::class_<PyLoaderOptions> o(m, "LoaderOptions", "Options of a Loader (see include/stoker/loader.h).");
   o.def(py::init<>())
       .def_property(
+          "cache_dir", [](const PyLoaderOptions& x) { return x.o.cache_dir; },
+          [](PyLoaderOptions& x, std::string v) { x.o.cache_dir = std::move(v); })
+      .def_property(
+          "cache_limit", [](const PyLoaderOptions& x) { return x.o.cache_limit; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.cache_limit = v; })
+      .def_property(
+          "cache_prefetch", [](const PyLoaderOptions& x) { return x.o.cache_prefetch; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.cache_prefetch = v; })
+      .def_property(
+          "remote_connections", [](const PyLoaderOptions& x) { return x.o.remote.connections; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.remote.connections = v; })
+      .def_property(
+          "remote_part_bytes", [](const PyLoaderOptions& x) { return x.o.remote.part_bytes; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.remote.part_bytes = v; })
+      .def_property(
+          "remote_profile", [](const PyLoaderOptions& x) { return x.o.remote.aws_profile; },
+          [](PyLoaderOptions& x, std::string v) { x.o.remote.aws_profile = std::move(v); })
+      .def_property(
           "sources", [](const PyLoaderOptions& x) { return x.o.sources; },
           [](PyLoaderOptions& x, const std::vector<std::string>& v) { x.o.sources = v; })
       .def_property(

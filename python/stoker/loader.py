@@ -108,6 +108,9 @@ class Loader:
             `samples_per_epoch` samples (default: the datasets' sizes summed); a dataset
             that runs out within it starts a reshuffled epoch of its own. The datasets'
             outputs must agree (dense outputs only: no cu_seqlens, text or bytes).
+            A directory can also be an ``http(s)://`` or ``s3://`` URL of one: its shards
+            are then downloaded (parallel ranged GETs, every record's CRC checked) into
+            `cache_dir` ahead of use and read from there.
         batch_size: samples per batch on this rank.
         transform: "train", "eval", None (no decode) or transform objects
             (``stoker.transforms``) or an ``ImageTransform``: the first image field's,
@@ -177,6 +180,13 @@ class Loader:
         order: "shuffled", "sequential", "chunk_local" (overrides shuffle).
         io_engine: "auto", "uring" or "pread".
         io_limit_mbps: throttle reads to this many MB/s (simulating slow storage).
+        cache_dir: a URL's node-local shard cache (required with a URL; ranks on one
+            node share it and fetch each shard once).
+        cache_limit: bytes the cache may hold; None: the dataset's size. The loader
+            keeps every shard it has read in the cache, so a smaller limit is an error.
+        cache_prefetch: shards fetched ahead of the one being read.
+        remote_connections: ranged GETs in flight at once; remote_profile: the S3
+            credentials profile (None: $AWS_PROFILE or "default").
         device_slots: device="cuda": batches in the device ring. Holding all but one of
             them (``list(loader)``) makes further batches copies (one warning).
 
@@ -203,7 +213,8 @@ class Loader:
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
                  direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
-                 samples_per_epoch=None, _stage=None):
+                 samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
+                 remote_connections=None, remote_profile=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -214,7 +225,7 @@ class Loader:
         elif weights is not None:
             raise ValueError("weights= goes with a list of datasets")
         path = os.fspath(path)
-        manifest = _stoker.read_manifest(path)
+        manifest = _stoker.read_manifest(path, remote_profile or "")
         self._tokens = ":tokens" in manifest["schema"]
         self._numpy = _flag("numpy", numpy)
         self._as_tuple = _flag("as_tuple", as_tuple)
@@ -296,6 +307,15 @@ class Loader:
         elif _stage is not None:
             o.stage = _stage  # "host": the staging machinery on the CPU (tests)
         o.device_slots = _integer("device_slots", device_slots, 1, 64)
+        if cache_dir is not None:
+            o.cache_dir = os.fspath(cache_dir)
+        if cache_limit is not None:
+            o.cache_limit = int(cache_limit)
+        o.cache_prefetch = int(cache_prefetch)
+        if remote_connections is not None:
+            o.remote_connections = int(remote_connections)
+        if remote_profile is not None:
+            o.remote_profile = str(remote_profile)
 
         converter = None
         if not self._numpy:

@@ -2,6 +2,8 @@
 // sequential or shuffled order, without decoding, and reports records/s and GB/s.
 // The number to hold next to fio (bench/fio_compare.sh): the storage side of the
 // loader, with the loader's read planning (aligned ranges, coalesced neighbours).
+// `stoker bench io URL --cache-dir DIR` measures the remote layer instead
+// (shards/tool/bench_remote_cmd.cc); the options of both are declared here.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "remote_cmd.h"
 #include "stoker/crc32c.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
@@ -29,6 +32,10 @@ struct IoArgs {
   std::string dataset, order = "shuffled", engine, max_request = "1MiB";
   int64_t qd = 64, seed = 0, limit = -1, threads = IoOptions{}.pread_threads;
   bool json = false, verify = false, buffered = false, drop_caches = false;
+  // URL only.
+  BenchRemoteArgs remote;
+  std::string cache_limit;
+  bool no_fsync = false;
 };
 
 int bench_io_cmd(const IoArgs& a) {
@@ -199,7 +206,7 @@ void setup(CLI::App& tool) {
   auto a = std::make_shared<IoArgs>();
   CLI::App* c = bench->add_subcommand(
       "io", "Read every record of a dataset through the IO engine (no decode); print records/s and GB/s.");
-  c->add_option("DATASET", a->dataset, "dataset (packed)")->required();
+  c->add_option("DATASET", a->dataset, "dataset (packed): a directory, or an http(s):// or s3:// URL")->required();
   c->add_option("--order", a->order, "read order")->check(CLI::IsMember({"sequential", "shuffled"}))->capture_default_str();
   c->add_option("--qd", a->qd, "reads in flight")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--engine", a->engine, "IO engine (default: auto)")->check(named_by(io_engine_kind_from_name, "auto|uring|pread"));
@@ -212,7 +219,34 @@ void setup(CLI::App& tool) {
   c->add_flag("--verify", a->verify, "check every record's CRC");
   c->add_flag("--drop-caches", a->drop_caches, "drop the page cache first (needs root)");
   c->add_flag("--json", a->json, "a JSON object after the text");
-  on_run(c, [a] { return bench_io_cmd(*a); });
+  // A URL: cold cache, warm cache, local, O_DIRECT and wire rates (bench_remote_cmd.cc).
+  BenchRemoteArgs& r = a->remote;
+  c->add_option("--cache-dir", r.cache_dir, "URL: the shard cache directory (required with a URL)");
+  c->add_option("--cache-limit", a->cache_limit, "URL: cache size (default: the dataset's size)")->check(byte_size());
+  c->add_option("--rounds", r.rounds, "URL: rounds of cold/warm/local/wire reads (median reported)")
+      ->check(CLI::Range(1, 100))->capture_default_str();
+  c->add_option("--prefetch", r.prefetch, "URL: shards fetched ahead")->check(CLI::Range(0, 1024))->capture_default_str();
+  c->add_option("--fetch-threads", r.fetch_threads, "URL: shards downloading at once")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  c->add_flag("--no-fsync", a->no_fsync, "URL: no fdatasync of a shard before it enters the cache");
+  c->add_option("--local", r.local_dir, "URL: a local copy to read as the baseline (default: the cache's files)");
+  add_remote_options(c, r.remote);
+  on_run(c, [a, c] {
+    if (!is_remote_url(a->dataset)) {
+      reject_options(c, {"--cache-dir", "--cache-limit", "--rounds", "--prefetch", "--fetch-threads", "--no-fsync",
+                         "--local", "--connections", "--part", "--profile"}, "without a URL");
+      return bench_io_cmd(*a);
+    }
+    reject_options(c, {"--order", "--qd", "--engine", "--seed", "--limit", "--max-request", "--threads", "--buffered",
+                       "--verify", "--drop-caches"}, "with a URL");
+    if (a->remote.cache_dir.empty()) throw UsageError("a URL needs --cache-dir DIR");
+    BenchRemoteArgs r = a->remote;
+    r.url = a->dataset;
+    r.cache_limit = a->cache_limit.empty() ? 0 : parse_size(a->cache_limit);
+    r.fsync = !a->no_fsync;
+    r.json = a->json;
+    return bench_io_remote(r);
+  });
 }
 
 }  // namespace

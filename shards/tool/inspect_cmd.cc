@@ -1,4 +1,4 @@
-// `stoker inspect PATH [--json]`: what a dataset (or one shard file) holds.
+// `stoker inspect PATH [--json]`: what a dataset (or one shard file) holds. URLs: remote_cmd.h.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli.h"
+#include "remote_cmd.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
@@ -111,10 +112,16 @@ int inspect_cmd(const std::string& path, bool json) {
 void setup(CLI::App& tool) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto remote = std::make_shared<RemoteArgs>();
   CLI::App* c = tool.add_subcommand("inspect", "Show a dataset's (or shard's) schema, counts, sizes and compression ratio.");
-  c->add_option("PATH", *path, "dataset directory or shard file")->required();
+  c->add_option("PATH", *path, "dataset directory, shard file or http(s):// / s3:// dataset URL")->required();
   c->add_flag("--json", *json, "one JSON object instead of text");
-  on_run(c, [path, json] { return inspect_cmd(*path, *json); });
+  add_remote_options(c, *remote);
+  on_run(c, [path, json, remote, c] {
+    if (is_remote_url(*path)) return inspect_remote(*path, *json, *remote);
+    reject_options(c, {"--connections", "--part", "--profile"}, "without a URL");
+    return inspect_cmd(*path, *json);
+  });
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// `stoker verify PATH...`: checks every checksum; one line per problem.
+// `stoker verify PATH...`: checks every checksum; one line per problem. URLs: remote_cmd.h.
 #include <unistd.h>
 
 #include <chrono>
@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli.h"
+#include "remote_cmd.h"
 #include "stoker/verify.h"
 
 namespace stoker::cli {
@@ -16,6 +17,8 @@ struct VerifyArgs {
   std::vector<std::string> paths;
   unsigned threads = 0;
   bool quiet = false;
+  std::string tmp_dir;
+  RemoteArgs remote;
 };
 
 int run_verify(const VerifyArgs& a) {
@@ -57,10 +60,17 @@ void setup(CLI::App& tool) {
   auto a = std::make_shared<VerifyArgs>();
   CLI::App* c = tool.add_subcommand(
       "verify", "Check every checksum of datasets or shard files; exit 1 and one line per problem when any is found.");
-  c->add_option("PATH", a->paths, "dataset directories or shard files")->required();
+  c->add_option("PATH", a->paths, "dataset directories, shard files or http(s):// / s3:// dataset URLs")->required();
   c->add_option("--threads", a->threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
   c->add_flag("--quiet", a->quiet, "no progress line on a terminal");
-  on_run(c, [a] { return run_verify(*a); });
+  c->add_option("--tmp-dir", a->tmp_dir, "URL: where each shard is downloaded to be checked (default: the system's)");
+  add_remote_options(c, a->remote);
+  on_run(c, [a, c] {
+    for (const std::string& p : a->paths)
+      if (is_remote_url(p)) return verify_remote(a->paths, a->threads, a->quiet, a->tmp_dir, a->remote);
+    reject_options(c, {"--tmp-dir", "--connections", "--part", "--profile"}, "without a URL");
+    return run_verify(*a);
+  });
 }
 
 }  // namespace

@@ -111,7 +111,8 @@ void Loader::Impl::setup() {
   ctx.opt = &opt;
   ShardReaderOptions ro;
   ro.max_record_bytes = opt.max_record_bytes;
-  ctx.dataset = Dataset::open(opt.path, ro);
+  ctx.cached = internal::CachedShards::open(opt);
+  ctx.dataset = Dataset::open(ctx.cached ? ctx.cached->local_dir() : opt.path, ro);
   const Dataset& dataset = *ctx.dataset;
   const Schema& schema = dataset.schema();
   internal::TokenFacts tok;
@@ -144,6 +145,7 @@ void Loader::Impl::setup() {
     tok.row_bytes = (static_cast<size_t>(tok.seq_len) + 1) * dtype_size(f.dtype);
     // Units are rows; groups are records (one per compressed chunk).
     for (size_t s = 0; s < dataset.shard_count(); ++s) {
+      if (ctx.cached) ctx.cached->hold(s);  // the record index of every shard is needed now
       auto r = dataset.shard(s);
       for (uint64_t i = 0; i < r->record_count(); ++i) {
         const RecordLocation& loc = r->location(i);
@@ -250,6 +252,7 @@ void Loader::Impl::start_run() {
   r.order = std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch);
   r.sched = std::make_unique<RankSchedule>(r.order->size(), opt.batch_size, ctx.rank.world_size, ctx.rank.rank,
                                            opt.drop_last, start_consumed, tail_policy());
+  if (ctx.cached) ctx.cached->prefetch_run(*r.order, *r.sched, *ctx.dataset, tokens);
   r.stop = false;
   r.next_start = 0;
   r.jobs.clear();

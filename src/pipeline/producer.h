@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/cached_shards.h"
 #include "pipeline/slot_ring.h"
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
@@ -49,6 +50,9 @@ struct VarOut {
 /// What every producer reads, fixed when the Loader opens (run state is in Run).
 struct Context {
   const LoaderOptions* opt = nullptr;
+  /// A remote dataset's shards (null when local). Declared before `dataset` so that the
+  /// readers' descriptors close before the pins go.
+  std::shared_ptr<CachedShards> cached;
   std::shared_ptr<Dataset> dataset;
   OrderOptions order_opt;  ///< effective (token data: kTokenWindow when shuffled)
   std::shared_ptr<const UnitLayout> layout;

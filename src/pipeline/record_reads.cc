@@ -24,6 +24,7 @@ bool RecordReads::open(Run& run) {
 }
 
 RecordRange RecordReads::range(size_t shard, uint64_t record) {
+  if (ctx_.cached) ctx_.cached->hold(shard);  // a remote dataset: the shard in the cache, pinned
   auto reader = ctx_.dataset->shard(shard);
   if (file_ids_[shard] < 0) file_ids_[shard] = engine_->add_file(ctx_.dataset->shard_path(shard));
   const uint32_t fid = static_cast<uint32_t>(file_ids_[shard]);

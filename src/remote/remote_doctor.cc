@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/remote.h"
 

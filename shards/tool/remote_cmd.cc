@@ -1,9 +1,4 @@
-// The remote forms of `stoker verify URL`, `stoker inspect URL`, `stoker bench io URL
-// --cache-dir DIR` and `stoker doctor --dataset URL` (include/stoker/remote.h).
-//
-// main() asks run_remote() first: when the command is one of these and names an
-// http(s):// or s3:// location it runs here, otherwise the local command runs. Kept in
-// one file of its own so the local commands stay as they are.
+// The remote forms of verify, inspect and doctor (shards/tool/remote_cmd.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,48 +6,55 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
-#include "cli.h"
+#include "remote_cmd.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/remote.h"
 #include "stoker/verify.h"
+#include "util/json.h"
 #include "util/unique_fd.h"
 
 namespace stoker::cli {
 
-int bench_io_remote(const Args& args);  // bench/cli/bench_remote.cc
-
-namespace {
-
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-RemoteOptions remote_options(const ArgParser& p) {
+RemoteOptions RemoteArgs::options() const {
   RemoteOptions o;
-  const int64_t c = p.get_int("connections", o.connections);
-  if (c < 1 || c > 256) throw_error(ErrorCode::kInvalidArgument, "--connections must be 1..256");
-  o.connections = static_cast<unsigned>(c);
-  if (auto v = p.get("part")) o.part_bytes = parse_size(*v);
-  if (auto v = p.get("profile")) o.aws_profile = *v;
+  o.connections = connections;
+  if (!part.empty()) o.part_bytes = parse_size(part);
+  o.aws_profile = profile;
   return o;
+}
+
+void add_remote_options(CLI::App* cmd, RemoteArgs& a) {
+  cmd->add_option("--connections", a.connections, "URL: ranged GETs in flight at once")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--part", a.part, "URL: bytes per ranged GET of a shard download (default 4MiB, at least 64KiB)")
+      ->check(byte_size());
+  cmd->add_option("--profile", a.profile, "s3:// URL: the credentials profile (default: $AWS_PROFILE or default)");
+}
+
+void reject_options(const CLI::App* cmd, const std::vector<std::string>& names, const std::string& why) {
+  for (const std::string& n : names)
+    if (cmd->count(n) > 0) throw UsageError(n + " does not apply " + why);
 }
 
 // Every shard is downloaded to a scratch file and checked by the same verify_shard the
 // local command runs; problems name the URL of the shard.
-int verify_remote(const Args& args) {
-  ArgParser p(args, {"quiet"});
-  p.check_known({"quiet", "threads", "connections", "part", "profile", "tmp-dir"});
-  const bool tty = ::isatty(2) && !p.flag("quiet");
+int verify_remote(const std::vector<std::string>& paths, unsigned threads, bool quiet, const std::string& tmp,
+                  const RemoteArgs& remote) {
+  const bool tty = ::isatty(2) && !quiet;
   size_t problems = 0;
   uint64_t records = 0, shards = 0, bytes = 0;
   const auto t0 = Clock::now();
-  std::string tmp_dir = p.get_or("tmp-dir", "");
-  if (tmp_dir.empty()) tmp_dir = fs::temp_directory_path().string();
-  for (const std::string& url : p.positional()) {
+  const std::string tmp_dir = tmp.empty() ? fs::temp_directory_path().string() : tmp;
+  const RemoteOptions ro = remote.options();
+  for (const std::string& url : paths) {
     if (!is_remote_url(url)) {  // a local path among URLs: the local check
-      VerifyReport r = verify_path(url, static_cast<unsigned>(p.get_int("threads", 0)));
+      VerifyReport r = verify_path(url, threads);
       for (const auto& pr : r.problems) std::cout << "FAIL " << pr.to_string() << "\n";
       problems += r.problems.size();
       records += r.records;
@@ -60,7 +62,7 @@ int verify_remote(const Args& args) {
       bytes += r.bytes;
       continue;
     }
-    auto store = RemoteStore::open(url, remote_options(p));
+    auto store = RemoteStore::open(url, ro);
     Manifest m;
     try {
       m = store->read_manifest();
@@ -108,11 +110,8 @@ int verify_remote(const Args& args) {
 }
 
 // The manifest plus every shard's index (three small ranged GETs per shard).
-int inspect_remote(const Args& args) {
-  ArgParser p(args, {"json"});
-  p.check_known({"json", "connections", "part", "profile"});
-  if (p.positional().size() != 1) throw_error(ErrorCode::kInvalidArgument, "usage: stoker inspect URL [--json]");
-  auto store = RemoteStore::open(p.positional()[0], remote_options(p));
+int inspect_remote(const std::string& url, bool json, const RemoteArgs& remote) {
+  auto store = RemoteStore::open(url, remote.options());
   const Manifest m = store->read_manifest();
   uint64_t raw = 0, stored = 0, compressed = 0;
   for (const ShardEntry& e : m.shards) {
@@ -126,15 +125,24 @@ int inspect_remote(const Args& args) {
   const uint64_t records = m.total_records(), bytes = m.total_bytes();
   const double ratio = stored ? static_cast<double>(raw) / static_cast<double>(stored) : 1.0;
   const RemoteStats rs = store->stats();
-  if (p.flag("json")) {
-    nlohmann::json o = {{"path", store->display_url()},  {"kind", "remote dataset"},
-                        {"schema", m.schema.to_string()}, {"shards", m.shards.size()},
-                        {"records", records},             {"bytes", bytes},
-                        {"raw_bytes", raw},               {"stored_bytes", stored},
-                        {"compressed_records", compressed}, {"compression_ratio", ratio},
-                        {"classes", m.class_names.size()}, {"meta", m.meta},
-                        {"requests", rs.requests}};
-    std::cout << o.dump() << "\n";
+  if (json) {
+    internal::Json meta = internal::Json::object();
+    for (auto& [k, v] : m.meta) meta[k] = v;
+    const internal::Json o = {{"path", store->display_url()},
+                              {"kind", "remote dataset"},
+                              {"schema", m.schema.to_string()},
+                              {"shards", m.shards.size()},
+                              {"records", records},
+                              {"bytes", bytes},
+                              {"raw_bytes", raw},
+                              {"stored_bytes", stored},
+                              {"compressed_records", compressed},
+                              {"compression_ratio", internal::figure(ratio)},
+                              {"classes", m.class_names.size()},
+                              {"class_names", m.class_names},
+                              {"meta", std::move(meta)},
+                              {"requests", rs.requests}};
+    std::cout << internal::json_text(o) << "\n";
     return 0;
   }
   std::printf("%-10s %s (remote dataset)\n", "path", store->display_url().c_str());
@@ -154,48 +162,13 @@ int inspect_remote(const Args& args) {
 }
 
 // The platform checks of the local doctor, then the remote dataset's own.
-int doctor_remote(const Args& args, const std::string& url) {
-  ArgParser p(args, {"json"});
-  p.check_known({"json", "device", "dataset", "root", "threads", "pinned", "probe", "connections", "part", "profile"});
-  DoctorOptions o;
-  o.root = p.get_or("root", "/");
-  o.device = static_cast<int>(p.get_int("device", -1));
-  o.threads = static_cast<unsigned>(std::max<int64_t>(0, p.get_int("threads", 0)));
-  if (auto v = p.get("pinned")) o.pinned_bytes = parse_size(*v);
-  const uint64_t probe = p.get("probe") ? parse_size(*p.get("probe")) : 128ull << 20;
+DoctorReport doctor_remote(DoctorOptions o, const std::string& url, uint64_t probe, const RemoteArgs& remote) {
+  o.dataset.reset();
   DoctorReport r = run_doctor(o);
   // The local dataset checks have nothing to look at; the remote ones stand in.
   std::erase_if(r.checks, [](const Check& c) { return c.name == "o_direct" || c.name == "read_probe"; });
-  for (Check& c : check_remote_dataset(url, probe, remote_options(p))) r.checks.push_back(std::move(c));
-  if (p.flag("json")) {
-    std::printf("%s\n", r.to_json().c_str());
-  } else {
-    std::printf("%s", r.to_text().c_str());
-  }
-  return r.failed() ? 1 : 0;
-}
-
-bool any_remote(const std::vector<std::string>& v) {
-  for (const auto& s : v)
-    if (is_remote_url(s)) return true;
-  return false;
-}
-
-}  // namespace
-
-std::optional<int> run_remote(const std::string& words, const Args& args) {
-  if (words == "doctor") {
-    ArgParser p(args, {"json"});
-    auto d = p.get("dataset");
-    if (d && is_remote_url(*d)) return doctor_remote(args, *d);
-    return std::nullopt;
-  }
-  if (words != "verify" && words != "inspect" && words != "bench io") return std::nullopt;
-  ArgParser p(args, {"json", "quiet", "verify", "buffered", "drop-caches", "no-fsync"});
-  if (!any_remote(p.positional())) return std::nullopt;
-  if (words == "verify") return verify_remote(args);
-  if (words == "inspect") return inspect_remote(args);
-  return bench_io_remote(args);
+  for (Check& c : check_remote_dataset(url, probe, remote.options())) r.checks.push_back(std::move(c));
+  return r;
 }
 
 }  // namespace stoker::cli

@@ -1,4 +1,4 @@
-// `stoker bench io URL --cache-dir DIR`: what the remote layer alone feeds, next to a
+// `stoker bench io URL --cache-dir DIR` (options parsed by bench_io_cmd.cc): what the remote layer alone feeds, next to a
 // local read of the same shards. Each round, alternating in one run:
 //   cold  - an empty cache: prefetch in order, acquire each shard, read it whole
 //           (parallel ranged GETs, CRC check of every record, rename, then the read);
@@ -17,13 +17,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <vector>
 
-#include "cli.h"
+#include "remote_cmd.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/remote.h"
+#include "util/json.h"
 #include "util/unique_fd.h"
 
 namespace stoker::cli {
@@ -69,28 +69,18 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int bench_io_remote(const Args& args) {
-  ArgParser p(args, {"json", "no-fsync"});
-  p.check_known({"json", "no-fsync", "cache-dir", "cache-limit", "rounds", "connections", "part", "prefetch", "fetch-threads",
-                 "profile", "local"});
-  if (p.positional().size() != 1 || !p.get("cache-dir"))
-    throw_error(ErrorCode::kInvalidArgument, "usage: stoker bench io URL --cache-dir DIR [options]");
-  RemoteOptions ro;
-  ro.connections = static_cast<unsigned>(p.get_int("connections", ro.connections));
-  if (auto v = p.get("part")) ro.part_bytes = parse_size(*v);
-  if (auto v = p.get("profile")) ro.aws_profile = *v;
-  const std::string url = p.positional()[0];
-  auto store = RemoteStore::open(url, ro);
+int bench_io_remote(const BenchRemoteArgs& a) {
+  const RemoteOptions ro = a.remote.options();
+  auto store = RemoteStore::open(a.url, ro);
   const Manifest m = store->read_manifest();
   CacheOptions co;
-  co.dir = *p.get("cache-dir");
-  co.limit = p.get("cache-limit") ? parse_size(*p.get("cache-limit")) : m.total_bytes() + 1;
-  co.prefetch = static_cast<unsigned>(p.get_int("prefetch", 4));
-  co.fetch_threads = static_cast<unsigned>(p.get_int("fetch-threads", 2));
-  co.fsync = !p.flag("no-fsync");
-  const int rounds = static_cast<int>(p.get_int("rounds", 3));
-  if (rounds < 1 || rounds > 100) throw_error(ErrorCode::kInvalidArgument, "--rounds must be 1..100");
-  const std::string local_dir = p.get_or("local", "");
+  co.dir = a.cache_dir;
+  co.limit = a.cache_limit ? a.cache_limit : m.total_bytes() + 1;
+  co.prefetch = a.prefetch;
+  co.fetch_threads = a.fetch_threads;
+  co.fsync = a.fsync;
+  const int rounds = a.rounds;
+  const std::string& local_dir = a.local_dir;
 
   std::vector<size_t> order(m.shards.size());
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
@@ -177,25 +167,25 @@ int bench_io_remote(const Args& args) {
               static_cast<unsigned long long>(rs.requests), static_cast<unsigned long long>(rs.retries),
               format_bytes(static_cast<double>(rs.bytes_fetched)).c_str(), ro.connections,
               format_bytes(static_cast<double>(ro.part_bytes)).c_str(), last.prefetch_window, co.fsync ? "on" : "off");
-  if (p.flag("json")) {
-    const nlohmann::json o = {{"url", store->display_url()},
+  if (a.json) {
+    const internal::Json o = {{"url", store->display_url()},
                               {"shards", m.shards.size()},
                               {"bytes", m.total_bytes()},
                               {"rounds", rounds},
-                              {"cold_bytes_per_s", median(cold_r)},
-                              {"warm_bytes_per_s", median(warm_r)},
-                              {"local_bytes_per_s", median(local_r)},
-                              {"cold_over_local", median(cold_ratio)},
-                              {"warm_over_local", median(warm_ratio)},
-                              {"fetch_bytes_per_s", median(fetch_r)},
-                              {"wire_bytes_per_s", median(wire_r)},
-                              {"cold_over_wire", median(cold_wire)},
-                              {"local_direct_bytes_per_s", median(direct_r)},
-                              {"cold_over_local_direct", median(cold_direct)},
+                              {"cold_bytes_per_s", internal::figure(median(cold_r))},
+                              {"warm_bytes_per_s", internal::figure(median(warm_r))},
+                              {"local_bytes_per_s", internal::figure(median(local_r))},
+                              {"cold_over_local", internal::figure(median(cold_ratio))},
+                              {"warm_over_local", internal::figure(median(warm_ratio))},
+                              {"fetch_bytes_per_s", internal::figure(median(fetch_r))},
+                              {"wire_bytes_per_s", internal::figure(median(wire_r))},
+                              {"cold_over_wire", internal::figure(median(cold_wire))},
+                              {"local_direct_bytes_per_s", internal::figure(median(direct_r))},
+                              {"cold_over_local_direct", internal::figure(median(cold_direct))},
                               {"requests", rs.requests},
                               {"retries", rs.retries},
-                              {"hit_rate", last.hit_rate()}};
-    std::printf("%s\n", o.dump().c_str());
+                              {"hit_rate", internal::figure(last.hit_rate())}};
+    std::printf("%s\n", internal::json_text(o).c_str());
   }
   return 0;
 }

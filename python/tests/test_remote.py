@@ -1,0 +1,92 @@
+"""stoker.Loader over an http:// dataset (nginx on loopback) through the shard cache:
+the same batches as the local dataset, epoch after epoch, each shard fetched once."""
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import torch
+
+import stoker
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def nginx(tmp_path, image_dataset):
+    """(url of the image dataset, access log path): nginx serving a copy of it."""
+    if shutil.which("nginx") is None:
+        pytest.skip("nginx (Debian nginx-light) is not installed")
+    root = tmp_path / "www"
+    shutil.copytree(image_dataset[0], root / "ds")
+    port = _free_port()
+    log = tmp_path / "access.log"
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"daemon off; master_process off; worker_processes 1;\n"
+        f"pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;\n"
+        f"events {{ worker_connections 64; }}\n"
+        f"http {{ log_format p '$uri'; access_log {log} p;\n"
+        f"  client_body_temp_path {tmp_path}/b; proxy_temp_path {tmp_path}/p;\n"
+        f"  fastcgi_temp_path {tmp_path}/f; uwsgi_temp_path {tmp_path}/u; scgi_temp_path {tmp_path}/s;\n"
+        f"  server {{ listen 127.0.0.1:{port}; root {root}; location / {{ }} }} }}\n")
+    proc = subprocess.Popen(["nginx", "-p", str(tmp_path), "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.skip("nginx could not start on 127.0.0.1")
+                time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}/ds", log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _shard_requests(log):
+    return sum(1 for line in log.read_text().splitlines() if line.endswith(".stk")) if log.exists() else 0
+
+
+def _epoch(loader, e):
+    loader.set_epoch(e)
+    return [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
+
+
+def test_a_url_gives_the_local_batches_and_later_epochs_fetch_nothing(nginx, image_dataset, tmp_path):
+    url, log = nginx
+    kw = dict(batch_size=8, transform="eval", size=32, seed=5, threads=2)
+    local = stoker.Loader(image_dataset[0], **kw)
+    remote = stoker.Loader(url, cache_dir=tmp_path / "cache", **kw)
+    fetched = None
+    for e in range(3):
+        want, got = _epoch(local, e), _epoch(remote, e)
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            assert g.keys() == w.keys()
+            for k in w:
+                if isinstance(w[k], torch.Tensor):
+                    assert torch.equal(g[k], w[k]), (e, k)
+                else:
+                    assert g[k] == w[k], (e, k)
+        if e == 0:
+            fetched = _shard_requests(log)
+            assert fetched >= len(stoker.read_manifest(image_dataset[0])["shards"])
+        else:
+            assert _shard_requests(log) == fetched, f"epoch {e} asked the server for shards again"
+
+
+def test_a_url_without_cache_dir_is_a_named_error(nginx):
+    url, _ = nginx
+    with pytest.raises(Exception, match="cache_dir"):
+        stoker.Loader(url, batch_size=8, transform="eval", size=32)
