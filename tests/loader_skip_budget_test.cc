@@ -75,7 +75,7 @@ TEST(LoaderSkipBudget, ABrokenShardIsNamedOnceAndWithinTheBudgetTheEpochGoesOn) 
   EXPECT_EQ(n, 120 - lost);
   EXPECT_EQ(l.stats().skipped, lost);
   // One line for the shard, none per record.
-  EXPECT_EQ(count_of(err, "stoker: skipping"), 1u) << err;
+  EXPECT_EQ(count_of(err, "stoker: warning: skipping"), 1u) << err;
   EXPECT_EQ(count_of(err, "every record of " + broken), 1u) << err;
 }
 
@@ -138,7 +138,7 @@ TEST(LoaderSkipBudget, TheDefaultBudgetStopsAnEpochThatLosesAShardOfMoreThan100)
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
     EXPECT_NE(std::string(e.what()).find("101 samples skipped"), std::string::npos) << e.what();
-    EXPECT_EQ(count_of(err, "stoker: skipping"), 1u) << err;
+    EXPECT_EQ(count_of(err, "stoker: warning: skipping"), 1u) << err;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "util/bytes.h"
 #include "stoker/error.h"
 
 #ifndef STOKER_VERSION
@@ -140,17 +141,7 @@ CLI::Validator byte_size() {
       "BYTES", "byte size");
 }
 
-std::string format_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return buf;
-}
+std::string format_bytes(double b) { return internal::format_bytes(b); }
 
 }  // namespace stoker::cli
 

@@ -57,7 +57,8 @@ void LoaderReporter::report(const LoaderStats& s, bool epoch_end, uint64_t epoch
       j["epoch_end"] = true;
       j["epoch"] = epoch;
     }
-    for (auto& [k, val] : internal::to_json_value(v).items()) j[k] = val;
+    const internal::Json verdict = internal::to_json_value(v);
+    for (const auto& [k, val] : verdict.items()) j[k] = val;
     line = internal::json_text(j);
   } else {
     line = (epoch_end ? "epoch " + std::to_string(epoch) + " done: " : std::string()) + v.summary();

@@ -25,20 +25,7 @@ bool pixel_is_chw(PixelFormat f) {
 }
 
 ElemType elem_of(DType d, const std::string& field) {
-  switch (d) {
-    case DType::kUint8: return ElemType::kUint8;
-    case DType::kInt8: return ElemType::kInt8;
-    case DType::kUint16: return ElemType::kUint16;
-    case DType::kInt16: return ElemType::kInt16;
-    case DType::kUint32: return ElemType::kUint32;
-    case DType::kInt32: return ElemType::kInt32;
-    case DType::kInt64: return ElemType::kInt64;
-    case DType::kFloat16: return ElemType::kFloat16;
-    case DType::kFloat32: return ElemType::kFloat32;
-    case DType::kFloat64: return ElemType::kFloat64;
-    case DType::kBool: return ElemType::kBool;
-    default: break;
-  }
+  if (auto t = elem_type_of(d)) return *t;
   throw_error(ErrorCode::kInvalidArgument, "field '" + field + "': dtype " + dtype_name(d) + " has no tensor type");
 }
 
@@ -81,6 +68,24 @@ std::string field_names(const Schema& s) {
 }
 
 }  // namespace
+
+std::optional<ElemType> elem_type_of(DType d) noexcept {
+  switch (d) {
+    case DType::kUint8: return ElemType::kUint8;
+    case DType::kInt8: return ElemType::kInt8;
+    case DType::kUint16: return ElemType::kUint16;
+    case DType::kInt16: return ElemType::kInt16;
+    case DType::kUint32: return ElemType::kUint32;
+    case DType::kInt32: return ElemType::kInt32;
+    case DType::kInt64: return ElemType::kInt64;
+    case DType::kFloat16: return ElemType::kFloat16;
+    case DType::kFloat32: return ElemType::kFloat32;
+    case DType::kFloat64: return ElemType::kFloat64;
+    case DType::kBool: return ElemType::kBool;
+    default: break;
+  }
+  return std::nullopt;
+}
 
 ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Context& ctx) {
   const size_t B = opt.batch_size;

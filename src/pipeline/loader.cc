@@ -36,16 +36,6 @@ namespace {
 using internal::Clock;
 using internal::SlotRing;
 
-ElemType token_elem_type(DType d) {
-  switch (d) {
-    case DType::kUint16: return ElemType::kUint16;
-    case DType::kUint32: return ElemType::kUint32;
-    case DType::kInt32: return ElemType::kInt32;
-    case DType::kInt64: return ElemType::kInt64;
-    default: break;
-  }
-  return ElemType::kUint8;
-}
 
 
 }  // namespace
@@ -187,7 +177,7 @@ void Loader::Impl::setup() {
       return static_cast<int>(ctx.tensors.size() - 1);
     };
     const Field& f = schema.fields[static_cast<size_t>(tok.field)];
-    ElemType tt = opt.token_type_is_stored ? token_elem_type(f.dtype) : opt.token_type;
+    ElemType tt = opt.token_type_is_stored ? internal::elem_type_of(f.dtype).value_or(ElemType::kUint8) : opt.token_type;
     if (tt != ElemType::kUint16 && tt != ElemType::kUint32 && tt != ElemType::kInt32 && tt != ElemType::kInt64)
       throw_error(ErrorCode::kInvalidArgument, "token_type must be uint16, uint32, int32 or int64");
     tok.tokens_t = add("tokens", tt, {static_cast<int64_t>(tok.seq_len)});

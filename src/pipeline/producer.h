@@ -18,6 +18,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -134,6 +135,9 @@ struct ImageFacts {
   int index_t = -1;
   int key_field = -1;        ///< `__key__`, to name a record's source in errors
 };
+
+/// The tensor element type of a stored dtype; nullopt for kNone.
+std::optional<ElemType> elem_type_of(DType d) noexcept;
 
 /// The outputs of an image dataset's fields under `opt` (LoaderOptions::fields, else the
 /// defaults); adds their tensors and variable-size outputs to `ctx`. kInvalidArgument

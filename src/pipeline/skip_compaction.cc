@@ -31,7 +31,11 @@ void Context::sample_failed(Run& run, Job& job, uint32_t j, std::exception_ptr e
   if (shard_failure) {
     // One line per shard: a shard that cannot be opened would otherwise name each of its
     // records, hundreds of lines for one cause.
-    what = "every record of " + dataset->shard_path(shard_failure->shard) + ": " + shard_failure->reason;
+    // The reason names the shard already, when it comes from opening it.
+    const std::string shard = dataset->shard_path(shard_failure->shard);
+    what = "every record of " + shard + ": " +
+           (shard_failure->reason.rfind(shard + ": ", 0) == 0 ? shard_failure->reason.substr(shard.size() + 2)
+                                                               : shard_failure->reason);
   } else {
     try {
       std::rethrow_exception(e);

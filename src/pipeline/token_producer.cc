@@ -93,16 +93,6 @@ class WorkerClock {
   Clock::time_point mark_;
 };
 
-ElemType elem_of_dtype(DType d) {
-  switch (d) {
-    case DType::kUint16: return ElemType::kUint16;
-    case DType::kUint32: return ElemType::kUint32;
-    case DType::kInt32: return ElemType::kInt32;
-    case DType::kInt64: return ElemType::kInt64;
-    default: break;
-  }
-  return ElemType::kUint8;
-}
 
 // Stored tokens are little-endian. On a little-endian host each one is a plain load,
 // which the compiler vectorises (far faster than assembling every token from its bytes).
@@ -135,7 +125,7 @@ void widen_row(const uint8_t* src, DType dt, size_t n, Out* out) {
   }
 }
 void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t* dst) {
-  if (elem_of_dtype(dt) == out_t) {
+  if (elem_type_of(dt) == out_t) {
     internal::stream_copy(dst, src, n * dtype_size(dt));  // the slot is not read before the batch is out
     return;
   }
