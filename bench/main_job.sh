@@ -45,7 +45,7 @@ STOKER=$stoker bash "$(dirname "$0")/fast_crop_feed.sh" "$out/dataset" "$out/dat
 echo "== feed rate: tokens, seq_len 1024"
 $stoker bench feed "$out/tokens" --threads "$jobs" --batch 32 --epochs 3 --json | tee "$out/feed_tokens.txt"
 
-if $stoker --help 2>&1 | grep -q "bench compare"; then
+if $stoker bench --help 2>&1 | grep -q "^  compare"; then
   echo "== comparison with the feeders users run today"
   $stoker bench compare "$out/dataset" --images "$out/images" --tokens "$out/tokens" --out "$out/compare"
   cat "$out/compare/compare.md"

@@ -19,17 +19,17 @@
 #include "pipeline/slot_ring.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
+#include "util/enum_names.h"
 #include "util/platform.h"
 
 namespace stoker {
 
-const char* on_error_name(OnError e) noexcept { return e == OnError::kSkip ? "skip" : "error"; }
+namespace {
+constexpr internal::EnumName<OnError> kOnErrorNames[] = {{OnError::kError, "error"}, {OnError::kSkip, "skip"}};
+}  // namespace
 
-OnError on_error_from_name(const std::string& s) {
-  if (s == "error") return OnError::kError;
-  if (s == "skip") return OnError::kSkip;
-  throw_error(ErrorCode::kInvalidArgument, "on_error must be 'error' or 'skip', got '" + s + "'");
-}
+const char* on_error_name(OnError e) noexcept { return internal::enum_name(kOnErrorNames, e, "error"); }
+OnError on_error_from_name(const std::string& s) { return internal::enum_from_name(kOnErrorNames, s, "on_error"); }
 
 namespace {
 

@@ -28,6 +28,7 @@
 #include "pipeline/producer.h"
 #include "pipeline/record_reads.h"
 #include "util/bytes.h"
+#include "util/convert.h"
 #include "util/huge_pages.h"
 #include "util/stream_copy.h"
 
@@ -94,48 +95,13 @@ class WorkerClock {
 };
 
 
-// Stored tokens are little-endian. On a little-endian host each one is a plain load,
-// which the compiler vectorises (far faster than assembling every token from its bytes).
-template <typename In, typename Out>
-void widen_native(const uint8_t* src, size_t n, Out* out) {
-  for (size_t i = 0; i < n; ++i) {
-    In v;
-    std::memcpy(&v, src + sizeof(In) * i, sizeof(In));
-    out[i] = static_cast<Out>(v);
-  }
-}
-
-template <typename Out>
-void widen_row(const uint8_t* src, DType dt, size_t n, Out* out) {
-  if constexpr (std::endian::native == std::endian::little) {
-    switch (dt) {
-      case DType::kUint16: widen_native<uint16_t>(src, n, out); return;
-      case DType::kUint32: widen_native<uint32_t>(src, n, out); return;
-      case DType::kInt32: widen_native<int32_t>(src, n, out); return;
-      case DType::kInt64: widen_native<int64_t>(src, n, out); return;
-      default: return;
-    }
-  }
-  switch (dt) {
-    case DType::kUint16: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(internal::get_u16(src + 2 * i)); break;
-    case DType::kUint32: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(internal::get_u32(src + 4 * i)); break;
-    case DType::kInt32: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(static_cast<int32_t>(internal::get_u32(src + 4 * i))); break;
-    case DType::kInt64: for (size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(static_cast<int64_t>(internal::get_u64(src + 8 * i))); break;
-    default: break;
-  }
-}
 void copy_tokens(const uint8_t* src, DType dt, size_t n, ElemType out_t, uint8_t* dst) {
-  if (elem_type_of(dt) == out_t) {
+  const ElemType in_t = elem_type_of(dt).value_or(ElemType::kUint8);
+  if (in_t == out_t) {
     internal::stream_copy(dst, src, n * dtype_size(dt));  // the slot is not read before the batch is out
     return;
   }
-  switch (out_t) {
-    case ElemType::kUint16: widen_row(src, dt, n, reinterpret_cast<uint16_t*>(dst)); break;
-    case ElemType::kUint32: widen_row(src, dt, n, reinterpret_cast<uint32_t*>(dst)); break;
-    case ElemType::kInt32: widen_row(src, dt, n, reinterpret_cast<int32_t*>(dst)); break;
-    case ElemType::kInt64: widen_row(src, dt, n, reinterpret_cast<int64_t*>(dst)); break;
-    default: break;
-  }
+  widen_tokens_le(src, in_t, n, out_t, dst);  // util/convert.h: one plain load a token on little-endian hosts
 }
 
 uint64_t batches_per_window(const Context& ctx, uint64_t batch_size) {
