@@ -662,7 +662,7 @@ std::vector<uint8_t> make_npy(const std::string& descr, const std::vector<size_t
 template <class T>
 std::vector<uint8_t> raw_of(std::vector<T> v) {
   std::vector<uint8_t> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
   return b;
 }
 

@@ -408,7 +408,7 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()
 template <typename T>
 std::vector<uint8_t> le_array(const std::vector<T>& v) {
   std::vector<uint8_t> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());  // the test host is little-endian, like the format
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());  // the test host is little-endian, like the format
   return b;
 }
 
