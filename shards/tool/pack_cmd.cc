@@ -22,8 +22,8 @@ struct CommonArgs {
   bool skip_bad = false, overwrite = false;
 
   void declare(CLI::App* c) {
-    c->add_option("--shard-size", shard_size, "target shard size")->check(byte_size())->capture_default_str();
-    c->add_option("--align", align, "record alignment in the shard files (4096: O_DIRECT reads without slack)")
+    c->add_option("--shard-size", shard_size, "start a new shard past this many bytes (>= 4KiB)")->check(byte_size())->capture_default_str();
+    c->add_option("--align", align, "record alignment in the shards (4096: each record starts on a 4 KiB boundary)")
         ->check(CLI::IsMember({1, 4096}))->capture_default_str();
     c->add_option("--threads", threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
     c->add_flag("--skip-bad", skip_bad, "skip inputs that cannot be packed (listed at the end) instead of stopping");
