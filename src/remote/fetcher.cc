@@ -161,8 +161,11 @@ std::string summarize_error_body(const std::string& body) {
     size_t a = body.find(open);
     if (a == std::string::npos) return "";
     a += open.size();
-    size_t b = body.find(close, a);
-    return b == std::string::npos ? "" : body.substr(a, std::min<size_t>(b - a, 200));
+    // The element's text only, up to the next markup: a body that nests or mangles
+    // elements must not carry another element (an <AWSAccessKeyId>) into a message.
+    const size_t b = body.find('<', a);
+    if (b == std::string::npos || body.compare(b, close.size(), close) != 0) return "";
+    return body.substr(a, std::min<size_t>(b - a, 200));
   };
   std::string code = tag("Code"), msg = tag("Message");
   if (!code.empty()) return code + (msg.empty() ? "" : ": " + msg);
