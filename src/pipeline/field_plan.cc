@@ -96,14 +96,6 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
     if (schema.find(name) < 0)
       throw_error(ErrorCode::kInvalidArgument, "fields['" + name + "']: the dataset has no field '" + name +
                                                    "' (its fields: " + field_names(schema) + ")");
-  auto add_tensor = [&](std::string name, ElemType t, std::vector<int64_t> shape) {
-    TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
-    size_t n = 1;
-    for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
-    l.sample_bytes = n * elem_size(t);
-    ctx.tensors.push_back(std::move(l));
-    return static_cast<int>(ctx.tensors.size() - 1);
-  };
   auto add_var = [&](std::string name, TensorKind kind, ElemType t, std::vector<int64_t> inner) {
     VarOut v{std::move(name), kind, t, std::move(inner), 1};
     v.row_bytes = elem_size(t);
@@ -148,26 +140,26 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
       if (!spec && (o.transform.size < 1 || o.transform.size > 8192))
         throw_error(ErrorCode::kInvalidArgument, "image size must be 1..8192");
       const int S = o.transform.size;
-      o.tensor = pixel_is_chw(opt.pixel_format) ? add_tensor(out_name, pixel_elem_type(opt.pixel_format), {3, S, S})
-                                                : add_tensor(out_name, pixel_elem_type(opt.pixel_format), {S, S, 3});
+      o.tensor = pixel_is_chw(opt.pixel_format) ? ctx.add_tensor(out_name, pixel_elem_type(opt.pixel_format), {3, S, S})
+                                                : ctx.add_tensor(out_name, pixel_elem_type(opt.pixel_format), {S, S, 3});
       o.seed_salt = salt++;
     } else {
       switch (f.kind) {
         case FieldKind::kInt64:
           o.how = FieldOut::How::kCopy;
           o.bytes = 8;
-          o.tensor = add_tensor(out_name, ElemType::kInt64, {});
+          o.tensor = ctx.add_tensor(out_name, ElemType::kInt64, {});
           break;
         case FieldKind::kFloat32:
         case FieldKind::kFloat64:
           o.how = FieldOut::How::kCopy;
           o.bytes = f.kind == FieldKind::kFloat32 ? 4 : 8;
-          o.tensor = add_tensor(out_name, f.kind == FieldKind::kFloat32 ? ElemType::kFloat32 : ElemType::kFloat64, {});
+          o.tensor = ctx.add_tensor(out_name, f.kind == FieldKind::kFloat32 ? ElemType::kFloat32 : ElemType::kFloat64, {});
           break;
         case FieldKind::kNdarray: {
           o.how = FieldOut::How::kCopy;
           o.bytes = f.fixed_size();
-          o.tensor = add_tensor(out_name, elem_of(f.dtype, f.name), std::vector<int64_t>(f.shape.begin(), f.shape.end()));
+          o.tensor = ctx.add_tensor(out_name, elem_of(f.dtype, f.name), std::vector<int64_t>(f.shape.begin(), f.shape.end()));
           break;
         }
         case FieldKind::kVarArray:
@@ -210,11 +202,11 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
     o.follow.max_pixels = opt.transform.max_pixels;
     const int S = facts.outs[static_cast<size_t>(leader)].transform.size;
     o.follow.width = o.follow.height = S;
-    o.tensor = add_tensor(f.name, ElemType::kUint8, {S, S, spec->channels});
+    o.tensor = ctx.add_tensor(f.name, ElemType::kUint8, {S, S, spec->channels});
     facts.outs.push_back(std::move(o));
   }
-  if (v1 && first_int64 < 0) facts.missing_label_t = add_tensor("label", ElemType::kInt64, {});
-  facts.index_t = add_tensor("index", ElemType::kInt64, {});
+  if (v1 && first_int64 < 0) facts.missing_label_t = ctx.add_tensor("label", ElemType::kInt64, {});
+  facts.index_t = ctx.add_tensor("index", ElemType::kInt64, {});
   (void)B;
   return facts;
 }

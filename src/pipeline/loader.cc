@@ -168,21 +168,13 @@ void Loader::Impl::setup() {
   if (!tokens) {
     img = internal::plan_image_fields(opt, schema, ctx);
   } else {
-    auto add = [&](std::string name, ElemType t, std::vector<int64_t> shape) {
-      internal::TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
-      size_t n = 1;
-      for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
-      l.sample_bytes = n * elem_size(t);
-      ctx.tensors.push_back(std::move(l));
-      return static_cast<int>(ctx.tensors.size() - 1);
-    };
     const Field& f = schema.fields[static_cast<size_t>(tok.field)];
     ElemType tt = opt.token_type_is_stored ? internal::elem_type_of(f.dtype).value_or(ElemType::kUint8) : opt.token_type;
     if (tt != ElemType::kUint16 && tt != ElemType::kUint32 && tt != ElemType::kInt32 && tt != ElemType::kInt64)
       throw_error(ErrorCode::kInvalidArgument, "token_type must be uint16, uint32, int32 or int64");
-    tok.tokens_t = add("tokens", tt, {static_cast<int64_t>(tok.seq_len)});
-    if (opt.targets) tok.targets_t = add("targets", tt, {static_cast<int64_t>(tok.seq_len)});
-    tok.index_t = add("index", ElemType::kInt64, {});
+    tok.tokens_t = ctx.add_tensor("tokens", tt, {static_cast<int64_t>(tok.seq_len)});
+    if (opt.targets) tok.targets_t = ctx.add_tensor("targets", tt, {static_cast<int64_t>(tok.seq_len)});
+    tok.index_t = ctx.add_tensor("index", ElemType::kInt64, {});
     if (opt.position_ids || opt.loss_mask || opt.doc_ids || opt.cu_seqlens) {
       const int d = schema.find("doc_starts");
       if (d < 0 || schema.fields[static_cast<size_t>(d)].kind != FieldKind::kVarArray ||
@@ -193,10 +185,10 @@ void Loader::Impl::setup() {
                                "(or from a Megatron .bin/.idx pair)");
       tok.docs_field = d;
       const int64_t N = tok.seq_len;
-      if (opt.position_ids) tok.position_t = add("position_ids", ElemType::kInt32, {N});
+      if (opt.position_ids) tok.position_t = ctx.add_tensor("position_ids", ElemType::kInt32, {N});
       // uint8, not bool: the torch of Debian 12 takes no bool tensors over DLPack.
-      if (opt.loss_mask) tok.mask_t = add("loss_mask", ElemType::kUint8, {N});
-      if (opt.doc_ids) tok.doc_ids_t = add("doc_ids", ElemType::kInt32, {N});
+      if (opt.loss_mask) tok.mask_t = ctx.add_tensor("loss_mask", ElemType::kUint8, {N});
+      if (opt.doc_ids) tok.doc_ids_t = ctx.add_tensor("doc_ids", ElemType::kInt32, {N});
       if (opt.cu_seqlens) {
         internal::VarOut v{"cu_seqlens", TensorKind::kRagged, ElemType::kInt32, {}, 4};
         v.cumulative = true;

@@ -63,6 +63,16 @@ struct Context {
   std::vector<TensorLayout> tensors;
   std::vector<VarOut> vars;
 
+  /// Appends an output tensor of `shape` per sample (laid out in the slot later);
+  /// returns its index in `tensors`.
+  int add_tensor(std::string name, ElemType t, std::vector<int64_t> shape) {
+    TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
+    size_t n = 1;
+    for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
+    l.sample_bytes = n * elem_size(t);
+    tensors.push_back(std::move(l));
+    return static_cast<int>(tensors.size() - 1);
+  }
   uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
   std::string record_name(size_t shard, uint64_t rec) const {
     return dataset->shard_path(shard) + ": record " + std::to_string(rec);
