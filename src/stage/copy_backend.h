@@ -1,6 +1,6 @@
 // The primitives the staging state machine is built from, and their two implementations.
 //
-// StageCore (stager.cc) owns the ring, the slot states and the threads; it only ever
+// StageCore (stage_core.h) owns the ring, the slot states and the threads; it only ever
 // talks to the device through a CopyBackend: allocate a device slot, queue work on the
 // backend's copy stream (wait for an event, copy, record an event), queue waits/records/
 // conversions on a consumer stream, and query or block on an event from the host. The
