@@ -676,6 +676,57 @@ TEST(StageResume, LoadStateMidRunDropsWhatWasStagedAndRestartsThere) {
   EXPECT_EQ(st.state().consumed, 0u);
 }
 
+// The Stager's state after k batches is the Loader's after k batches, for every k of an
+// epoch: at one rank, and at rank 0 of 2 over token rows whose last step is trimmed
+// (TailPolicy::kTrim leaves the epoch's state short of its total).
+TEST(StageResume, StateAfterEachBatchIsTheLoadersAfterAsManyBatches) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 1875 * 16 + 1, 16, 8);
+  for (uint32_t world : {1u, 2u}) {
+    SCOPED_TRACE("world size " + std::to_string(world));
+    LoaderOptions lo = resume_options(tmp.str("t"));
+    lo.world_size = world;
+    std::vector<std::string> want;
+    uint64_t want_batches = 0;
+    {
+      Loader l(lo);
+      want_batches = l.num_batches();
+      want.push_back(l.state().serialize());
+      while (l.next()) want.push_back(l.state().serialize());
+    }
+    if (world == 2) {
+      const OrderState end = OrderState::parse(want.back());
+      ASSERT_LT(end.consumed, end.total) << "the epoch's last step should be trimmed";
+    }
+    Stager st(lo, host_stager());
+    EXPECT_EQ(st.num_batches(), want_batches);
+    EXPECT_EQ(st.epoch(), 0u);
+    std::vector<std::string> got{st.state().serialize()};
+    while (auto b = st.next()) got.push_back(st.state().serialize());
+    EXPECT_EQ(got, want);
+    // The next epoch: its start, the same batch count.
+    st.set_epoch(1);
+    EXPECT_EQ(st.epoch(), 1u);
+    EXPECT_EQ(st.num_batches(), want_batches);
+    EXPECT_EQ(st.state().consumed, 0u);
+  }
+}
+
+// A mid-epoch load_state() sets the run's batch count to what is left.
+TEST(StageResume, NumBatchesAfterLoadStateCountsTheRestOfTheEpoch) {
+  testing::TempDir tmp;
+  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
+  const LoaderOptions lo = resume_options(tmp.str("t"));
+  Stager st(lo, host_stager());
+  const uint64_t all = st.num_batches();
+  ASSERT_EQ(staged_indices(st, 4).size(), 4u);
+  const OrderState at4 = st.state();
+  Stager again(lo, host_stager());
+  again.load_state(at4);
+  EXPECT_EQ(again.num_batches(), all - 4);
+  EXPECT_EQ(staged_indices(again).size(), all - 4);
+}
+
 TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
   testing::TempDir tmp;
   testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
@@ -694,6 +745,8 @@ TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
   Stager raw(src.source(), host_stager());
   EXPECT_EQ(error_code_of([&] { raw.state(); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(error_code_of([&] { raw.load_state(OrderState{}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { raw.epoch(); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { raw.num_batches(); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

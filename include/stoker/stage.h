@@ -236,16 +236,23 @@ class Stager {
   /// Drops staged batches not handed out and restarts the source at epoch `e`.
   void set_epoch(uint64_t e);
 
-  /// Where the consumer stands, for resuming: the owned Loader's order state after the
-  /// batches next() has handed out in this run. stoker-h2d stages ahead, so this is not
-  /// the Loader's own state() (which counts batches staged). Resumable with load_state()
-  /// here, or in a Loader with the same options. kInvalidArgument for a raw source (its
-  /// owner knows its position).
+  /// Where the consumer stands, for resuming: the owned Loader's state() as it was right
+  /// after it produced the last batch next() has handed out in this run (or at the run's
+  /// start). stoker-h2d stages ahead, so this is not the Loader's own state() now (which
+  /// counts batches staged). Resumable with load_state() here, or in a Loader (or a Stager
+  /// over one) with the same options. kInvalidArgument for a raw source (its owner knows
+  /// its position).
   OrderState state() const;
   /// Drops staged batches not handed out and restarts the owned Loader at `s` (what
   /// Loader::load_state accepts: kInvalidArgument when `s` belongs to other order
-  /// options or another dataset size, or for a raw source).
+  /// options or another dataset size, or for a raw source; nothing is dropped then).
   void load_state(const OrderState& s);
+  /// The current run's epoch, and the batches next() hands out in it (from its start or
+  /// resume point): the owned Loader's epoch() and num_batches() when the run began.
+  /// Set by the constructor, set_epoch() and load_state() only, so readable on the
+  /// consumer's thread while another thread is in next(). kInvalidArgument for a raw source.
+  uint64_t epoch() const;
+  uint64_t num_batches() const;
 
   /// The owned Loader, or nullptr for a raw source. Its next()/set_epoch()/state()/
   /// load_state() belong to stoker-h2d (use the Stager's state() and load_state());
@@ -258,11 +265,11 @@ class Stager {
  private:
   std::unique_ptr<Loader> loader_;
   std::shared_ptr<internal::StageCore> core_;
-  // Owned Loader only (consumer thread): where this run started, batches handed out
-  // since, and a load_state() the source applies while stoker-h2d is stopped.
-  OrderState run_start_;
-  uint64_t delivered_ = 0;
-  std::optional<OrderState> pending_load_;
+  // Where the consumer stands in the owned Loader's epoch (stager.cc); null for a raw source.
+  struct Position;
+  std::unique_ptr<Position> pos_;
+
+  void run_restarted();  // stoker-h2d stopped: the run begins at the Loader's state()
 };
 
 }  // namespace stoker

@@ -19,13 +19,13 @@
 // thread, after the Loader too. When the caller holds every slot, the C++ loader grows
 // its ring; we see that in stats().slots and raise one stoker.HeldBatchesWarning.
 //
-// Devices. With stage "cuda" (device="cuda:N") the worker drives a Stager (stage.h) over
-// our own Loader instead: pinned host slots, copies on the Stager's stream into a device
-// ring; each batch is waited on torch's current stream (events, no host sync) and its
-// tensors own the DeviceBatch, whose destructor records the slot's release on that
-// stream. The Stager runs ahead of Python, so state() is derived from the run's start
-// and the batches Python received. Stage "host" runs the same machinery on the CPU
-// (tests).
+// Devices. With stage "cuda" (device="cuda:N") the worker drives a Stager (stage.h) that
+// owns the Loader (and gives it pinned host slots and NUMA-local threads): copies on the
+// Stager's stream into a device ring; each batch is waited on torch's current stream
+// (events, no host sync) and its tensors own the DeviceBatch, whose destructor records
+// the slot's release on that stream. The Stager runs ahead of Python and knows where
+// Python stands: state(), load_state(), epoch and len() are the Stager's. Stage "host"
+// runs the same machinery on the CPU (tests).
 //
 // Threading: a Python Loader is driven by one Python thread at a time (like the C++
 // Loader); the GIL serialises its methods. stats() is safe at any time.
@@ -66,10 +66,9 @@ namespace {
 // worker still inside Loader::next() at close() can finish on its own and destroy the
 // loader itself (close() then returns without waiting for a slow batch).
 struct Worker {
-  std::unique_ptr<Loader> loader;
-  std::unique_ptr<Stager> stager;  // staged mode; drives `loader` from its stoker-h2d thread
+  std::unique_ptr<Loader> loader;  // unstaged mode
+  std::unique_ptr<Stager> stager;  // staged mode; owns the Loader
   unsigned configured_slots = 0;
-  std::optional<OrderState> pending_load;  // staged mode: applied by the source's set_epoch
 
   std::mutex mu;
   std::condition_variable cv;
@@ -79,7 +78,7 @@ struct Worker {
   std::optional<Batch> batch;
   std::optional<DeviceBatch> dbatch;  // staged mode's result
   std::exception_ptr error;
-  OrderState state_before;  // loader state when the pending request was made
+  OrderState state_before;  // state() when the pending request was made
   // The ring grew past its configured size (LoaderOptions::warning_sink, set on a loader
   // thread): Python raises one HeldBatchesWarning for it instead of the C++ stderr line.
   std::atomic<bool> grew{false};
@@ -110,8 +109,7 @@ struct Worker {
       w->done = true;
       w->cv.notify_all();
     }
-    // Stopped: drop what is left here, off the Python thread; the stager (which calls
-    // the loader) before the loader.
+    // Stopped: drop what is left here, off the Python thread.
     std::optional<Batch> b = std::move(w->batch);
     w->batch.reset();
     std::optional<DeviceBatch> d = std::move(w->dbatch);
@@ -141,17 +139,9 @@ class PyLoader {
       if (converter_.is_none())
         throw_error(ErrorCode::kInvalidArgument, "staged (device) batches are torch tensors: numpy output needs "
                                                  "device='cpu'");
-      if (popt.stage == "cuda") so.backend = StageBackend::kCuda;
-      else if (popt.stage == "host") so.backend = StageBackend::kHost;
-      else throw_error(ErrorCode::kInvalidArgument, "stage '" + popt.stage + "' is not one of none, cuda, host");
+      so.backend = stage_backend_from_name(popt.stage);
       so.device = popt.device;
       so.device_slots = popt.device_slots;
-      so.max_batch_samples = opt.batch_size;
-      if (so.backend == StageBackend::kCuda && cuda_device_count() > 0) {
-        const int dev = select_device(popt.device, cuda_device_count());
-        if (!opt.slot_allocator) opt.slot_allocator = pinned_slot_allocator(dev);  // truly async copies
-        if (!opt.gpu_pci_bus_id) opt.gpu_pci_bus_id = cuda_pci_bus_id(dev);
-      }
       device_slots_ = popt.device_slots;
     }
     if (popt.pin_memory && !staged_) {
@@ -180,31 +170,16 @@ class PyLoader {
         wp->grew = true;
       };
       py::gil_scoped_release nogil;
-      w_->loader = std::make_unique<Loader>(std::move(opt));
-      w_->configured_slots = w_->loader->options().slots;  // the count used when 0 asked for the default
       if (staged_) {
-        // A raw source over our own Loader (not Stager's owned one), so that resuming
-        // can load_state() it: the Stager calls set_epoch on this thread with its
-        // stoker-h2d thread stopped, and a pending state is applied there instead.
-        Worker* w = w_.get();  // owns the Stager, so outlives these functions
-        StageSource src;
-        src.next = [w] { return w->loader->next(); };
-        src.set_epoch = [w](uint64_t e) {
-          if (w->pending_load) {
-            const OrderState s = *w->pending_load;
-            w->pending_load.reset();
-            w->loader->load_state(s);
-          } else {
-            w->loader->set_epoch(e);
-          }
-        };
-        w_->stager = std::make_unique<Stager>(std::move(src), so);
+        w_->stager = std::make_unique<Stager>(std::move(opt), so);
+        loader_ = w_->stager->loader();
+      } else {
+        w_->loader = std::make_unique<Loader>(std::move(opt));
+        loader_ = w_->loader.get();
       }
+      w_->configured_slots = loader_->options().slots;  // the count used when 0 asked for the default
     }
-    loader_ = w_->loader.get();
-    run_start_ = loader_->state();  // nothing runs yet: safe
-    tokens_ = loader_->stats().tokens;
-    num_batches_ = loader_->num_batches();
+    num_batches_ = staged_ ? w_->stager->num_batches() : loader_->num_batches();
     worker_ = std::thread(&Worker::run, w_);
   }
 
@@ -263,8 +238,7 @@ class PyLoader {
     {
       std::lock_guard<std::mutex> lock(w.mu);
       if (!w.requested) {
-        // The worker is idle: safe to read (staged: stoker-h2d owns it; see state()).
-        if (!staged_) w.state_before = loader_->state();
+        w.state_before = current_state();  // the worker is idle: safe to read
         w.requested = true;
         w.done = false;
         w.cv.notify_all();
@@ -314,10 +288,7 @@ class PyLoader {
     drop_pending();
     if (staged_) {
       w_->stager->set_epoch(e);
-      run_start_.epoch = e;
-      run_start_.consumed = 0;
-      delivered_ = 0;
-      num_batches_ = schedule().num_batches();
+      num_batches_ = w_->stager->num_batches();
       return;
     }
     loader_->set_epoch(e);
@@ -325,7 +296,7 @@ class PyLoader {
   }
   uint64_t epoch() const {
     check_open();
-    return staged_ ? run_start_.epoch : loader_->epoch();
+    return staged_ ? w_->stager->epoch() : loader_->epoch();
   }
 
   // Cached whenever the worker is idle (it is fixed for a run), so len(loader) never
@@ -341,33 +312,27 @@ class PyLoader {
 
   std::string state() {
     check_open();
-    if (staged_) {
-      // stoker-h2d runs ahead of Python, so the loader's own state counts batches staged,
-      // not consumed: derive it from where the run started and what Python received.
-      OrderState s = run_start_;
-      s.consumed = schedule().consumed_after(delivered_);
-      return s.serialize();
-    }
     std::lock_guard<std::mutex> lock(w_->mu);
     // A request in flight (or done but not collected) has not been handed to Python:
     // the state is the one from before it.
-    return w_->requested ? w_->state_before.serialize() : loader_->state().serialize();
+    return w_->requested ? w_->state_before.serialize() : current_state().serialize();
   }
 
   void load_state(const std::string& text) {
     check_open();
-    OrderState s = OrderState::parse(text);
-    if (staged_) {
-      s.check_matches(run_start_.options(), run_start_.total);
-      drop_pending();
-      w_->pending_load = s;
-      w_->stager->set_epoch(s.epoch);  // applies pending_load on this thread
-      run_start_ = s;
-      delivered_ = 0;
-      num_batches_ = schedule().num_batches();
-      return;
+    const OrderState s = OrderState::parse(text);
+    {
+      wait_done();  // the worker is idle: the state may be read
+      std::lock_guard<std::mutex> lock(w_->mu);
+      const OrderState now = w_->requested ? w_->state_before : current_state();
+      s.check_matches(now.options(), now.total);  // refused: a pending batch is kept
     }
     drop_pending();
+    if (staged_) {
+      w_->stager->load_state(s);
+      num_batches_ = w_->stager->num_batches();
+      return;
+    }
     loader_->load_state(s);
     num_batches_ = loader_->num_batches();
   }
@@ -523,12 +488,8 @@ class PyLoader {
     }
   }
 
-  RankSchedule schedule() const {
-    const LoaderOptions& o = loader_->options();
-    return RankSchedule(run_start_.total, o.batch_size, static_cast<uint32_t>(loader_->world_size()),
-                        static_cast<uint32_t>(loader_->rank()), o.drop_last, run_start_.consumed,
-                        tokens_ ? TailPolicy::kTrim : TailPolicy::kPad);  // as the Loader's (loader.h drop_last)
-  }
+  // Where Python stands; read only while the worker is idle.
+  OrderState current_state() const { return staged_ ? w_->stager->state() : loader_->state(); }
 
   py::object next_staged() {
     Worker& w = *w_;
@@ -542,7 +503,6 @@ class PyLoader {
     lock.unlock();
     if (error) std::rethrow_exception(error);
     if (!have) return py::none();
-    delivered_++;
     return export_device(std::move(db));
   }
 
@@ -592,11 +552,8 @@ class PyLoader {
   py::object converter_;
   py::object stream_fn_;
   bool staged_ = false;
-  bool tokens_ = false;  // token data (its final step is trimmed, not padded)
   unsigned device_slots_ = 0;
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);  // staged batches Python holds
-  OrderState run_start_;   // where the current run started (staged mode's state())
-  uint64_t delivered_ = 0;  // batches handed to Python in this run (staged mode)
   std::shared_ptr<Worker> w_;
   Loader* loader_ = nullptr;  // w_->loader while open; null once closed
   uint64_t num_batches_ = 0;

@@ -1,6 +1,8 @@
 // The Stager facade and DeviceBatch's consumer contract, over the StageCore state
 // machine (stage_core.h): backend selection, the owned Loader's pinned slots and
 // NUMA-local threads, and where the consumer stands for resuming.
+#include <deque>
+#include <mutex>
 #include <utility>
 
 #include "stage/copy_backend.h"
@@ -133,6 +135,20 @@ const TensorView& DeviceBatch::operator[](const std::string& name) const {
 
 // --- Stager --------------------------------------------------------------------------
 
+// The owned Loader's position as the consumer sees it. stoker-h2d takes batches ahead of
+// the consumer, so the Loader's own state() runs ahead too; instead stoker-h2d records it
+// right after each batch it takes (the one moment it is exact for that batch), and next()
+// adopts the record of the batch it hands out. No schedule is re-derived here, so tokens'
+// trimmed tails and mixtures resume exactly as the Loader would.
+struct Stager::Position {
+  std::mutex mu;
+  std::deque<OrderState> staged;  // (mu) one per batch taken from the Loader, in order
+  // The consumer's thread only:
+  OrderState consumer;  // after the last batch handed out (or the run's start)
+  uint64_t run_epoch = 0, run_batches = 0;
+  std::optional<OrderState> pending_load;  // applied by the source's set_epoch
+};
+
 Stager::Stager(LoaderOptions lo, StagerOptions o) {
   internal::check_options(o);
   const StageBackend b = internal::resolve_backend(o.backend);
@@ -148,16 +164,26 @@ Stager::Stager(LoaderOptions lo, StagerOptions o) {
   const std::string host_memory = lo.slot_allocator ? lo.slot_allocator->name() : host_slot_allocator()->name();
   const uint64_t samples = lo.batch_size;
   loader_ = std::make_unique<Loader>(std::move(lo));
+  pos_ = std::make_unique<Position>();
   Loader* l = loader_.get();
-  run_start_ = l->state();  // no thread runs yet
-  // set_epoch runs on the consumer's thread with stoker-h2d stopped: the one moment the
-  // Loader may be repositioned, so a pending load_state() is applied there.
-  StageSource src{[l] { return l->next(); },
-                  [this, l](uint64_t e) {
-                    if (pending_load_) l->load_state(*std::exchange(pending_load_, std::nullopt));
+  Position* p = pos_.get();
+  StageSource src{[l, p] {
+                    std::optional<Batch> b = l->next();
+                    if (b) {
+                      const OrderState after = l->state();  // stoker-h2d owns the Loader
+                      std::lock_guard<std::mutex> lock(p->mu);
+                      p->staged.push_back(after);
+                    }
+                    return b;
+                  },
+                  // On the consumer's thread with stoker-h2d stopped: the one moment the
+                  // Loader may be repositioned, so a pending load_state() is applied here.
+                  [l, p](uint64_t e) {
+                    if (p->pending_load) l->load_state(*std::exchange(p->pending_load, std::nullopt));
                     else l->set_epoch(e);
                   }};
   core_ = std::make_shared<internal::StageCore>(internal::make_backend(b, dev), std::move(src), o, samples, host_memory);
+  run_restarted();  // no thread runs yet
 }
 
 Stager::Stager(StageSource source, StagerOptions o) {
@@ -174,42 +200,68 @@ Stager::~Stager() {
   loader_.reset();
 }
 
+void Stager::run_restarted() {
+  if (!pos_) return;
+  {
+    std::lock_guard<std::mutex> lock(pos_->mu);
+    pos_->staged.clear();  // their batches were dropped with the run
+  }
+  pos_->consumer = loader_->state();
+  pos_->run_epoch = loader_->epoch();
+  pos_->run_batches = loader_->num_batches();
+}
+
 std::optional<DeviceBatch> Stager::next() {
   std::optional<DeviceBatch> b = core_->next();
-  if (b) ++delivered_;
+  if (b && pos_) {
+    std::lock_guard<std::mutex> lock(pos_->mu);
+    // Batches reach the consumer in the order the Loader produced them, and the first
+    // that fails to stage ends the run: the front record is this batch's.
+    pos_->consumer = pos_->staged.front();
+    pos_->staged.pop_front();
+  }
   return b;
 }
 
 void Stager::set_epoch(uint64_t e) {
   core_->set_epoch(e);
-  run_start_.epoch = e;
-  run_start_.consumed = 0;
-  delivered_ = 0;
+  run_restarted();
 }
 
+namespace {
+void need_loader(bool owned, const char* what) {
+  if (!owned) throw_error(ErrorCode::kInvalidArgument, std::string("Stager::") + what + ": a raw source keeps its own position");
+}
+}  // namespace
+
 OrderState Stager::state() const {
-  if (!loader_) throw_error(ErrorCode::kInvalidArgument, "Stager::state(): a raw source keeps its own position");
-  const LoaderOptions& o = loader_->options();
-  OrderState s = run_start_;
-  s.consumed = RankSchedule(s.total, o.batch_size, static_cast<uint32_t>(loader_->world_size()),
-                            static_cast<uint32_t>(loader_->rank()), o.drop_last, s.consumed)
-                   .consumed_after(delivered_);
-  return s;
+  need_loader(pos_ != nullptr, "state()");
+  return pos_->consumer;
 }
 
 void Stager::load_state(const OrderState& s) {
-  if (!loader_) throw_error(ErrorCode::kInvalidArgument, "Stager::load_state(): a raw source keeps its own position");
-  s.check_matches(run_start_.options(), run_start_.total);  // before anything is dropped
-  pending_load_ = s;
+  need_loader(pos_ != nullptr, "load_state()");
+  s.check_matches(pos_->consumer.options(), pos_->consumer.total);  // before anything is dropped
+  pos_->pending_load = s;
   try {
-    core_->set_epoch(s.epoch);  // applies pending_load_ with stoker-h2d stopped
+    core_->set_epoch(s.epoch);  // applies pending_load with stoker-h2d stopped
   } catch (...) {
-    pending_load_.reset();
+    pos_->pending_load.reset();
     throw;
   }
-  run_start_ = s;
-  delivered_ = 0;
+  run_restarted();
 }
+
+uint64_t Stager::epoch() const {
+  need_loader(pos_ != nullptr, "epoch()");
+  return pos_->run_epoch;
+}
+
+uint64_t Stager::num_batches() const {
+  need_loader(pos_ != nullptr, "num_batches()");
+  return pos_->run_batches;
+}
+
 Loader* Stager::loader() noexcept { return loader_.get(); }
 StageBackend Stager::backend() const noexcept { return core_->backend().kind(); }
 int Stager::device() const noexcept { return core_->backend().device(); }
