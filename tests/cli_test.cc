@@ -166,7 +166,7 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
       {"pack tokens a.bin " + p + "/o --seq-len 0", "--seq-len"},     // out of range
       {"pack imagefolder a " + p + "/o --align 3", "--align"},        // not a choice
       {"pack imagefolder a " + p + "/o --shard-size 12XB", "bad size unit in '12XB'"},
-      {"pack tokens a.bin " + p + "/o --seq-len 8 --dtype float", "unknown dtype 'float'"},
+      {"pack tokens a.bin " + p + "/o --seq-len 8 --dtype float", "dtype must be uint16, uint32, int32, int64"},
       {"verify", "PATH is required"},
       {"doctor --threads", "--threads"},                              // a value missing
       {"extract " + p + " " + p + "/o extra", "unexpected argument 'extra'"},

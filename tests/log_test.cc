@@ -108,5 +108,12 @@ TEST(Log, MessagesFromManyThreadsArriveWhole) {
   }
 }
 
+TEST(Log, LevelsHaveOneNameEach) {
+  EXPECT_STREQ(log_level_name(LogLevel::kError), "error");
+  EXPECT_STREQ(log_level_name(LogLevel::kWarn), "warn");
+  EXPECT_STREQ(log_level_name(LogLevel::kInfo), "info");
+  EXPECT_STREQ(log_level_name(LogLevel::kDebug), "debug");
+}
+
 }  // namespace
 }  // namespace stoker::internal

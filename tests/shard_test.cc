@@ -650,5 +650,37 @@ TEST(ShardV2Schema, LargeSchemasSpanSeveralHeaderBlocks) {
   }
 }
 
+TEST(ShardV2Schema, DTypesFieldKindsAndImageFormatsRoundTripByName) {
+  const std::pair<DType, size_t> sizes[] = {
+      {DType::kUint16, 2}, {DType::kUint32, 4}, {DType::kInt32, 4},   {DType::kInt64, 8},
+      {DType::kUint8, 1},  {DType::kInt8, 1},   {DType::kInt16, 2},   {DType::kFloat16, 2},
+      {DType::kFloat32, 4}, {DType::kFloat64, 8}, {DType::kBool, 1}};
+  ASSERT_EQ(std::size(sizes), size_t{kMaxDType});
+  for (const auto& [t, size] : sizes) {
+    EXPECT_EQ(dtype_from_name(dtype_name(t)), t) << dtype_name(t);
+    EXPECT_EQ(dtype_size(t), size) << dtype_name(t);
+  }
+  EXPECT_STREQ(dtype_name(DType::kFloat16), "float16");
+  EXPECT_STREQ(dtype_name(DType::kNone), "none");
+  EXPECT_EQ(dtype_size(DType::kNone), 0u);
+  std::string msg;
+  EXPECT_EQ(testing::error_code_of([] { dtype_from_name("float"); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("uint16, uint32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("got 'float'"), std::string::npos) << msg;
+
+  for (uint8_t k = 0; k <= kMaxFieldKind; ++k) {
+    const auto kind = static_cast<FieldKind>(k);
+    EXPECT_EQ(field_kind_from_name(field_kind_name(kind)), kind) << field_kind_name(kind);
+  }
+  EXPECT_STREQ(field_kind_name(FieldKind::kImage), "image");
+  EXPECT_EQ(field_kind_from_name("jpeg"), FieldKind::kImage);  // the v1 manifest's name
+  EXPECT_STREQ(field_kind_name(static_cast<FieldKind>(kMaxFieldKind + 1)), "unknown");
+  EXPECT_EQ(testing::error_code_of([] { field_kind_from_name("blob"); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("got 'blob'"), std::string::npos) << msg;
+
+  EXPECT_STREQ(image_format_name(ImageFormat::kPng), "png");
+  EXPECT_STREQ(image_format_name(ImageFormat::kUnknown), "unknown");
+}
+
 }  // namespace
 }  // namespace stoker

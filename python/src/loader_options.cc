@@ -12,34 +12,19 @@
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/order.h"
+#include "util/enum_names.h"
 
 namespace stoker::python {
 namespace {
 
-const std::pair<const char*, PixelFormat> kPixelFormats[] = {
-    {"u8_hwc", PixelFormat::kU8HWC},   {"u8_chw", PixelFormat::kU8CHW},   {"f32_chw", PixelFormat::kF32CHW},
-    {"f16_chw", PixelFormat::kF16CHW}, {"f32_hwc", PixelFormat::kF32HWC}, {"f16_hwc", PixelFormat::kF16HWC},
+constexpr internal::EnumName<PixelFormat> kPixelFormats[] = {
+    {PixelFormat::kU8HWC, "u8_hwc"},   {PixelFormat::kU8CHW, "u8_chw"},   {PixelFormat::kF32CHW, "f32_chw"},
+    {PixelFormat::kF16CHW, "f16_chw"}, {PixelFormat::kF32HWC, "f32_hwc"}, {PixelFormat::kF16HWC, "f16_hwc"},
 };
 
-const std::pair<const char*, ElemType> kTokenTypes[] = {
-    {"uint16", ElemType::kUint16}, {"uint32", ElemType::kUint32}, {"int32", ElemType::kInt32}, {"int64", ElemType::kInt64}};
-
-template <class T, size_t N>
-T from_name(const std::pair<const char*, T> (&table)[N], const std::string& s, const char* what) {
-  std::string names;
-  for (auto& [n, v] : table) {
-    if (s == n) return v;
-    names += names.empty() ? "" : ", ";
-    names += n;
-  }
-  throw_error(ErrorCode::kInvalidArgument, std::string(what) + " '" + s + "' is not one of " + names);
-}
-template <class T, size_t N>
-std::string to_name(const std::pair<const char*, T> (&table)[N], T v) {
-  for (auto& [n, x] : table)
-    if (x == v) return n;
-  return "?";
-}
+// The token types a Loader converts to (elem_type_name's names; "stored" is handled apart).
+constexpr internal::EnumName<ElemType> kTokenTypes[] = {
+    {ElemType::kUint16, "uint16"}, {ElemType::kUint32, "uint32"}, {ElemType::kInt32, "int32"}, {ElemType::kInt64, "int64"}};
 
 }  // namespace
 
@@ -127,9 +112,10 @@ void init_loader_options(py::module_& m) {
           "transform", [](const PyLoaderOptions& x) { return x.o.transform; },
           [](PyLoaderOptions& x, const ImageTransform& v) { x.o.transform = v; })
       .def_property(
-          "pixel_format", [](const PyLoaderOptions& x) { return to_name(kPixelFormats, x.o.pixel_format); },
+          "pixel_format",
+          [](const PyLoaderOptions& x) { return std::string(internal::enum_name(kPixelFormats, x.o.pixel_format, "?")); },
           [](PyLoaderOptions& x, const std::string& v) {
-            x.o.pixel_format = from_name(kPixelFormats, v, "pixel_format");
+            x.o.pixel_format = internal::enum_from_name(kPixelFormats, v, "pixel_format");
           })
       .def_property(
           "mean", [](const PyLoaderOptions& x) { return std::vector<float>(x.o.mean, x.o.mean + 3); },
@@ -149,13 +135,13 @@ void init_loader_options(py::module_& m) {
       .def_property(
           "token_dtype",
           [](const PyLoaderOptions& x) {
-            return x.o.token_type_is_stored ? std::string("stored") : to_name(kTokenTypes, x.o.token_type);
+            return std::string(x.o.token_type_is_stored ? "stored" : internal::enum_name(kTokenTypes, x.o.token_type, "?"));
           },
           [](PyLoaderOptions& x, const std::string& v) {
             if (v == "stored") {
               x.o.token_type_is_stored = true;
             } else {
-              x.o.token_type = from_name(kTokenTypes, v, "token_dtype");
+              x.o.token_type = internal::enum_from_name(kTokenTypes, v, "token_dtype");
               x.o.token_type_is_stored = false;
             }
           })

@@ -4,25 +4,28 @@
 #include "stoker/error.h"
 #include "stoker/shard.h"
 #include "util/bytes.h"
+#include "util/enum_names.h"
 
 namespace stoker {
 
 namespace {
 
-struct DTypeInfo {
-  DType type;
-  const char* name;
-  size_t size;
-};
-constexpr DTypeInfo kDTypes[] = {
-    {DType::kUint16, "uint16", 2}, {DType::kUint32, "uint32", 4},   {DType::kInt32, "int32", 4},
-    {DType::kInt64, "int64", 8},   {DType::kUint8, "uint8", 1},     {DType::kInt8, "int8", 1},
-    {DType::kInt16, "int16", 2},   {DType::kFloat16, "float16", 2}, {DType::kFloat32, "float32", 4},
-    {DType::kFloat64, "float64", 8}, {DType::kBool, "bool", 1},
+constexpr internal::EnumName<DType> kDTypeNames[] = {
+    {DType::kUint16, "uint16"},   {DType::kUint32, "uint32"},   {DType::kInt32, "int32"}, {DType::kInt64, "int64"},
+    {DType::kUint8, "uint8"},     {DType::kInt8, "int8"},       {DType::kInt16, "int16"}, {DType::kFloat16, "float16"},
+    {DType::kFloat32, "float32"}, {DType::kFloat64, "float64"}, {DType::kBool, "bool"},
 };
 
-constexpr const char* kKindNames[] = {"bytes",   "image",   "int64",    "tokens", "float32",
-                                      "float64", "ndarray", "vararray", "text"};
+// "jpeg" is the v1 manifest's name of kImage; names print as the first listed.
+constexpr internal::EnumName<FieldKind> kFieldKindNames[] = {
+    {FieldKind::kBytes, "bytes"},       {FieldKind::kImage, "image"},     {FieldKind::kInt64, "int64"},
+    {FieldKind::kTokens, "tokens"},     {FieldKind::kFloat32, "float32"}, {FieldKind::kFloat64, "float64"},
+    {FieldKind::kNdarray, "ndarray"},   {FieldKind::kVarArray, "vararray"}, {FieldKind::kText, "text"},
+    {FieldKind::kImage, "jpeg"},
+};
+
+constexpr internal::EnumName<ImageFormat> kImageFormatNames[] = {
+    {ImageFormat::kJpeg, "jpeg"}, {ImageFormat::kPng, "png"}, {ImageFormat::kWebp, "webp"}};
 
 uint64_t product(const std::vector<uint32_t>& dims) {
   uint64_t n = 1;
@@ -35,41 +38,29 @@ bool is_array(FieldKind k) { return k == FieldKind::kNdarray || k == FieldKind::
 }  // namespace
 
 size_t dtype_size(DType t) noexcept {
-  for (const auto& d : kDTypes)
-    if (d.type == t) return d.size;
+  switch (t) {
+    case DType::kUint8:
+    case DType::kInt8:
+    case DType::kBool: return 1;
+    case DType::kUint16:
+    case DType::kInt16:
+    case DType::kFloat16: return 2;
+    case DType::kUint32:
+    case DType::kInt32:
+    case DType::kFloat32: return 4;
+    case DType::kInt64:
+    case DType::kFloat64: return 8;
+    case DType::kNone: break;
+  }
   return 0;
 }
 
-const char* dtype_name(DType t) noexcept {
-  for (const auto& d : kDTypes)
-    if (d.type == t) return d.name;
-  return "none";
-}
+const char* dtype_name(DType t) noexcept { return internal::enum_name(kDTypeNames, t, "none"); }
+DType dtype_from_name(const std::string& s) { return internal::enum_from_name(kDTypeNames, s, "dtype"); }
 
-DType dtype_from_name(const std::string& s) {
-  std::string all;
-  for (const auto& d : kDTypes) {
-    if (s == d.name) return d.type;
-    if (!all.empty()) all += ", ";
-    all += d.name;
-  }
-  throw_error(ErrorCode::kInvalidArgument, "unknown dtype '" + s + "' (expected one of " + all + ")");
-}
-
-const char* field_kind_name(FieldKind k) noexcept {
-  const auto i = static_cast<uint8_t>(k);
-  return i <= kMaxFieldKind ? kKindNames[i] : "unknown";
-}
-
+const char* field_kind_name(FieldKind k) noexcept { return internal::enum_name(kFieldKindNames, k, "unknown"); }
 FieldKind field_kind_from_name(const std::string& s) {
-  if (s == "jpeg") return FieldKind::kImage;
-  std::string all;
-  for (uint8_t i = 0; i <= kMaxFieldKind; ++i) {
-    if (s == kKindNames[i]) return static_cast<FieldKind>(i);
-    if (!all.empty()) all += ", ";
-    all += kKindNames[i];
-  }
-  throw_error(ErrorCode::kInvalidArgument, "unknown field kind '" + s + "' (expected one of " + all + ")");
+  return internal::enum_from_name(kFieldKindNames, s, "field kind");
 }
 
 ImageFormat image_format_of(std::span<const uint8_t> b) noexcept {
@@ -81,15 +72,7 @@ ImageFormat image_format_of(std::span<const uint8_t> b) noexcept {
   return ImageFormat::kUnknown;
 }
 
-const char* image_format_name(ImageFormat f) noexcept {
-  switch (f) {
-    case ImageFormat::kJpeg: return "jpeg";
-    case ImageFormat::kPng: return "png";
-    case ImageFormat::kWebp: return "webp";
-    case ImageFormat::kUnknown: break;
-  }
-  return "unknown";
-}
+const char* image_format_name(ImageFormat f) noexcept { return internal::enum_name(kImageFormatNames, f, "unknown"); }
 
 uint64_t Field::fixed_size() const noexcept {
   switch (kind) {

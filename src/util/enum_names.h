@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,12 +26,20 @@ constexpr const char* enum_name(const EnumName<E> (&names)[N], E v, const char* 
   return unknown;
 }
 
+/// The value named `name` (any name the table lists for it), or nullopt: for a caller
+/// that reports a bad name its own way (a warning, a default).
+template <typename E, size_t N>
+constexpr std::optional<E> enum_lookup(const EnumName<E> (&names)[N], std::string_view name) noexcept {
+  for (const EnumName<E>& n : names)
+    if (name == n.name) return n.value;
+  return std::nullopt;
+}
+
 /// The value named `name` (any name the table lists for it). Throws kInvalidArgument
 /// "<what> must be a, b or c, got 'x'".
 template <typename E, size_t N>
 E enum_from_name(const EnumName<E> (&names)[N], std::string_view name, std::string_view what) {
-  for (const EnumName<E>& n : names)
-    if (name == n.name) return n.value;
+  if (const std::optional<E> v = enum_lookup(names, name)) return *v;
   std::string list;
   for (size_t i = 0; i < N; ++i) {
     if (i) list += i + 1 == N ? " or " : ", ";

@@ -7,6 +7,8 @@
 #include <set>
 #include <string_view>
 
+#include "util/enum_names.h"
+
 namespace stoker::internal {
 namespace {
 
@@ -33,29 +35,25 @@ void write_stderr(LogLevel level, const std::string& message) {
   std::fprintf(stderr, "stoker: %s%s\n", tag, message.c_str());
 }
 
+// "warning" is accepted too (a common spelling); names print as the first listed.
+constexpr EnumName<LogLevel> kLogLevelNames[] = {{LogLevel::kError, "error"},
+                                                 {LogLevel::kWarn, "warn"},
+                                                 {LogLevel::kInfo, "info"},
+                                                 {LogLevel::kDebug, "debug"},
+                                                 {LogLevel::kWarn, "warning"}};
+
 // The threshold from STOKER_LOG; `bad` gets the value when it names no level.
 LogLevel level_from_env(std::string* bad) {
   const char* e = std::getenv("STOKER_LOG");
   if (!e || !*e) return LogLevel::kWarn;
-  const std::string_view v(e);
-  for (LogLevel l : {LogLevel::kError, LogLevel::kWarn, LogLevel::kInfo, LogLevel::kDebug})
-    if (v == log_level_name(l)) return l;
-  if (v == "warning") return LogLevel::kWarn;
+  if (const std::optional<LogLevel> l = enum_lookup(kLogLevelNames, e)) return *l;
   *bad = e;
   return LogLevel::kWarn;
 }
 
 }  // namespace
 
-const char* log_level_name(LogLevel level) noexcept {
-  switch (level) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: break;
-  }
-  return "debug";
-}
+const char* log_level_name(LogLevel level) noexcept { return enum_name(kLogLevelNames, level, "debug"); }
 
 LogLevel log_level() {
   Logger& l = logger();
