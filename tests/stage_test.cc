@@ -615,10 +615,15 @@ StagerOptions host_stager() {
   return so;
 }
 
-TEST(StageResume, StateCountsBatchesHandedOutNotBatchesStaged) {
-  testing::TempDir tmp;
-  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
-  const LoaderOptions lo = resume_options(tmp.str("t"));
+// A token dataset of 1874 rows, and a loader's options for it (batch 16, one rank).
+class StageResume : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::write_token_dataset(tmp_.str("t"), 30000, 16, 8); }
+  testing::TempDir tmp_;
+  const LoaderOptions lo = resume_options(tmp_.str("t"));
+};
+
+TEST_F(StageResume, StateCountsBatchesHandedOutNotBatchesStaged) {
   Stager st(lo, host_stager());
   const OrderState start = st.state();
   EXPECT_EQ(start.consumed, 0u);
@@ -632,10 +637,7 @@ TEST(StageResume, StateCountsBatchesHandedOutNotBatchesStaged) {
   EXPECT_EQ(s.total, start.total);
 }
 
-TEST(StageResume, LoadStateInANewStagerDeliversExactlyTheRestOfTheEpoch) {
-  testing::TempDir tmp;
-  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
-  const LoaderOptions lo = resume_options(tmp.str("t"));
+TEST_F(StageResume, LoadStateInANewStagerDeliversExactlyTheRestOfTheEpoch) {
   std::vector<std::vector<int64_t>> whole;
   {
     Stager st(lo, host_stager());
@@ -657,10 +659,7 @@ TEST(StageResume, LoadStateInANewStagerDeliversExactlyTheRestOfTheEpoch) {
   EXPECT_EQ(got, whole);
 }
 
-TEST(StageResume, LoadStateMidRunDropsWhatWasStagedAndRestartsThere) {
-  testing::TempDir tmp;
-  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
-  const LoaderOptions lo = resume_options(tmp.str("t"));
+TEST_F(StageResume, LoadStateMidRunDropsWhatWasStagedAndRestartsThere) {
   Stager st(lo, host_stager());
   const auto head = staged_indices(st, 2);
   const OrderState at2 = st.state();
@@ -679,12 +678,11 @@ TEST(StageResume, LoadStateMidRunDropsWhatWasStagedAndRestartsThere) {
 // The Stager's state after k batches is the Loader's after k batches, for every k of an
 // epoch: at one rank, and at rank 0 of 2 over token rows whose last step is trimmed
 // (TailPolicy::kTrim leaves the epoch's state short of its total).
-TEST(StageResume, StateAfterEachBatchIsTheLoadersAfterAsManyBatches) {
-  testing::TempDir tmp;
-  testing::write_token_dataset(tmp.str("t"), 1875 * 16 + 1, 16, 8);
+TEST_F(StageResume, StateAfterEachBatchIsTheLoadersAfterAsManyBatches) {
+  testing::write_token_dataset(tmp_.str("odd"), 1875 * 16 + 1, 16, 8);
   for (uint32_t world : {1u, 2u}) {
     SCOPED_TRACE("world size " + std::to_string(world));
-    LoaderOptions lo = resume_options(tmp.str("t"));
+    LoaderOptions lo = resume_options(tmp_.str("odd"));
     lo.world_size = world;
     std::vector<std::string> want;
     uint64_t want_batches = 0;
@@ -713,10 +711,7 @@ TEST(StageResume, StateAfterEachBatchIsTheLoadersAfterAsManyBatches) {
 }
 
 // A mid-epoch load_state() sets the run's batch count to what is left.
-TEST(StageResume, NumBatchesAfterLoadStateCountsTheRestOfTheEpoch) {
-  testing::TempDir tmp;
-  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
-  const LoaderOptions lo = resume_options(tmp.str("t"));
+TEST_F(StageResume, NumBatchesAfterLoadStateCountsTheRestOfTheEpoch) {
   Stager st(lo, host_stager());
   const uint64_t all = st.num_batches();
   ASSERT_EQ(staged_indices(st, 4).size(), 4u);
@@ -727,10 +722,7 @@ TEST(StageResume, NumBatchesAfterLoadStateCountsTheRestOfTheEpoch) {
   EXPECT_EQ(staged_indices(again).size(), all - 4);
 }
 
-TEST(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
-  testing::TempDir tmp;
-  testing::write_token_dataset(tmp.str("t"), 30000, 16, 8);
-  LoaderOptions lo = resume_options(tmp.str("t"));
+TEST_F(StageResume, ForeignStateOrRawSourceIsInvalidArgument) {
   Stager st(lo, host_stager());
   const auto head = staged_indices(st, 2);
   OrderState other = st.state();

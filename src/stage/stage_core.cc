@@ -198,6 +198,20 @@ void StageCore::deliver_error(std::exception_ptr err) {
   deliver(std::move(it));
 }
 
+template <class F>
+std::exception_ptr StageCore::timed(double& waited, F&& f) {
+  const auto t0 = Clock::now();
+  std::exception_ptr err;
+  try {
+    f();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  waited += seconds_since(t0);
+  return err;
+}
+
 void StageCore::copy_loop() {
   pin_and_name_this_thread({}, "stoker-h2d");
   std::exception_ptr bind_error;
@@ -226,37 +240,13 @@ void StageCore::copy_loop() {
     // so the copy starts right away and the loader's slot is held for the copy alone:
     // queuing the copy behind the event instead would hold host slots for whole kernel
     // times and starve (or grow) the loader's ring.
-    {
-      const auto t0 = Clock::now();
-      std::exception_ptr err;
-      try {
-        backend_->sync(*slots_[slot].release_ev);
-      } catch (...) {
-        err = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        slot_wait_s_ += seconds_since(t0);
-      }
-      if (err) {
-        give_back(slot);
-        deliver_error(std::move(err));
-        break;
-      }
+    if (std::exception_ptr err = timed(slot_wait_s_, [&] { backend_->sync(*slots_[slot].release_ev); })) {
+      give_back(slot);
+      deliver_error(std::move(err));
+      break;
     }
     std::optional<Batch> hb;
-    std::exception_ptr err;
-    const auto t0 = Clock::now();
-    try {
-      hb = source_.next();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      source_wait_s_ += seconds_since(t0);
-    }
-    if (err) {
+    if (std::exception_ptr err = timed(source_wait_s_, [&] { hb = source_.next(); })) {
       give_back(slot);
       deliver_error(std::move(err));
       break;

@@ -133,6 +133,10 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
   void drop_ready();
   void deliver(Item it);
   void deliver_error(std::exception_ptr err);
+  /// Runs `f` (stoker-h2d), adds the time it took to `waited` (a figure under mu_) and
+  /// returns what it threw.
+  template <class F>
+  std::exception_ptr timed(double& waited, F&& f);
   void copy_loop();
   void finish_copy_loop();
   bool stage(size_t slot, Batch hb);
