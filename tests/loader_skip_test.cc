@@ -267,13 +267,9 @@ TEST(LoaderFaults, SkipDeliversEveryGoodRecordOnceAndErrorStopsWithTheName) {
   for (const FaultCase& fc : fault_cases()) {
     SCOPED_TRACE(fc.name);
     auto o = image_options(dir.str());
-    FaultPlan plan = fc.plan;
-    o.wrap_io = [plan](std::unique_ptr<IoEngine> e) { return make_faulty_engine(std::move(e), plan); };
+    testing::inject_faults(o, fc.plan);
     {
-      auto os = o;
-      os.on_error = OnError::kSkip;
-      os.max_skipped = std::numeric_limits<double>::infinity();  // 15 % faults: past the default budget
-      Loader l(os);
+      Loader l(testing::skip_without_budget(o));  // 15 % faults: past the default budget
       Epoch e = run_epoch(l);
       std::multiset<int64_t> seen;
       for (size_t k = 0; k < e.indices.size(); ++k) {

@@ -37,36 +37,39 @@ using testing::token_epoch_rows;
 using testing::token_options;
 using testing::token_rows_delivered;
 
+// The rest of the epoch, every token and next-token target of every row checked against
+// write_token_dataset's values in the delivered type T (`type`); the rows seen go to `rows`.
+template <typename T>
+void expect_every_token_and_target(Loader& l, uint32_t L, ElemType type, std::set<int64_t>* rows) {
+  while (auto b = l.next()) {
+    const auto& tok = (*b)["tokens"];
+    ASSERT_EQ(tok.dtype, type);
+    ASSERT_EQ(tok.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), L}));
+    auto* t = static_cast<const T*>(tok.data);
+    auto* g = static_cast<const T*>((*b)["targets"].data);
+    auto* idx = static_cast<const int64_t*>((*b)["index"].data);
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      rows->insert(idx[j]);
+      for (uint32_t q = 0; q < L; ++q) {
+        ASSERT_EQ(t[j * L + q], static_cast<T>((idx[j] * L + q) % 65521)) << "row " << idx[j] << " token " << q;
+        ASSERT_EQ(g[j * L + q], static_cast<T>((idx[j] * L + q + 1) % 65521)) << "row " << idx[j] << " token " << q;
+      }
+    }
+  }
+}
+
 TEST(LoaderTokens, TokensRoundTripWithTargets) {
   TempDir dir;
   const uint32_t L = 16;
   testing::write_token_dataset(dir.str(), 5000, L, 8, true);
-  LoaderOptions o;
-  o.path = dir.str();
+  auto o = token_options(dir.str());
   o.batch_size = 5;
   o.targets = true;
   o.token_type_is_stored = false;
   o.token_type = ElemType::kInt64;
-  o.threads = 2;
-  o.rank = 0;
-  o.world_size = 1;
   Loader l(o);
   std::set<int64_t> rows;
-  while (auto b = l.next()) {
-    const auto& tok = (*b)["tokens"];
-    const auto& tgt = (*b)["targets"];
-    ASSERT_EQ(tok.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), L}));
-    auto* t = static_cast<const int64_t*>(tok.data);
-    auto* g = static_cast<const int64_t*>(tgt.data);
-    auto* idx = static_cast<const int64_t*>((*b)["index"].data);
-    for (uint64_t j = 0; j < b->size(); ++j) {
-      rows.insert(idx[j]);
-      for (uint32_t q = 0; q < L; ++q) {
-        ASSERT_EQ(t[j * L + q], static_cast<int64_t>((idx[j] * L + q) % 65521));
-        ASSERT_EQ(g[j * L + q], static_cast<int64_t>((idx[j] * L + q + 1) % 65521));
-      }
-    }
-  }
+  expect_every_token_and_target<int64_t>(l, L, ElemType::kInt64, &rows);
   EXPECT_EQ(rows.size(), (5000 - 1) / L);
 }
 
@@ -77,28 +80,12 @@ TEST(LoaderTokens, TokensRoundTripInTheStoredTypeAtAnyAlignment) {
   TempDir dir;
   const uint32_t L = 100;
   testing::write_token_dataset(dir.str(), 40000, L, 7, true);
-  LoaderOptions o;
-  o.path = dir.str();
+  auto o = token_options(dir.str());
   o.batch_size = 9;
   o.targets = true;
-  o.threads = 2;
-  o.rank = 0;
-  o.world_size = 1;
   Loader l(o);
   std::set<int64_t> rows;
-  while (auto b = l.next()) {
-    ASSERT_EQ((*b)["tokens"].dtype, ElemType::kUint16);
-    auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
-    auto* g = static_cast<const uint16_t*>((*b)["targets"].data);
-    auto* idx = static_cast<const int64_t*>((*b)["index"].data);
-    for (uint64_t j = 0; j < b->size(); ++j) {
-      rows.insert(idx[j]);
-      for (uint32_t q = 0; q < L; ++q) {
-        ASSERT_EQ(t[j * L + q], static_cast<uint16_t>((idx[j] * L + q) % 65521)) << "row " << idx[j] << " token " << q;
-        ASSERT_EQ(g[j * L + q], static_cast<uint16_t>((idx[j] * L + q + 1) % 65521)) << "row " << idx[j] << " token " << q;
-      }
-    }
-  }
+  expect_every_token_and_target<uint16_t>(l, L, ElemType::kUint16, &rows);
   EXPECT_EQ(rows.size(), (40000 - 1) / L);
 }
 
@@ -407,13 +394,9 @@ TEST(LoaderTokens, ReadFaultsSkipWholeRecordsOrStopWithTheName) {
   for (const FaultCase& fc : fault_cases()) {
     SCOPED_TRACE(fc.name);
     auto o = token_options(dir.str());
-    FaultPlan plan = fc.plan;
-    o.wrap_io = [plan](std::unique_ptr<IoEngine> e) { return make_faulty_engine(std::move(e), plan); };
+    testing::inject_faults(o, fc.plan);
     {
-      auto os = o;
-      os.on_error = OnError::kSkip;
-      os.max_skipped = std::numeric_limits<double>::infinity();  // 15 % faults: past the default budget
-      Loader l(os);
+      Loader l(testing::skip_without_budget(o));  // 15 % faults: past the default budget
       auto got = token_epoch_rows(l, L);
       std::set<int64_t> unique(got.begin(), got.end());
       EXPECT_EQ(unique.size(), got.size()) << "delivered twice";
@@ -447,7 +430,7 @@ TEST(LoaderTokens, StoppingMidEpochWithReadsInFlightIsPrompt) {
     slow.seed = 5;
     slow.delay_rate = 1.0;
     slow.delay = std::chrono::microseconds(3000);
-    o.wrap_io = [slow](std::unique_ptr<IoEngine> e) { return make_faulty_engine(std::move(e), slow); };
+    testing::inject_faults(o, slow);
     auto l = std::make_unique<Loader>(o);
     ASSERT_TRUE(l->next().has_value());
     const auto t0 = std::chrono::steady_clock::now();

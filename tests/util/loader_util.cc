@@ -5,6 +5,7 @@
 #include <deque>
 #include <exception>
 #include <future>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -122,6 +123,16 @@ void finishes_or_abort(const char* what, const std::function<void()>& body) {
   }
   t.join();
   f.get();  // a loader error fails the test as usual
+}
+
+void inject_faults(LoaderOptions& o, const FaultPlan& plan) {
+  o.wrap_io = [plan](std::unique_ptr<IoEngine> e) { return make_faulty_engine(std::move(e), plan); };
+}
+
+LoaderOptions skip_without_budget(LoaderOptions o) {
+  o.on_error = OnError::kSkip;
+  o.max_skipped = std::numeric_limits<double>::infinity();
+  return o;
 }
 
 std::vector<FaultCase> fault_cases() {

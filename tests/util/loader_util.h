@@ -85,6 +85,11 @@ struct FaultCase {
   bool drops;      ///< whether the fault loses records
 };
 
+/// Makes `o` read through a fault-injecting engine (make_faulty_engine) that follows `plan`.
+void inject_faults(LoaderOptions& o, const FaultPlan& plan);
+/// `o` with OnError::kSkip and no skip budget (max_skipped infinite).
+LoaderOptions skip_without_budget(LoaderOptions o);
+
 /// fail, short, corrupt, delay and mixed faults (seed 11; 15 % of reads where they drop).
 std::vector<FaultCase> fault_cases();
 
