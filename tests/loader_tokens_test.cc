@@ -58,36 +58,34 @@ void expect_every_token_and_target(Loader& l, uint32_t L, ElemType type, std::se
   }
 }
 
-TEST(LoaderTokens, TokensRoundTripWithTargets) {
+// A token dataset of `tokens` tokens in rows of L, R rows a record, read whole in batches
+// of `batch` with targets, delivered as int64 (`widen`) or in the stored uint16.
+void expect_round_trip(uint64_t tokens, uint32_t L, uint32_t R, uint64_t batch, bool widen) {
   TempDir dir;
-  const uint32_t L = 16;
-  testing::write_token_dataset(dir.str(), 5000, L, 8, true);
+  testing::write_token_dataset(dir.str(), tokens, L, R, true);
   auto o = token_options(dir.str());
-  o.batch_size = 5;
+  o.batch_size = batch;
   o.targets = true;
-  o.token_type_is_stored = false;
-  o.token_type = ElemType::kInt64;
+  if (widen) {
+    o.token_type_is_stored = false;
+    o.token_type = ElemType::kInt64;
+  }
   Loader l(o);
   std::set<int64_t> rows;
-  expect_every_token_and_target<int64_t>(l, L, ElemType::kInt64, &rows);
-  EXPECT_EQ(rows.size(), (5000 - 1) / L);
+  if (widen) {
+    expect_every_token_and_target<int64_t>(l, L, ElemType::kInt64, &rows);
+  } else {
+    expect_every_token_and_target<uint16_t>(l, L, ElemType::kUint16, &rows);
+  }
+  EXPECT_EQ(rows.size(), (tokens - 1) / L);
 }
+
+TEST(LoaderTokens, TokensRoundTripWithTargets) { expect_round_trip(5000, 16, 8, 5, true); }
 
 // Rows in the stored type are copied with streaming stores 64 bytes at a time, then the
 // tail; rows of 200 bytes start 16-byte aligned in every other batch row and not in the
 // rest, and targets start a token into their stored row. Every token must come through.
-TEST(LoaderTokens, TokensRoundTripInTheStoredTypeAtAnyAlignment) {
-  TempDir dir;
-  const uint32_t L = 100;
-  testing::write_token_dataset(dir.str(), 40000, L, 7, true);
-  auto o = token_options(dir.str());
-  o.batch_size = 9;
-  o.targets = true;
-  Loader l(o);
-  std::set<int64_t> rows;
-  expect_every_token_and_target<uint16_t>(l, L, ElemType::kUint16, &rows);
-  EXPECT_EQ(rows.size(), (40000 - 1) / L);
-}
+TEST(LoaderTokens, TokensRoundTripInTheStoredTypeAtAnyAlignment) { expect_round_trip(40000, 100, 7, 9, false); }
 
 TEST(LoaderTokens, EveryRecordIsReadAndDecompressedOncePerEpochPerRank) {
   TempDir dir;
