@@ -14,6 +14,15 @@
 
 namespace stoker::testing {
 
+LoaderOptions default_options(const std::string& path, uint64_t batch_size) {
+  LoaderOptions o;
+  o.path = path;
+  o.batch_size = batch_size;
+  o.rank = 0;
+  o.world_size = 1;
+  return o;
+}
+
 LoaderOptions image_options(const std::string& dir) {
   LoaderOptions o;
   o.path = dir;

@@ -18,6 +18,8 @@
 
 namespace stoker::testing {
 
+/// The library's defaults but for the path and the batch size (rank 0 of 1).
+LoaderOptions default_options(const std::string& path, uint64_t batch_size);
 /// Image loading: batch 8, crops of 24, 2 threads, rank 0 of 1, order seed 7.
 LoaderOptions image_options(const std::string& dir);
 /// Token loading: batch 7, 2 threads, rank 0 of 1, order seed 3, windows of 4 records.
