@@ -103,12 +103,31 @@ void label_corpus(benchmark::State& state, const std::vector<std::vector<uint8_t
   state.counters["KiB_per_img"] = static_cast<double>(bytes) / files.size() / 1024.0;
 }
 
-stoker::ImageTransform train_transform() {
+stoker::ImageTransform transform(stoker::ImageTransform::Kind kind) {
   stoker::ImageTransform t;
-  t.kind = stoker::ImageTransform::Kind::kTrain;
+  t.kind = kind;
   t.size = kSize;
   return t;
 }
+
+stoker::ImageTransform train_transform() { return transform(stoker::ImageTransform::Kind::kTrain); }
+
+// The loop most decode benchmarks share: `dec` decodes `files` round-robin with `t` into
+// an output of `out_bytes`, the seed being the iteration number, so every train benchmark
+// makes the same sequence of RandomResizedCrop draws (eval and kNone ignore the seed).
+void decode_loop(benchmark::State& state, const std::vector<std::vector<uint8_t>>& files,
+                 stoker::ImageDecoder& dec, const stoker::ImageTransform& t, size_t out_bytes) {
+  std::vector<uint8_t> out(out_bytes);
+  uint64_t i = 0;
+  for (auto _ : state) {
+    dec.decode(files[i % files.size()], t, i, out.data(), out.size());
+    ++i;
+    benchmark::DoNotOptimize(out.data());
+  }
+  label_corpus(state, files);
+}
+
+constexpr size_t kFullBytes = size_t{kW} * kH * 3, kCropBytes = size_t{kSize} * kSize * 3;
 
 // ---- decode -------------------------------------------------------------------------------
 
@@ -116,15 +135,7 @@ stoker::ImageTransform train_transform() {
 void BM_Image_FullDecode(benchmark::State& state) {
   const auto& files = state.range(0) ? corpus().progressive : corpus().baseline;
   stoker::ImageDecoder dec;
-  stoker::ImageTransform t;
-  t.kind = stoker::ImageTransform::Kind::kNone;
-  std::vector<uint8_t> out(kW * kH * 3);
-  size_t i = 0;
-  for (auto _ : state) {
-    dec.decode(files[i++ % files.size()], t, 0, out.data(), out.size());
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, files, dec, transform(stoker::ImageTransform::Kind::kNone), kFullBytes);
   state.SetLabel(state.range(0) ? "progressive" : "baseline");
 }
 BENCHMARK(BM_Image_FullDecode)->Arg(0)->Arg(1);
@@ -161,33 +172,15 @@ BENCHMARK(BM_Image_DecodeScaled)
 void BM_Image_CropDecode(benchmark::State& state) {
   const auto& files = state.range(0) == 1 ? corpus().progressive : corpus().baseline;
   stoker::ImageDecoder dec(stoker::ImageDecoderOptions{.allow_simd = state.range(0) != 2});
-  const auto t = train_transform();
-  std::vector<uint8_t> out(kSize * kSize * 3);
-  uint64_t seed = 0;
-  for (auto _ : state) {
-    dec.decode(files[seed % files.size()], t, seed, out.data(), out.size());
-    ++seed;
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, files, dec, train_transform(), kCropBytes);
   state.SetLabel(state.range(0) == 1 ? "progressive" : state.range(0) == 2 ? "baseline,scalar" : "baseline");
 }
 BENCHMARK(BM_Image_CropDecode)->Arg(0)->Arg(1)->Arg(2);
 
 // The eval transform (Resize(256) + CenterCrop(224)) with ROI decode of the center.
 void BM_Image_EvalDecode(benchmark::State& state) {
-  const auto& files = corpus().baseline;
   stoker::ImageDecoder dec;
-  stoker::ImageTransform t;
-  t.kind = stoker::ImageTransform::Kind::kEval;
-  t.size = kSize;
-  std::vector<uint8_t> out(kSize * kSize * 3);
-  size_t i = 0;
-  for (auto _ : state) {
-    dec.decode(files[i++ % files.size()], t, 0, out.data(), out.size());
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, corpus().baseline, dec, transform(stoker::ImageTransform::Kind::kEval), kCropBytes);
 }
 BENCHMARK(BM_Image_EvalDecode);
 
@@ -196,7 +189,7 @@ void BM_Image_RegionDecode(benchmark::State& state) {
   const auto& files = corpus().baseline;
   stoker::ImageDecoder dec;
   const auto t = train_transform();
-  std::vector<uint8_t> out(kW * kH * 3);
+  std::vector<uint8_t> out(kFullBytes);
   uint64_t seed = 0;
   for (auto _ : state) {
     const auto p = stoker::internal::plan_train_crop(kW, kH, t, seed);
@@ -217,7 +210,7 @@ void BM_Image_FullDecodeCropResize(benchmark::State& state) {
   stoker::internal::Resizer resizer;
   const auto kernel = stoker::internal::best_resize_kernel();
   const auto t = train_transform();
-  std::vector<uint8_t> full(kW * kH * 3), out(kSize * kSize * 3);
+  std::vector<uint8_t> full(kFullBytes), out(kCropBytes);
   uint64_t seed = 0;
   for (auto _ : state) {
     const auto& f = files[seed % files.size()];
@@ -256,17 +249,8 @@ std::string fast_crop_label(int k) { return k == 0 ? "plain" : "fast-crop k=" + 
 // run with --benchmark_enable_random_interleaving=true.
 void BM_Image_FastCropTrain(benchmark::State& state) {
   const int k = static_cast<int>(state.range(0));
-  const auto& files = fast_crop_corpus(k);
   stoker::ImageDecoder dec;
-  const auto t = train_transform();
-  std::vector<uint8_t> out(kSize * kSize * 3);
-  uint64_t seed = 0;
-  for (auto _ : state) {
-    dec.decode(files[seed % files.size()], t, seed, out.data(), out.size());
-    ++seed;
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, fast_crop_corpus(k), dec, train_transform(), kCropBytes);
   state.SetLabel(fast_crop_label(k));
 }
 BENCHMARK(BM_Image_FastCropTrain)->Arg(0)->Arg(1)->Arg(2)->Arg(4);
@@ -274,18 +258,8 @@ BENCHMARK(BM_Image_FastCropTrain)->Arg(0)->Arg(1)->Arg(2)->Arg(4);
 // The eval path (Resize(256) + CenterCrop(224)), plain vs fast crop.
 void BM_Image_FastCropEval(benchmark::State& state) {
   const int k = static_cast<int>(state.range(0));
-  const auto& files = fast_crop_corpus(k);
   stoker::ImageDecoder dec;
-  stoker::ImageTransform t;
-  t.kind = stoker::ImageTransform::Kind::kEval;
-  t.size = kSize;
-  std::vector<uint8_t> out(kSize * kSize * 3);
-  size_t i = 0;
-  for (auto _ : state) {
-    dec.decode(files[i++ % files.size()], t, 0, out.data(), out.size());
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, fast_crop_corpus(k), dec, transform(stoker::ImageTransform::Kind::kEval), kCropBytes);
   state.SetLabel(fast_crop_label(k));
 }
 BENCHMARK(BM_Image_FastCropEval)->Arg(0)->Arg(1)->Arg(2)->Arg(4);
@@ -316,7 +290,7 @@ void BM_Image_Resize(benchmark::State& state) {
   stoker::ImageDecoder dec;
   stoker::ImageTransform none;
   none.kind = stoker::ImageTransform::Kind::kNone;
-  std::vector<uint8_t> full(kW * kH * 3), out(kSize * kSize * 3);
+  std::vector<uint8_t> full(kFullBytes), out(kCropBytes);
   dec.decode(corpus().baseline[0], none, 0, full.data(), full.size());
   stoker::internal::Resizer resizer;
   const auto t = train_transform();
@@ -442,17 +416,8 @@ BENCHMARK(BM_Png_PlainSpng);
 
 // ImageDecoder kNone on a PNG: sniffing, limits, the IEND check, full RGB decode.
 void BM_Png_FullDecode(benchmark::State& state) {
-  const auto& files = raster_corpus().png;
   stoker::ImageDecoder dec;
-  stoker::ImageTransform t;
-  t.kind = stoker::ImageTransform::Kind::kNone;
-  std::vector<uint8_t> out(kW * kH * 3);
-  size_t i = 0;
-  for (auto _ : state) {
-    dec.decode(files[i++ % files.size()], t, 0, out.data(), out.size());
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, raster_corpus().png, dec, transform(stoker::ImageTransform::Kind::kNone), kFullBytes);
 }
 BENCHMARK(BM_Png_FullDecode);
 
@@ -463,7 +428,7 @@ void BM_Png_VsPlainSpng(benchmark::State& state) {
   stoker::ImageDecoder dec;
   stoker::ImageTransform t;
   t.kind = stoker::ImageTransform::Kind::kNone;
-  std::vector<uint8_t> a(kW * kH * 3), b;
+  std::vector<uint8_t> a(kFullBytes), b;
   double ta = 0, tb = 0;
   size_t i = 0;
   // Thread CPU time: on a shared machine wall time also counts other processes' turns.
@@ -495,17 +460,8 @@ BENCHMARK(BM_Png_VsPlainSpng);
 
 // RandomResizedCrop to 224 from a PNG (full decode, then crop + resize).
 void BM_Png_CropDecode(benchmark::State& state) {
-  const auto& files = raster_corpus().png;
   stoker::ImageDecoder dec;
-  const auto t = train_transform();
-  std::vector<uint8_t> out(kSize * kSize * 3);
-  uint64_t i = 0;
-  for (auto _ : state) {
-    dec.decode(files[i % files.size()], t, i, out.data(), out.size());
-    ++i;
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  decode_loop(state, raster_corpus().png, dec, train_transform(), kCropBytes);
 }
 BENCHMARK(BM_Png_CropDecode);
 
@@ -513,7 +469,7 @@ BENCHMARK(BM_Png_CropDecode);
 // decodes only the crop, widened, through libwebp's cropping).
 void BM_Webp_PlainLibwebp(benchmark::State& state) {
   const auto& files = raster_corpus().webp;
-  std::vector<uint8_t> out(kW * kH * 3);
+  std::vector<uint8_t> out(kFullBytes);
   size_t i = 0;
   for (auto _ : state) {
     const auto& f = files[i++ % files.size()];
@@ -528,18 +484,9 @@ void BM_Webp_PlainLibwebp(benchmark::State& state) {
 BENCHMARK(BM_Webp_PlainLibwebp);
 
 void BM_Webp_Decode(benchmark::State& state) {
-  const auto& files = raster_corpus().webp;
   stoker::ImageDecoder dec;
-  stoker::ImageTransform t = train_transform();
-  if (state.range(0) == 0) t.kind = stoker::ImageTransform::Kind::kNone;
-  std::vector<uint8_t> out(kW * kH * 3);
-  uint64_t i = 0;
-  for (auto _ : state) {
-    dec.decode(files[i % files.size()], t, i, out.data(), out.size());
-    ++i;
-    benchmark::DoNotOptimize(out.data());
-  }
-  label_corpus(state, files);
+  const auto t = transform(state.range(0) ? stoker::ImageTransform::Kind::kTrain : stoker::ImageTransform::Kind::kNone);
+  decode_loop(state, raster_corpus().webp, dec, t, kFullBytes);
   state.SetLabel(state.range(0) ? "train crop 224" : "full");
 }
 BENCHMARK(BM_Webp_Decode)->Arg(0)->Arg(1);

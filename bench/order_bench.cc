@@ -29,18 +29,24 @@ void BM_Permutation_Apply(benchmark::State& state) {
 BENCHMARK(BM_Permutation_Apply)->Arg(200)->Arg(1 << 20)->Arg((1 << 20) + 1)->Arg(1281167)
     ->Arg(int64_t{1} << 40);
 
+// The loop the EpochOrder benchmarks share: map positions 0, 1, ... (wrapping at the
+// order's size) to samples, one lookup an iteration.
+void lookup_loop(benchmark::State& state, const EpochOrder& order) {
+  uint64_t p = 0, acc = 0;
+  for (auto _ : state) {
+    acc += order.at(p);
+    if (++p == order.size()) p = 0;
+  }
+  benchmark::DoNotOptimize(acc);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+
 void BM_EpochOrder_Shuffled(benchmark::State& state) {
   const uint64_t n = 1281167;  // ImageNet train
   OrderOptions opt;
   opt.seed = 1;
   const EpochOrder order(opt, n, 0);
-  uint64_t p = 0, acc = 0;
-  for (auto _ : state) {
-    acc += order.at(p);
-    if (++p == n) p = 0;
-  }
-  benchmark::DoNotOptimize(acc);
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  lookup_loop(state, order);
 }
 BENCHMARK(BM_EpochOrder_Shuffled);
 
@@ -53,13 +59,7 @@ void BM_EpochOrder_ChunkLocal(benchmark::State& state) {
   opt.window_chunks = 16;
   const std::vector<uint64_t> shards(1024, 1251);
   const EpochOrder order(opt, shards, 0);
-  uint64_t p = 0, acc = 0;
-  for (auto _ : state) {
-    acc += order.at(p);
-    if (++p == order.size()) p = 0;
-  }
-  benchmark::DoNotOptimize(acc);
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  lookup_loop(state, order);
 }
 BENCHMARK(BM_EpochOrder_ChunkLocal);
 
@@ -71,13 +71,7 @@ void BM_EpochOrder_TokenWindow(benchmark::State& state) {
   opt.seed = 1;
   opt.window_chunks = static_cast<uint64_t>(state.range(0));
   const EpochOrder order(opt, std::vector<uint64_t>(100000, 64), 0);
-  uint64_t p = 0, acc = 0;
-  for (auto _ : state) {
-    acc += order.at(p);
-    if (++p == order.size()) p = 0;
-  }
-  benchmark::DoNotOptimize(acc);
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  lookup_loop(state, order);
 }
 BENCHMARK(BM_EpochOrder_TokenWindow)->Arg(4)->Arg(16)->Arg(256);
 

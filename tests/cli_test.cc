@@ -1,8 +1,11 @@
 // The `stoker` tool, run as a user runs it: the binary, its stdout, stderr and exit code.
 // Help and --version on stdout with exit 0; usage errors (unknown command, kind or option,
 // a missing or malformed argument) named on stderr with exit 2; runtime errors exit 1.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "stoker/dataset.h"
+#include "util/datasets.h"
+#include "util/test_servers.h"
 #include "util/test_util.h"
 
 #ifndef STOKER_TOOL
@@ -313,6 +319,95 @@ TEST(CliCommands, BenchCompareWritesJsonMarkdownAndPlot) {
   ASSERT_FALSE(ec) << "compare.png missing";
   EXPECT_GT(png, 1000u);
   EXPECT_EQ(slurp(d.str("cmp/compare.png")).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+// ---- remote URLs ----------------------------------------------------------------------
+
+// The commands that take a dataset URL, against nginx on loopback serving six shards.
+class CliRemote : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    manifest_ = testing::write_bytes_dataset(
+        root_.str("ds"), {.count = 6 * 33,
+                          .shard_size = 200 << 10,
+                          .size = [](int i) { return static_cast<size_t>(5000 + (i * 37) % 2000); }});
+    if (!nginx_.start(root_.str())) GTEST_SKIP() << "nginx (Debian nginx-light) could not start on 127.0.0.1";
+  }
+
+  TempDir root_;
+  Manifest manifest_;
+  testing::Nginx nginx_;
+};
+
+TEST_F(CliRemote, TheToolVerifiesAndInspectsAURL) {
+  ASSERT_EQ(manifest_.shards.size(), 6u);
+  Result r = stoker("verify " + nginx_.url() + " --quiet");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  EXPECT_TRUE(has(r.out + r.err, "OK: 6 shards")) << shown(r);
+  r = stoker("inspect " + nginx_.url() + " --json");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  EXPECT_TRUE(has(r.out + r.err, "\"records\":" + std::to_string(manifest_.total_records()))) << shown(r);
+  // A server that flips a byte of every answer: verify names the shard's URL and record.
+  testing::Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--corrupt-first", "1000"}));
+  r = stoker("verify " + proxy.url() + " --quiet");
+  EXPECT_EQ(r.rc, 1) << shown(r);
+  EXPECT_TRUE(has(r.out + r.err, "FAIL " + proxy.url() + "/" + manifest_.shards[0].name + ": record ")) << shown(r);
+  EXPECT_TRUE(has(r.out + r.err, "checksum mismatch")) << shown(r);
+  // The cache benchmark runs end to end and reports its ratios.
+  TempDir bench_cache;
+  r = stoker("bench io " + nginx_.url() + " --cache-dir " + bench_cache.str() + " --rounds 1 --json");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  EXPECT_TRUE(has(r.out + r.err, "\"warm_over_local\"")) << shown(r);
+  r = stoker("doctor --dataset " + nginx_.url() + " --json");
+  EXPECT_TRUE(has(r.out + r.err, "\"remote_bandwidth\"")) << shown(r);
+  EXPECT_TRUE(has(r.out + r.err, "remote_reachable\",\"status\":\"ok")) << shown(r);
+}
+
+// ---- signals ----------------------------------------------------------------------------
+
+// #18: Ctrl-C during `stoker pack` left a .tmp file and printed nothing. Through the
+// binary: SIGINT while a shard is being written ends the run with exit code 130, a
+// message saying what happened, and no file of the run left in the output.
+TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
+  TempDir tmp;
+  // Incompressible tokens at zstd 19 on one thread: slow enough to interrupt.
+  testing::write_file(tmp.str("t.bin"), testing::random_bytes(24u << 20, 7));
+  const std::string out = tmp.str("out"), err = tmp.str("stderr.txt");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::execl(tool().c_str(), "stoker", "pack", "tokens", tmp.str("t.bin").c_str(), out.c_str(), "--dtype", "uint16",
+            "--seq-len", "1024", "--zstd", "19", "--threads", "1", "--shard-size", "1MiB", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait for the second shard to be under way: one finished shard and one .tmp.
+  bool started = false;
+  for (int i = 0; i < 1200 && !started; ++i) {
+    std::error_code ec;
+    bool tmp_file = false, done_shard = false;
+    for (const auto& e : fs::directory_iterator(out, ec)) {
+      tmp_file |= e.path().extension() == ".tmp";
+      done_shard |= e.path().extension() == ".stk";
+    }
+    started = tmp_file && done_shard;
+    if (!started) ::usleep(50 * 1000);
+  }
+  ASSERT_TRUE(started) << "the pack did not start writing in 60 s";
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string msg = testing::read_file_text(err);
+  EXPECT_NE(msg.find("interrupted (SIGINT)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("removed"), std::string::npos) << msg;
+  size_t left = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out)) left += e.is_regular_file();
+  EXPECT_EQ(left, 0u) << msg;  // no .tmp, no shard, no MANIFEST
 }
 
 }  // namespace

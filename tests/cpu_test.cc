@@ -1,13 +1,10 @@
-// The CPU plan and the platform readings under it (cpu.h, util/platform.h), fed fixture
-// sysfs/procfs/cgroup trees: cgroup v1 and v2 quotas, NUMA nodes, allowed CPU lists,
-// and the plan that combines them.
+// The CPU plan (cpu.h), fed fixture sysfs/procfs/cgroup trees: CPU lists, cgroup v1 and
+// v2 quotas, and the plan that combines the GPU's NUMA node, the affinity mask and the
+// quota. The readings under it (util/platform.h): platform_test.cc.
 #include "stoker/cpu.h"
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,8 +12,6 @@
 #include "stoker/error.h"
 #include "util/platform.h"
 #include "util/test_util.h"
-
-namespace fs = std::filesystem;
 
 namespace stoker {
 namespace {
@@ -90,97 +85,6 @@ TEST(CgroupQuota, V1AndV2TreesGiveTheQuotaInCpus) {
   }
 }
 
-// ---- NUMA and allowed CPUs ------------------------------------------------------------------
-
-TEST(Platform, PciNumaNodeAndItsCpus) {
-  TempDir root;
-  put(root, "/sys/bus/pci/devices/0000:17:00.0/numa_node", "1\n");
-  put(root, "/sys/bus/pci/devices/0000:99:00.0/numa_node", "-1\n");
-  put(root, "/sys/bus/pci/devices/0000:aa:00.0/numa_node", "one\n");
-  put(root, "/sys/devices/system/node/node1/cpulist", "8-11,24\n");
-  put(root, "/sys/devices/system/node/node2/cpulist", "garbage\n");
-  EXPECT_EQ(internal::pci_numa_node(root.str(), "0000:17:00.0"), 1);
-  EXPECT_EQ(internal::pci_numa_node(root.str(), "0000:99:00.0"), -1);
-  EXPECT_EQ(internal::pci_numa_node(root.str(), "0000:aa:00.0"), -1);
-  EXPECT_EQ(internal::pci_numa_node(root.str(), "0000:00:00.0"), -1);
-  EXPECT_EQ(internal::numa_node_cpus(root.str(), 1), (std::vector<int>{8, 9, 10, 11, 24}));
-  EXPECT_EQ(internal::numa_node_cpus(root.str(), 2), std::vector<int>{});
-  EXPECT_EQ(internal::numa_node_cpus(root.str(), 3), std::vector<int>{});
-}
-
-TEST(Platform, AllowedCpusFromProcStatus) {
-  TempDir root;
-  put(root, "/proc/self/status", "Name:\tx\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,6\nMems_allowed_list:\t0\n");
-  EXPECT_EQ(internal::allowed_cpus(root.str()), (std::vector<int>{0, 1, 2, 3, 6}));
-  TempDir none;
-  EXPECT_EQ(internal::allowed_cpus(none.str()), std::vector<int>{});
-}
-
-TEST(Platform, UsableCpusIsTheAllowedSetCappedByTheQuota) {
-  TempDir root;
-  put(root, "/proc/self/status", "Cpus_allowed_list:\t0-7\n");
-  EXPECT_EQ(internal::usable_cpus(root.str()), 8u);
-  put(root, "/proc/self/cgroup", "0::/c\n");
-  put(root, "/sys/fs/cgroup/c/cpu.max", "250000 100000\n");
-  EXPECT_EQ(internal::usable_cpus(root.str()), 2u);  // floor(2.5)
-  put(root, "/sys/fs/cgroup/c/cpu.max", "50000 100000\n");
-  EXPECT_EQ(internal::usable_cpus(root.str()), 1u);  // never 0
-}
-
-TEST(Platform, UsableCpusOfTheLiveSystemIsTheAffinityMask) {
-  const auto mask = internal::affinity_cpus();
-  ASSERT_FALSE(mask.empty());
-  const unsigned n = internal::usable_cpus();
-  EXPECT_GE(n, 1u);
-  EXPECT_LE(n, mask.size());
-}
-
-TEST(Platform, ReadSysTrimsAndMissingIsNullopt) {
-  TempDir root;
-  put(root, "/sys/kernel/mm/transparent_hugepage/enabled", "  always [madvise] never \n");
-  EXPECT_EQ(internal::read_sys(root.str(), "/sys/kernel/mm/transparent_hugepage/enabled"),
-            "always [madvise] never");
-  EXPECT_EQ(internal::read_sys(root.str(), "/sys/nothing"), std::nullopt);
-  EXPECT_EQ(internal::under_root("/", "/sys/x"), "/sys/x");
-  EXPECT_EQ(internal::under_root("/tmp/r//", "/sys/x"), "/tmp/r/sys/x");
-}
-
-// ---- the open-file limit ------------------------------------------------------------------
-
-TEST(Platform, OpenFileLimitIsRaisedTowardsTheHardLimitAndSaysSo) {
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 64) GTEST_SKIP() << "hard limit too low to test";
-  // Lower the soft limit (allowed), then ask for a little more than that.
-  rlimit low = saved;
-  low.rlim_cur = 48;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  ::testing::internal::CaptureStderr();
-  const uint64_t got = internal::ensure_open_file_limit(60, "a test of 30 shards");
-  const std::string said = ::testing::internal::GetCapturedStderr();
-  rlimit now{};
-  getrlimit(RLIMIT_NOFILE, &now);
-  EXPECT_EQ(got, 60u);
-  EXPECT_EQ(now.rlim_cur, 60u);
-  EXPECT_NE(said.find("raised the open-file limit (RLIMIT_NOFILE) from 48 to 60 for a test of 30 shards"),
-            std::string::npos)
-      << said;
-  // Enough already: silent, unchanged.
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(internal::ensure_open_file_limit(50, "x"), 60u);
-  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
-  // Beyond the hard limit: raised as far as allowed, and a warning names what needs more.
-  if (saved.rlim_max != RLIM_INFINITY) {
-    ::testing::internal::CaptureStderr();
-    EXPECT_EQ(internal::ensure_open_file_limit(static_cast<uint64_t>(saved.rlim_max) + 1, "a huge dataset"),
-              static_cast<uint64_t>(saved.rlim_max));
-    const std::string warned = ::testing::internal::GetCapturedStderr();
-    EXPECT_NE(warned.find("warning: a huge dataset may need"), std::string::npos) << warned;
-    EXPECT_NE(warned.find("ulimit -n"), std::string::npos) << warned;
-  }
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
-}
-
 // ---- the plan -----------------------------------------------------------------------------
 
 TEST(CpuPlan, PinsToTheGpusNodeWithinTheAffinityMask) {
@@ -224,6 +128,52 @@ TEST(CpuPlan, QuotaCapsTheThreadsNotTheCpuSet) {
   EXPECT_DOUBLE_EQ(p.quota_cpus, 3.5);
   EXPECT_EQ(p.threads, 3u);
   EXPECT_NE(p.explanation.find("cgroup CPU quota of 3.50"), std::string::npos) << p.explanation;
+}
+
+
+// One tree as a two-socket node under a batch scheduler lays it out: GPUs on both NUMA
+// nodes, the job's cpuset in /proc/self/status, its quota on the job's cgroup (the step's
+// own cpu.max unlimited).
+void put_two_socket_job(const TempDir& root) {
+  put(root, "/sys/devices/system/node/node0/cpulist", "0-7,16-23\n");
+  put(root, "/sys/devices/system/node/node1/cpulist", "8-15,24-31\n");
+  put(root, "/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");
+  put(root, "/sys/bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
+  put(root, "/proc/self/status", "Name:\ttrain\nCpus_allowed_list:\t4-27\nMems_allowed_list:\t0-1\n");
+  put(root, "/proc/self/cgroup", "0::/slurm/job42/step0\n");
+  put(root, "/sys/fs/cgroup/slurm/job42/step0/cpu.max", "max 100000\n");
+  put(root, "/sys/fs/cgroup/slurm/job42/cpu.max", "600000 100000\n");
+}
+
+TEST(CpuPlan, AWholeMachineTreeGivesEachGpuItsNodesCpusWithinTheCpusetCappedByTheQuota) {
+  TempDir root;
+  put_two_socket_job(root);
+  const std::vector<int> cpuset = internal::allowed_cpus(root.str());
+  ASSERT_EQ(cpuset, parse_cpu_list("4-27"));
+  const CpuPlan p = plan_cpus(std::string("0000:3b:00.0"), root.str(), cpuset);
+  EXPECT_EQ(p.cpus, parse_cpu_list("8-15,24-27"));
+  EXPECT_EQ(p.numa_node, 1);
+  EXPECT_DOUBLE_EQ(p.quota_cpus, 6.0);
+  EXPECT_EQ(p.threads, 6u);
+  EXPECT_NE(p.explanation.find("12 CPUs of NUMA node 1"), std::string::npos) << p.explanation;
+  EXPECT_NE(p.explanation.find("capped to 6 by the cgroup CPU quota of 6.00 CPUs"), std::string::npos) << p.explanation;
+  const CpuPlan q = plan_cpus(std::string("0000:18:00.0"), root.str(), cpuset);
+  EXPECT_EQ(q.cpus, parse_cpu_list("4-7,16-23"));
+  EXPECT_EQ(q.numa_node, 0);
+  EXPECT_EQ(q.threads, 6u);
+  // What a pool sized without a GPU gets: the whole cpuset, capped the same way.
+  EXPECT_EQ(internal::usable_cpus(root.str()), 6u);
+  EXPECT_DOUBLE_EQ(cgroup_cpu_quota(root.str()), 6.0);
+}
+
+TEST(CpuPlan, ANodeWhoseCpuListIsMissingKeepsTheMaskAndSaysSo) {
+  TempDir root;
+  put(root, "/sys/bus/pci/devices/0000:17:00.0/numa_node", "1\n");
+  const CpuPlan p = plan_cpus(std::string("0000:17:00.0"), root.str(), {0, 1, 2});
+  EXPECT_EQ(p.cpus, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(p.numa_node, -1);
+  EXPECT_EQ(p.threads, 3u);
+  EXPECT_NE(p.explanation.find("the CPUs of the GPU's NUMA node 1 are unknown"), std::string::npos) << p.explanation;
 }
 
 }  // namespace

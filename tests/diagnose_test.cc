@@ -359,6 +359,27 @@ LoaderOptions base_options(const std::string& dir) {
   return o;
 }
 
+// One decode thread, eval transform at full resolution (no crop, no DCT scaling): decode
+// is by far the slowest stage.
+LoaderOptions heavy_decode_options(const std::string& dir) {
+  LoaderOptions o = base_options(dir);
+  o.threads = 1;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 320;
+  o.transform.eval_crop_fraction = 1.0f;
+  o.transform.allow_dct_scaling = false;
+  return o;
+}
+
+// Two decode threads, eval crops of 32 (cheap decode: DCT-scaled, tiny output).
+LoaderOptions tiny_crop_options(const std::string& dir) {
+  LoaderOptions o = base_options(dir);
+  o.threads = 2;
+  o.transform.kind = ImageTransform::Kind::kEval;
+  o.transform.size = 32;
+  return o;
+}
+
 // Runs the loader for at most `max_s` seconds (or the epoch); the consumer sleeps
 // `consumer_ms` per batch. Returns the cumulative snapshots taken every `every` batches
 // (0: only the final one).
@@ -391,10 +412,7 @@ class RealPipeline : public ::testing::Test {
 TempDir* RealPipeline::dir_ = nullptr;
 
 TEST_F(RealPipeline, ThrottledStorageIsStorageBound) {
-  LoaderOptions o = base_options(path());
-  o.threads = 2;
-  o.transform.kind = ImageTransform::Kind::kEval;
-  o.transform.size = 32;  // cheap decode: DCT-scaled, tiny output
+  LoaderOptions o = tiny_crop_options(path());
   o.wrap_io = [](std::unique_ptr<IoEngine> e) { return make_throttled_engine(std::move(e), 2e6); };
   Loader l(o);
   const LoaderStats s = run(l, 2.0, 0).back();
@@ -405,12 +423,7 @@ TEST_F(RealPipeline, ThrottledStorageIsStorageBound) {
 }
 
 TEST_F(RealPipeline, OneThreadHeavyDecodeIsDecodeBound) {
-  LoaderOptions o = base_options(path());
-  o.threads = 1;
-  o.transform.kind = ImageTransform::Kind::kEval;
-  o.transform.size = 320;
-  o.transform.eval_crop_fraction = 1.0f;
-  o.transform.allow_dct_scaling = false;  // full-resolution decode of every image
+  const LoaderOptions o = heavy_decode_options(path());
   Loader l(o);
   const LoaderStats s = run(l, 2.5, 0).back();
   DiagnoseOptions d;
@@ -422,10 +435,7 @@ TEST_F(RealPipeline, OneThreadHeavyDecodeIsDecodeBound) {
 }
 
 TEST_F(RealPipeline, SlowConsumerIsConsumerBound) {
-  LoaderOptions o = base_options(path());
-  o.threads = 2;
-  o.transform.kind = ImageTransform::Kind::kEval;
-  o.transform.size = 32;
+  const LoaderOptions o = tiny_crop_options(path());
   Loader l(o);
   const LoaderStats s = run(l, 1.5, 60).back();  // 60 ms per batch of 8 tiny crops
   const Verdict v = diagnose(FeedFigures::from(s));
@@ -437,10 +447,7 @@ TEST_F(RealPipeline, SlowConsumerIsConsumerBound) {
 // The fourth case, live: a Stager on the host backend (the same state machine as CUDA's)
 // whose copy stream is throttled; loader and consumer are fast.
 TEST_F(RealPipeline, ThrottledCopyStreamIsCopyBound) {
-  LoaderOptions o = base_options(path());
-  o.threads = 2;
-  o.transform.kind = ImageTransform::Kind::kEval;
-  o.transform.size = 32;  // 24 KiB a batch
+  const LoaderOptions o = tiny_crop_options(path());  // 24 KiB a batch
   StagerOptions so;
   so.backend = StageBackend::kHost;
   so.copy_limit_bytes_per_s = 0.4e6;  // ~16 batches/s, far below the loader's rate
@@ -471,12 +478,7 @@ TEST_F(RealPipeline, ThrottledCopyStreamIsCopyBound) {
 }
 
 TEST_F(RealPipeline, SteadyDecodeBoundRunGivesOneVerdictAfterWarmUp) {
-  LoaderOptions o = base_options(path());
-  o.threads = 1;
-  o.transform.kind = ImageTransform::Kind::kEval;
-  o.transform.size = 320;
-  o.transform.eval_crop_fraction = 1.0f;
-  o.transform.allow_dct_scaling = false;
+  const LoaderOptions o = heavy_decode_options(path());
   Loader l(o);
   const std::vector<LoaderStats> snaps = run(l, 4.0, 0, 3);  // a snapshot every 3 batches (24 images)
   ASSERT_GE(snaps.size(), 10u) << "run too short for a series";

@@ -27,19 +27,8 @@ namespace {
 using testing::encode_png;
 using testing::encode_png_rgb;
 using testing::encode_webp_rgb;
+using testing::error_code_of;
 using testing::PngColor;
-
-template <class F>
-ErrorCode code_of(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message != nullptr) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kCancelled;
-}
 
 ImageTransform train(int size = 64) {
   ImageTransform t;
@@ -185,7 +174,7 @@ TEST_P(PngDecode, RgbMatchesStoredValuesAndOneChannelGivesThemUnchanged) {
     }
   } else if (samples > 2) {
     std::string msg;
-    EXPECT_EQ(code_of([&] { dec.decode_with(png, g, fo, one.data(), one.size()); }, &msg),
+    EXPECT_EQ(error_code_of([&] { dec.decode_with(png, g, fo, one.data(), one.size()); }, &msg),
               ErrorCode::kInvalidArgument);
     EXPECT_NE(msg.find("colour"), std::string::npos) << msg;
   }
@@ -225,7 +214,7 @@ TEST(PngDecode, SixteenBitGrayMaskBelow256IsKeptAboveIsInvalidArgument) {
   std::memcpy(stored.data(), v.data(), stored.size());
   png = encode_png(stored, w, h, PngColor::kGray, 16);
   std::string msg;
-  EXPECT_EQ(code_of([&] { dec.decode_with(png, g, fo, out.data(), out.size()); }, &msg),
+  EXPECT_EQ(error_code_of([&] { dec.decode_with(png, g, fo, out.data(), out.size()); }, &msg),
             ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("300"), std::string::npos) << msg;
 }
@@ -286,7 +275,7 @@ TEST(RasterTransforms, RegionIsFullDecodeThenCrop) {
       EXPECT_EQ(diff, 0) << e.name << " region " << cw << "x" << ch << "+" << x << "+" << y;
     }
     std::vector<uint8_t> out(10 * 10 * 3);
-    EXPECT_EQ(code_of([&] { dec.decode_region(e.bytes, 85, 0, 10, 10, out.data(), out.size()); }),
+    EXPECT_EQ(error_code_of([&] { dec.decode_region(e.bytes, 85, 0, 10, 10, out.data(), out.size()); }),
               ErrorCode::kInvalidArgument);
   }
 }
@@ -354,7 +343,7 @@ TEST(RasterErrors, TruncatedAndCorruptPngAreDataLoss) {
   for (size_t n : {size_t{8}, size_t{20}, size_t{33}, size_t{60}, png.size() / 2, png.size() - 16}) {
     std::vector<uint8_t> cut(png.begin(), png.begin() + n);
     std::string msg;
-    EXPECT_EQ(code_of([&] { dec.decode(cut, none(), 0, out.data(), out.size()); }, &msg),
+    EXPECT_EQ(error_code_of([&] { dec.decode(cut, none(), 0, out.data(), out.size()); }, &msg),
               ErrorCode::kDataLoss)
         << n;
     EXPECT_NE(msg.find("PNG"), std::string::npos) << msg;
@@ -362,7 +351,7 @@ TEST(RasterErrors, TruncatedAndCorruptPngAreDataLoss) {
   auto bad = png;
   bad[png.size() / 2] ^= 0x5A;  // inside IDAT: its CRC no longer matches
   std::string msg;
-  EXPECT_EQ(code_of([&] { dec.decode(bad, none(), 1, out.data(), out.size()); }, &msg),
+  EXPECT_EQ(error_code_of([&] { dec.decode(bad, none(), 1, out.data(), out.size()); }, &msg),
             ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("PNG"), std::string::npos) << msg;
   // The decoder is still usable after errors.
@@ -378,7 +367,7 @@ TEST(RasterErrors, HugeDeclaredPngIsResourceExhaustedBeforeDecoding) {
   ImageDecoder dec;
   std::vector<uint8_t> out(224 * 224 * 3);
   std::string msg;
-  EXPECT_EQ(code_of([&] { dec.decode(png, train(), 0, out.data(), out.size()); }, &msg),
+  EXPECT_EQ(error_code_of([&] { dec.decode(png, train(), 0, out.data(), out.size()); }, &msg),
             ErrorCode::kResourceExhausted);
   EXPECT_NE(msg.find("100000x100000"), std::string::npos) << msg;
   EXPECT_EQ(probe_image(png).width, 100000);
@@ -394,23 +383,23 @@ TEST(RasterErrors, TruncatedOrDamagedWebpIsDataLossAndLimitIsResourceExhausted) 
     for (size_t n : {size_t{12}, size_t{20}, size_t{30}, webp.size() / 2, webp.size() - 1}) {
       std::vector<uint8_t> cut(webp.begin(), webp.begin() + n);
       std::string msg;
-      EXPECT_EQ(code_of([&] { dec.decode(cut, none(), 0, out.data(), out.size()); }, &msg),
+      EXPECT_EQ(error_code_of([&] { dec.decode(cut, none(), 0, out.data(), out.size()); }, &msg),
                 ErrorCode::kDataLoss)
           << lossless << " " << n;
       EXPECT_NE(msg.find("WebP"), std::string::npos) << msg;
     }
     auto bad = webp;
     std::memcpy(&bad[12], "XXXX", 4);  // the VP8/VP8L chunk's tag
-    EXPECT_EQ(code_of([&] { dec.decode(bad, none(), 0, out.data(), out.size()); }),
+    EXPECT_EQ(error_code_of([&] { dec.decode(bad, none(), 0, out.data(), out.size()); }),
               ErrorCode::kDataLoss);
     ImageTransform t = train();
     t.max_pixels = w * h - 1;
-    EXPECT_EQ(code_of([&] { dec.decode(webp, t, 0, out.data(), out.size()); }),
+    EXPECT_EQ(error_code_of([&] { dec.decode(webp, t, 0, out.data(), out.size()); }),
               ErrorCode::kResourceExhausted);
   }
   std::string msg;
   std::vector<uint8_t> riff = {'R', 'I', 'F', 'F', 4, 0, 0, 0, 'W', 'A', 'V', 'E'};
-  EXPECT_EQ(code_of([&] { probe_image(riff); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_EQ(error_code_of([&] { probe_image(riff); }, &msg), ErrorCode::kDataLoss);
   EXPECT_NE(msg.find("not a JPEG, PNG or WebP"), std::string::npos) << msg;
 }
 
@@ -423,7 +412,7 @@ TEST(Follow, BadGeometryAndOutputAreInvalidArgument) {
   auto bad_geometry = [&](auto mutate) {
     ImageGeometry g = good;
     mutate(g);
-    return code_of([&] { dec.decode_with(png, g, {}, out.data(), out.size()); });
+    return error_code_of([&] { dec.decode_with(png, g, {}, out.data(), out.size()); });
   };
   EXPECT_EQ(bad_geometry([](ImageGeometry& g) { g.w = 0; }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(bad_geometry([](ImageGeometry& g) { g.x = 20; }), ErrorCode::kInvalidArgument);
@@ -432,16 +421,16 @@ TEST(Follow, BadGeometryAndOutputAreInvalidArgument) {
   EXPECT_EQ(bad_geometry([](ImageGeometry& g) { g.y = NAN; }), ErrorCode::kInvalidArgument);
   FollowOutput two;
   two.channels = 2;
-  EXPECT_EQ(code_of([&] { dec.decode_with(png, good, two, out.data(), out.size()); }),
+  EXPECT_EQ(error_code_of([&] { dec.decode_with(png, good, two, out.data(), out.size()); }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of([&] { dec.decode_with(png, good, {}, out.data(), 8 * 8 * 3 - 1); }),
+  EXPECT_EQ(error_code_of([&] { dec.decode_with(png, good, {}, out.data(), 8 * 8 * 3 - 1); }),
             ErrorCode::kInvalidArgument);
   FollowOutput one{0, 0, 1, Interpolation::kNearest};
   const auto webp = encode_webp_rgb(noisy_rgb(32, 32, 2), 32, 32, true);
-  EXPECT_EQ(code_of([&] { dec.decode_with(webp, good, one, out.data(), out.size()); }),
+  EXPECT_EQ(error_code_of([&] { dec.decode_with(webp, good, one, out.data(), out.size()); }),
             ErrorCode::kInvalidArgument);
   const auto color_jpeg = testing::make_jpeg(32, 32, 3);
-  EXPECT_EQ(code_of([&] { dec.decode_with(color_jpeg, good, one, out.data(), out.size()); }),
+  EXPECT_EQ(error_code_of([&] { dec.decode_with(color_jpeg, good, one, out.data(), out.size()); }),
             ErrorCode::kInvalidArgument);
 }
 

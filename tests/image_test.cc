@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -175,8 +176,11 @@ Diff diff(const std::vector<uint8_t>& a, const std::vector<double>& b) {
   return d;
 }
 
-// Encodes CMYK (4 bytes a pixel) with the libjpeg API; libjpeg writes an Adobe marker.
-std::vector<uint8_t> encode_cmyk(const std::vector<uint8_t>& cmyk, int w, int h, bool ycck) {
+// Encodes `pixels` (`components` bytes a pixel, in `in_space`) with the libjpeg API, for
+// what TurboJPEG's API cannot write; `configure` runs after jpeg_set_defaults.
+std::vector<uint8_t> encode_with_libjpeg(const std::vector<uint8_t>& pixels, int w, int h, int components,
+                                         J_COLOR_SPACE in_space,
+                                         const std::function<void(jpeg_compress_struct&)>& configure) {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -186,14 +190,13 @@ std::vector<uint8_t> encode_cmyk(const std::vector<uint8_t>& cmyk, int w, int h,
   jpeg_mem_dest(&c, &buf, &size);
   c.image_width = w;
   c.image_height = h;
-  c.input_components = 4;
-  c.in_color_space = JCS_CMYK;
+  c.input_components = components;
+  c.in_color_space = in_space;
   jpeg_set_defaults(&c);
-  jpeg_set_colorspace(&c, ycck ? JCS_YCCK : JCS_CMYK);
-  jpeg_set_quality(&c, 95, TRUE);
+  configure(c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(&cmyk[static_cast<size_t>(c.next_scanline) * w * 4]);
+    JSAMPROW row = const_cast<uint8_t*>(&pixels[static_cast<size_t>(c.next_scanline) * w * components]);
     jpeg_write_scanlines(&c, &row, 1);
   }
   jpeg_finish_compress(&c);
@@ -201,6 +204,14 @@ std::vector<uint8_t> encode_cmyk(const std::vector<uint8_t>& cmyk, int w, int h,
   free(buf);
   jpeg_destroy_compress(&c);
   return out;
+}
+
+// Encodes CMYK (4 bytes a pixel) with the libjpeg API; libjpeg writes an Adobe marker.
+std::vector<uint8_t> encode_cmyk(const std::vector<uint8_t>& cmyk, int w, int h, bool ycck) {
+  return encode_with_libjpeg(cmyk, w, h, 4, JCS_CMYK, [ycck](jpeg_compress_struct& c) {
+    jpeg_set_colorspace(&c, ycck ? JCS_YCCK : JCS_CMYK);
+    jpeg_set_quality(&c, 95, TRUE);
+  });
 }
 
 ImageTransform train(int size = 224) {
@@ -661,30 +672,10 @@ std::vector<uint8_t> encode_many_scans(int al) {
     scans.push_back({1, {0, 0, 0, 0}, k, k, 0, al});
     for (int a = al; a > 0; --a) scans.push_back({1, {0, 0, 0, 0}, k, k, a, a - 1});
   }
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = W;
-  c.image_height = H;
-  c.input_components = 1;
-  c.in_color_space = JCS_GRAYSCALE;
-  jpeg_set_defaults(&c);
-  c.scan_info = scans.data();
-  c.num_scans = static_cast<int>(scans.size());
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = &gray[static_cast<size_t>(c.next_scanline) * W];
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  std::vector<uint8_t> out(buf, buf + size);
-  free(buf);
-  jpeg_destroy_compress(&c);
-  return out;
+  return encode_with_libjpeg(gray, W, H, 1, JCS_GRAYSCALE, [&scans](jpeg_compress_struct& c) {
+    c.scan_info = scans.data();
+    c.num_scans = static_cast<int>(scans.size());
+  });
 }
 
 TEST(ImageErrors, ProgressiveWithMoreThan500ScansIsDataLoss) {

@@ -330,15 +330,26 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- tiny and huge reads, unaligned requests on a direct engine ----------------------
 
-class EachEngine : public ::testing::TestWithParam<IoEngineKind> {};
+// Each test runs once per engine kind in a scratch directory `dir`; io_uring is skipped,
+// visibly, where the machine refuses it.
+class EachEngine : public ::testing::TestWithParam<IoEngineKind> {
+ protected:
+  void SetUp() override { SKIP_IF_NO_URING(kind); }
+
+  // Writes `size` random bytes (from `seed`) to dir/name and returns them.
+  std::vector<uint8_t> write_random(const std::string& name, size_t size, uint32_t seed) {
+    auto bytes = testing::random_bytes(size, seed);
+    testing::write_file(dir.str(name), bytes);
+    return bytes;
+  }
+
+  const IoEngineKind kind = GetParam();
+  TempDir dir;
+};
 
 TEST_P(EachEngine, TinyHugeAndUnalignedReadsAreExact) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
   const uint64_t size = 9u << 20;
-  const auto bytes = testing::random_bytes(size, 3);
-  testing::write_file(dir.str("f"), bytes);
+  const auto bytes = write_random("f", size, 3);
   for (bool direct : {true, false}) {
     auto e = make_engine(kind, 16, direct);
     const uint32_t f = e->add_file(dir.str("f"));
@@ -372,11 +383,7 @@ TEST_P(EachEngine, TinyHugeAndUnalignedReadsAreExact) {
 
 // A buffer outside the slab (plain heap memory) is read with a plain READ.
 TEST_P(EachEngine, BuffersOutsideTheSlabWork) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(100000, 4);
-  testing::write_file(dir.str("f"), bytes);
+  const auto bytes = write_random("f", 100000, 4);
   auto e = make_engine(kind, 4, /*direct=*/false, /*slab=*/0);
   const uint32_t f = e->add_file(dir.str("f"));
   std::vector<uint8_t> buf(50000);
@@ -391,11 +398,7 @@ TEST_P(EachEngine, BuffersOutsideTheSlabWork) {
 // The slab starts on a 2 MiB boundary (transparent huge pages can back it whole: a read
 // is then a segment or two instead of one per 4 KiB page) and all of it is usable.
 TEST_P(EachEngine, SlabStartsOnAHugePageBoundaryAndIsWhollyUsable) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(6u << 20, 11);
-  testing::write_file(dir.str("f"), bytes);
+  const auto bytes = write_random("f", 6u << 20, 11);
   auto e = make_engine(kind, 4, /*direct=*/true, /*slab=*/6u << 20);
   IoBuffer all = e->alloc(6u << 20);
   ASSERT_TRUE(all.in_slab());
@@ -414,11 +417,7 @@ TEST_P(EachEngine, SlabStartsOnAHugePageBoundaryAndIsWhollyUsable) {
 // ---- truncation and real errors -------------------------------------------------------
 
 TEST_P(EachEngine, FileTruncatedUnderTheEngineGivesShortOrEmptyReads) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(1u << 20, 5);
-  testing::write_file(dir.str("t.stk"), bytes);
+  const auto bytes = write_random("t.stk", 1u << 20, 5);
   for (bool direct : {true, false}) {
     auto e = make_engine(kind, 8, direct);
     const uint32_t f = e->add_file(dir.str("t.stk"));
@@ -445,8 +444,6 @@ TEST_P(EachEngine, FileTruncatedUnderTheEngineGivesShortOrEmptyReads) {
 // seq_file-backed /proc files return about a page per read: a real source of short
 // reads, which the engines must continue until the requested length.
 TEST_P(EachEngine, ShortReadsAreContinued) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
   const char* path = "/proc/kallsyms";
   std::vector<uint8_t> want(65536);
   {
@@ -473,9 +470,6 @@ TEST_P(EachEngine, ShortReadsAreContinued) {
 }
 
 TEST_P(EachEngine, ReadErrorNamesFileAndOffset) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
   // A directory opens read-only but every read of it fails with EISDIR: a real,
   // per-request error that does not disturb the other requests.
   std::filesystem::create_directories(dir.path() / "shard-dir");
@@ -494,9 +488,6 @@ TEST_P(EachEngine, ReadErrorNamesFileAndOffset) {
 }
 
 TEST_P(EachEngine, BadArgumentsAreRejected) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
   auto e = make_engine(kind, 8, true);
   try {
     e->add_file(dir.str("missing.stk"));
@@ -525,11 +516,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, EachEngine,
 // ---- cancellation and teardown ---------------------------------------------------------
 
 TEST_P(EachEngine, CancelWithReadsInFlightCompletesEveryRequestOnce) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(4u << 20, 6);
-  testing::write_file(dir.str("c"), bytes);
+  const auto bytes = write_random("c", 4u << 20, 6);
   auto e = make_engine(kind, 16, true);
   const uint32_t f = e->add_file(dir.str("c"));
   std::vector<IoBuffer> bufs;
@@ -564,9 +551,6 @@ TEST_P(EachEngine, CancelWithReadsInFlightCompletesEveryRequestOnce) {
 }
 
 TEST_P(EachEngine, DestroyWithReadsInFlightLeaksNoDescriptor) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
   for (int i = 0; i < 4; ++i) {
     testing::write_file(dir.str("d" + std::to_string(i)), testing::random_bytes(2u << 20, i));
   }
@@ -865,12 +849,8 @@ TEST(PlanReads, NeighboursCoalesceUpToTheLimit) {
 }
 
 TEST_P(EachEngine, PlannedCoalescedReadsDeliverEveryRecord) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
   const uint64_t size = (2u << 20) + 77;
-  const auto bytes = testing::random_bytes(size, 11);
-  testing::write_file(dir.str("s"), bytes);
+  const auto bytes = write_random("s", size, 11);
   auto e = make_engine(kind, 8, true);
   const uint32_t f = e->add_file(dir.str("s"));
   std::vector<RecordRange> recs;
@@ -900,11 +880,7 @@ TEST_P(EachEngine, PlannedCoalescedReadsDeliverEveryRecord) {
 // ---- wrappers ---------------------------------------------------------------------------
 
 TEST_P(EachEngine, FaultsHitExactlyThePlannedRequests) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(1u << 20, 12);
-  testing::write_file(dir.str("a"), bytes);
+  const auto bytes = write_random("a", 1u << 20, 12);
   testing::write_file(dir.str("b"), bytes);
   FaultPlan plan;
   plan.seed = 42;
@@ -975,11 +951,7 @@ TEST_P(EachEngine, FaultsHitExactlyThePlannedRequests) {
 }
 
 TEST_P(EachEngine, ThrottleHoldsTheByteRate) {
-  const IoEngineKind kind = GetParam();
-  SKIP_IF_NO_URING(kind);
-  TempDir dir;
-  const auto bytes = testing::random_bytes(4u << 20, 13);
-  testing::write_file(dir.str("a"), bytes);
+  const auto bytes = write_random("a", 4u << 20, 13);
   const double rate = 8.0 * (1 << 20);  // 8 MiB/s: 4 MiB take >= (4 - 0.8 - 0.0625)/8 s
   auto e = make_throttled_engine(make_engine(kind, 16, true), rate);
   const uint32_t f = e->add_file(dir.str("a"));

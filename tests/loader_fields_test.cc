@@ -15,6 +15,7 @@
 #include "stoker/image.h"
 #include "stoker/loader.h"
 #include "util/image_encode.h"
+#include "util/loader_util.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -102,9 +103,7 @@ TEST_P(LoaderFields, EveryFieldKindRoundTripsAsStored) {
   TempDir dir;
   const int n = 37;
   write_every_kind(dir.str("ds"), n, GetParam());
-  LoaderOptions o;
-  o.path = dir.str("ds");
-  o.batch_size = 8;
+  LoaderOptions o = testing::default_options(dir.str("ds"), 8);
   o.order.kind = OrderKind::kShuffled;
   o.threads = 2;
   o.fields["jpg"].kind = FieldTransform::Kind::kAsStored;
@@ -150,9 +149,7 @@ INSTANTIATE_TEST_SUITE_P(RawAndZstd, LoaderFields, ::testing::Bool());
 TEST(LoaderFieldsSpec, TheFirstImageFieldIsDecodedByDefaultUnderItsOwnName) {
   TempDir dir;
   write_every_kind(dir.str("ds"), 10, false);
-  LoaderOptions o;
-  o.path = dir.str("ds");
-  o.batch_size = 4;
+  LoaderOptions o = testing::default_options(dir.str("ds"), 4);
   o.transform.size = 32;
   Loader loader(o);
   auto b = loader.next();
@@ -165,9 +162,7 @@ TEST(LoaderFieldsSpec, TheFirstImageFieldIsDecodedByDefaultUnderItsOwnName) {
 TEST(LoaderFieldsSpec, CenterCropMatchesTheEvalDecodeOfTheSameBytes) {
   TempDir dir;
   write_every_kind(dir.str("ds"), 9, false);
-  LoaderOptions o;
-  o.path = dir.str("ds");
-  o.batch_size = 9;
+  LoaderOptions o = testing::default_options(dir.str("ds"), 9);
   o.order.kind = OrderKind::kSequential;
   FieldTransform& f = o.fields["jpg"];
   f.kind = FieldTransform::Kind::kCenterCrop;
@@ -259,9 +254,7 @@ void write_pairs(const std::string& dir, int n) {
 
 // The worst mismatch over three epochs of random crops and flips.
 double worst_mismatch(const std::string& dir, const FieldTransform& mask_spec, uint64_t seed) {
-  LoaderOptions o;
-  o.path = dir;
-  o.batch_size = 6;
+  LoaderOptions o = testing::default_options(dir, 6);
   o.order.seed = seed;
   o.threads = 2;
   FieldTransform& img = o.fields["img.png"];
@@ -305,9 +298,7 @@ TEST(LoaderFieldsSpec, BadSpecsAreNamedWithTheirParameter) {
   TempDir dir;
   write_pairs(dir.str("ds"), 4);
   auto error_of = [&](const std::map<std::string, FieldTransform>& fields) -> std::string {
-    LoaderOptions o;
-    o.path = dir.str("ds");
-    o.batch_size = 2;
+    LoaderOptions o = testing::default_options(dir.str("ds"), 2);
     o.fields = fields;
     try {
       Loader loader(o);
@@ -357,9 +348,7 @@ TEST(LoaderFieldsErrors, ABadImageNamesItsSourceKey) {
     }
     w.finish();
   }
-  LoaderOptions o;
-  o.path = dir.str("ds");
-  o.batch_size = 4;
+  LoaderOptions o = testing::default_options(dir.str("ds"), 4);
   o.transform.kind = ImageTransform::Kind::kEval;
   o.transform.size = 16;
   o.order.kind = OrderKind::kSequential;

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
-#include "util/bytes.h"
+#include "util/datasets.h"
+#include "util/loader_util.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -17,15 +19,12 @@ namespace {
 
 using testing::TempDir;
 
+// Four 20x20 images, label 0.
 void make_images(const std::string& dir) {
-  DatasetWriter w(dir, Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}}, {});
-  for (int i = 0; i < 4; ++i) {
-    auto jpeg = testing::make_jpeg(20, 20, static_cast<uint32_t>(i));
-    std::vector<uint8_t> label(8);
-    std::vector<std::span<const uint8_t>> f{jpeg, label};
-    w.add(f);
-  }
-  w.finish();
+  testing::write_image_dataset(dir, {.count = 4,
+                                     .classes = 1,
+                                     .class_names = false,
+                                     .size = [](int) { return std::pair<int, int>{20, 20}; }});
 }
 
 // The message of the kInvalidArgument that constructing a Loader with `o` throws.
@@ -43,10 +42,7 @@ std::string refusal(const LoaderOptions& o) {
 TEST(LoaderOptions, NormalisationOutsideTheZeroToOneScaleIsRefusedNamingTheOption) {
   TempDir dir;
   make_images(dir.str());
-  LoaderOptions o;
-  o.path = dir.str();
-  o.rank = 0;
-  o.world_size = 1;
+  auto o = testing::image_options(dir.str());
   o.pixel_format = PixelFormat::kF32CHW;
   o.std[1] = 0;
   EXPECT_NE(refusal(o).find("std[1]"), std::string::npos);
@@ -63,10 +59,7 @@ TEST(LoaderOptions, NormalisationOutsideTheZeroToOneScaleIsRefusedNamingTheOptio
 TEST(LoaderOptions, TargetsOnRecordsAndABadRankAreRefused) {
   TempDir dir;
   make_images(dir.str());
-  LoaderOptions o;
-  o.path = dir.str();
-  o.rank = 0;
-  o.world_size = 1;
+  auto o = testing::image_options(dir.str());
   o.targets = true;
   const std::string t = refusal(o);
   EXPECT_NE(t.find("targets"), std::string::npos) << t;

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
-#include "util/bytes.h"
+#include "util/datasets.h"
+#include "util/loader_util.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -19,33 +22,26 @@ namespace {
 
 using testing::TempDir;
 
+// n images of 20..28 x 18..24 in shards of 32 KiB, label i % 3.
 void make_images(const std::string& dir, int n) {
-  DatasetWriterOptions o;
-  o.shard_size = 32 << 10;
-  DatasetWriter w(dir, Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}}, o);
-  for (int i = 0; i < n; ++i) {
-    auto jpeg = testing::make_jpeg(20 + i % 9, 18 + i % 7, static_cast<uint32_t>(i));
-    std::vector<uint8_t> label(8);
-    internal::put_u64(label.data(), static_cast<uint64_t>(i % 3));
-    std::vector<std::span<const uint8_t>> f{jpeg, label};
-    w.add(f);
-  }
-  w.finish();
+  testing::write_image_dataset(dir, {.count = n,
+                                     .shard_size = 32 << 10,
+                                     .classes = 3,
+                                     .class_names = false,
+                                     .size = [](int i) { return std::pair<int, int>{20 + i % 9, 18 + i % 7}; }});
 }
 
+// `rows` rows of L + 1 tokens, R rows a record, plain, in the writer's default shards.
 void make_tokens(const std::string& dir, uint64_t rows, uint32_t L, uint32_t R) {
-  DatasetWriter w(dir, Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, {});
-  for (uint64_t r0 = 0; r0 < rows; r0 += R) {
-    std::vector<uint8_t> buf;
-    for (uint64_t r = r0; r < std::min<uint64_t>(rows, r0 + R); ++r)
-      for (uint64_t t = r * L; t <= r * L + L; ++t) {
-        buf.push_back(static_cast<uint8_t>(t));
-        buf.push_back(static_cast<uint8_t>(t >> 8));
-      }
-    std::vector<std::span<const uint8_t>> f{buf};
-    w.add(f);
-  }
-  w.finish();
+  testing::write_token_dataset(dir, rows * L + 1, L, R, false, DatasetWriterOptions{}.shard_size);
+}
+
+// Images cropped to 16, batch `batch`, 2 threads.
+LoaderOptions rank_options(const std::string& dir, uint64_t batch) {
+  LoaderOptions o = testing::image_options(dir);
+  o.batch_size = batch;
+  o.transform.size = 16;
+  return o;
 }
 
 // Per rank: the index tensor of each batch.
@@ -69,11 +65,7 @@ std::vector<std::vector<std::vector<int64_t>>> run_world(LoaderOptions o, int wo
 TEST(LoaderRanks, ImageTailIsPaddedSoEveryRankGetsTheSameBatches) {
   TempDir dir;
   make_images(dir.str(), 120);
-  LoaderOptions o;
-  o.path = dir.str();
-  o.batch_size = 17;
-  o.transform.size = 16;
-  o.threads = 2;
+  auto o = rank_options(dir.str(), 17);
   o.order.seed = 3;
   // The case: 120 samples, world 7, batch 17 gave rank 0 two batches and the
   // others one, and the second all-reduce of rank 0 waited forever.
@@ -109,11 +101,7 @@ TEST(LoaderRanks, ImageTailIsPaddedSoEveryRankGetsTheSameBatches) {
 TEST(LoaderRanks, DropLastStillDropsTheTailForEveryRank) {
   TempDir dir;
   make_images(dir.str(), 120);
-  LoaderOptions o;
-  o.path = dir.str();
-  o.batch_size = 17;
-  o.transform.size = 16;
-  o.threads = 2;
+  auto o = rank_options(dir.str(), 17);
   o.drop_last = true;
   const auto world = run_world(o, 7);
   std::set<int64_t> seen;
@@ -128,11 +116,7 @@ TEST(LoaderRanks, DropLastStillDropsTheTailForEveryRank) {
 TEST(LoaderRanks, ResumingAtAnotherWorldSizeContinuesTheSequenceAndPadsItsOwnTail) {
   TempDir dir;
   make_images(dir.str(), 61);
-  LoaderOptions o;
-  o.path = dir.str();
-  o.batch_size = 4;
-  o.transform.size = 16;
-  o.threads = 2;
+  auto o = rank_options(dir.str(), 4);
   o.order.seed = 11;
   // Reference: one rank, batch 1: the epoch order itself.
   auto ref_opt = o;
@@ -206,37 +190,17 @@ TEST(LoaderRanks, TokenTailIsTrimmedToAMultipleOfTheWorldSize) {
   EXPECT_EQ(one[0].back().size(), 130u - 7 * 17);
 }
 
-}  // namespace
-}  // namespace stoker
-
-namespace stoker {
-namespace {
-
 // Fewer rows left than ranks: the final step goes and the full ones keep their length
 // (the last full batch was once cut to 0 rows and the consumer waited for it forever).
 TEST(LoaderRanks, TokenTailOfFewerRowsThanRanksKeepsTheFullSteps) {
   TempDir dir;
   make_tokens(dir.str(), 10937, 8, 3);
-  LoaderOptions o;
-  o.path = dir.str();
-  o.order.window_chunks = 1;
-  o.order.seed = 997;
-  o.world_size = 4;
-  o.batch_size = 1;
-  o.threads = 1;
-  o.slots = 7;
+  auto o = testing::lone_worker_options(dir.str());
   for (int rank = 0; rank < 2; ++rank) {
     o.rank = rank;
     Loader l(o);
     l.set_epoch(4);
-    std::vector<Batch> held;
-    uint64_t rows = 0;
-    while (auto b = l.next()) {
-      rows += b->size();
-      held.push_back(std::move(*b));
-      if (held.size() > 5) held.erase(held.begin());
-    }
-    EXPECT_EQ(rows, l.num_batches());
+    EXPECT_EQ(testing::drain_holding(l, 5), l.num_batches());
     EXPECT_EQ(l.num_batches(), 10937u / 4);
   }
 }

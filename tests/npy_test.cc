@@ -9,9 +9,12 @@
 #include <string>
 
 #include "stoker/error.h"
+#include "util/test_util.h"
 
 namespace stoker::internal {
 namespace {
+
+using stoker::testing::error_code_of;
 
 // A header laid out as numpy.lib.format writes it: magic, version, little-endian length,
 // the dict, spaces, '\n', total a multiple of 64.
@@ -31,18 +34,6 @@ std::vector<uint8_t> npy(const std::string& dict, int major = 1) {
   }
   b.insert(b.end(), d.begin(), d.end());
   return b;
-}
-
-template <class F>
-ErrorCode code_of(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message != nullptr) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no stoker::Error thrown";
-  return ErrorCode::kCancelled;
 }
 
 TEST(Npy, ParsesWhatNumpyWrote) {
@@ -127,7 +118,7 @@ TEST(Npy, UnsupportedArraysAreInvalidArgumentNamingWhy) {
   };
   for (const Case& c : cases) {
     std::string msg;
-    EXPECT_EQ(code_of([&] { parse_npy_header(npy(c.dict), "bad.npy"); }, &msg),
+    EXPECT_EQ(error_code_of([&] { parse_npy_header(npy(c.dict), "bad.npy"); }, &msg),
               ErrorCode::kInvalidArgument)
         << c.dict;
     EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
@@ -172,7 +163,7 @@ TEST(Npy, MalformedHeadersAreDataLossNamingWhy) {
   cases.push_back({huge, "limit"});
   for (const Case& c : cases) {
     std::string msg;
-    EXPECT_EQ(code_of([&] { parse_npy_header(c.bytes, "bad.npy"); }, &msg), ErrorCode::kDataLoss)
+    EXPECT_EQ(error_code_of([&] { parse_npy_header(c.bytes, "bad.npy"); }, &msg), ErrorCode::kDataLoss)
         << c.says;
     EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
     EXPECT_NE(msg.find("bad.npy"), std::string::npos) << msg;

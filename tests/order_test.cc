@@ -50,6 +50,16 @@ double chi_square_uniform(const std::vector<uint64_t>& counts) {
   return chi;
 }
 
+// kChunkLocal order: `seed`, chunks of `chunk` records, windows of `window` chunks.
+OrderOptions chunk_local(uint64_t seed, uint64_t chunk, uint64_t window) {
+  OrderOptions o;
+  o.kind = OrderKind::kChunkLocal;
+  o.seed = seed;
+  o.chunk_size = chunk;
+  o.window_chunks = window;
+  return o;
+}
+
 // ---------------------------------------------------------------------------------
 // Permutation
 
@@ -394,11 +404,7 @@ TEST(EpochOrder, WindowedKindsKeepEveryChunkInsideOneWindow) {
 
 TEST(EpochOrder, ChunkLocalShufflesChunksAndRecordsWithinWindows) {
   // 8 shards of 1000 records, chunks of 50, windows of 4 chunks (200 records).
-  OrderOptions opt;
-  opt.kind = OrderKind::kChunkLocal;
-  opt.seed = 11;
-  opt.chunk_size = 50;
-  opt.window_chunks = 4;
+  const OrderOptions opt = chunk_local(11, 50, 4);
   const EpochOrder order(opt, std::vector<uint64_t>(8, 1000), 0);
   ASSERT_EQ(order.chunk_count(), 160u);
   ASSERT_EQ(order.window_count(), 40u);
@@ -744,11 +750,7 @@ std::string with_crc(const std::string& body) {
 }
 
 TEST(OrderState, SerializesToAStableLine) {
-  OrderOptions opt;
-  opt.kind = OrderKind::kChunkLocal;
-  opt.seed = 42;
-  opt.chunk_size = 64;
-  opt.window_chunks = 16;
+  const OrderOptions opt = chunk_local(42, 64, 16);
   OrderState s = OrderState::start(opt, 1281167, 3);
   s.consumed = 1536;
   EXPECT_EQ(s.serialize(), with_crc("stoker-order v1 kind=chunk_local seed=42 epoch=3 "
@@ -849,11 +851,7 @@ TEST(OrderState, RejectsGarbage) {
 }
 
 TEST(OrderState, MismatchedOptionsAreInvalidArgument) {
-  OrderOptions opt;
-  opt.kind = OrderKind::kChunkLocal;
-  opt.seed = 3;
-  opt.chunk_size = 32;
-  opt.window_chunks = 8;
+  const OrderOptions opt = chunk_local(3, 32, 8);
   const OrderState s = OrderState::start(opt, 1000, 4);
   s.check_matches(opt, 1000);
   OrderOptions o = opt;

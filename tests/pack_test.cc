@@ -1127,47 +1127,5 @@ TEST(PackLimits, DiskFullOrFileSizeLimitIsAClearErrorAndLeavesNoDataset) {
   EXPECT_EQ(m2.find("left behind"), std::string::npos) << m2;
 }
 
-// #18: Ctrl-C during `stoker pack` left a .tmp file and printed nothing. Through the
-// binary: SIGINT while a shard is being written ends the run with exit code 130, a
-// message saying what happened, and no file of the run left in the output.
-TEST(Cli, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
-  TempDir tmp;
-  // Incompressible tokens at zstd 19 on one thread: slow enough to interrupt.
-  write_file(tmp.str("t.bin"), testing::random_bytes(24u << 20, 7));
-  const std::string out = tmp.str("out"), err = tmp.str("stderr.txt");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 2);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 1);
-    ::execl(STOKER_CLI_PATH, "stoker", "pack", "tokens", tmp.str("t.bin").c_str(), out.c_str(), "--dtype", "uint16",
-            "--seq-len", "1024", "--zstd", "19", "--threads", "1", "--shard-size", "1MiB", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  // Wait for the second shard to be under way: one finished shard and one .tmp.
-  bool started = false;
-  for (int i = 0; i < 1200 && !started; ++i) {
-    std::error_code ec;
-    bool tmp_file = false, done_shard = false;
-    for (const auto& e : fs::directory_iterator(out, ec)) {
-      tmp_file |= e.path().extension() == ".tmp";
-      done_shard |= e.path().extension() == ".stk";
-    }
-    started = tmp_file && done_shard;
-    if (!started) ::usleep(50 * 1000);
-  }
-  ASSERT_TRUE(started) << "the pack did not start writing in 60 s";
-  ASSERT_EQ(::kill(pid, SIGINT), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 130);
-  const std::string msg = testing::read_file_text(err);
-  EXPECT_NE(msg.find("interrupted (SIGINT)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("removed"), std::string::npos) << msg;
-  EXPECT_TRUE(tree(out).empty()) << msg;  // no .tmp, no shard, no MANIFEST
-}
-
 }  // namespace
 }  // namespace stoker

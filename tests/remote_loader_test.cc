@@ -3,7 +3,6 @@
 // epoch, and shards fetched once.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +10,7 @@
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/remote.h"
+#include "util/datasets.h"
 #include "util/test_servers.h"
 #include "util/test_util.h"
 
@@ -23,18 +23,7 @@ using namespace std::chrono_literals;
 
 // `shards` shards of ~120 KiB: records of 3-5 KiB random bytes and a label.
 Manifest write_dataset(const std::string& dir, int shards) {
-  DatasetWriterOptions o;
-  o.shard_size = 120 << 10;
-  o.shard.fsync = false;
-  DatasetWriter w(dir, Schema{{Field{"data", FieldKind::kBytes}, Field{"label", FieldKind::kInt64}}}, o);
-  for (int i = 0; i < shards * 30; ++i) {
-    auto payload = testing::random_bytes(3000 + (i * 53) % 2000, static_cast<uint32_t>(i + 1));
-    std::vector<uint8_t> label(8, 0);
-    std::memcpy(label.data(), &i, sizeof i);
-    std::vector<std::span<const uint8_t>> f{payload, label};
-    w.add(f);
-  }
-  return w.finish();
+  return testing::write_bytes_dataset(dir, {.count = shards * 30, .shard_size = 120 << 10, .seed = 1});
 }
 
 // Everything a batch holds, as bytes: each tensor's name, shape, data and offsets.
@@ -128,24 +117,9 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
 
 // Token data needs every shard's index when the loader opens: all shards arrive then.
 TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
-  DatasetWriterOptions wo;
-  wo.shard_size = 8 << 10;
-  wo.shard.compression = Compression::kZstd;
-  wo.shard.fsync = false;
   const uint32_t L = 16;
-  DatasetWriter w(root_.str("tok"), Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, wo);
-  for (uint32_t r0 = 0; r0 < 2400; r0 += 8) {
-    std::vector<uint8_t> buf;
-    for (uint32_t r = r0; r < r0 + 8; ++r)  // a row: L tokens and the next one (its target)
-      for (uint32_t t = r * L; t <= r * L + L; ++t) {
-        const uint16_t v = static_cast<uint16_t>((t * 7919u) % 65521u);
-        buf.push_back(v & 0xFF);
-        buf.push_back(v >> 8);
-      }
-    std::vector<std::span<const uint8_t>> f{buf};
-    w.add(f);
-  }
-  const Manifest m = w.finish();
+  testing::write_token_dataset(root_.str("tok"), 2400 * L + 1, L, 8, true, 8 << 10);  // 2400 rows
+  const Manifest m = Dataset::open(root_.str("tok"))->manifest();
   ASSERT_GE(m.shards.size(), 3u);
   TempDir cache;
   LoaderOptions lo = options(root_.str("tok"));

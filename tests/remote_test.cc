@@ -23,6 +23,7 @@
 
 #include "stoker/error.h"
 #include "stoker/verify.h"
+#include "util/datasets.h"
 #include "util/test_servers.h"
 #include "util/test_util.h"
 
@@ -43,22 +44,11 @@ using testing::wait_port;
 
 // ---- data --------------------------------------------------------------------------
 
-Schema schema() { return Schema{{Field{"data", FieldKind::kBytes}, Field{"label", FieldKind::kInt64}}}; }
-
 // `shards` shards of about `shard_kib` KiB each, records of ~6 KiB random bytes.
 Manifest write_dataset(const std::string& dir, int shards, int shard_kib = 200) {
-  DatasetWriterOptions o;
-  o.shard_size = static_cast<uint64_t>(shard_kib) << 10;
-  o.shard.fsync = false;
-  DatasetWriter w(dir, schema(), o);
-  const int per_shard = shard_kib / 6;
-  for (int i = 0; i < shards * per_shard; ++i) {
-    auto payload = testing::random_bytes(5000 + (i * 37) % 2000, static_cast<uint32_t>(i));
-    std::vector<uint8_t> label(8, static_cast<uint8_t>(i));
-    std::vector<std::span<const uint8_t>> f{payload, label};
-    w.add(f);
-  }
-  return w.finish();
+  return testing::write_bytes_dataset(dir, {.count = shards * (shard_kib / 6),
+                                            .shard_size = static_cast<uint64_t>(shard_kib) << 10,
+                                            .size = [](int i) { return static_cast<size_t>(5000 + (i * 37) % 2000); }});
 }
 
 RemoteOptions fast_options() {
@@ -462,50 +452,6 @@ TEST_F(RemoteHttp, UserinfoInAURLNeverAppearsInErrors) {
     EXPECT_EQ(std::string(e.what()).find("hunter2secret"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("***@127.0.0.1"), std::string::npos) << e.what();
   }
-}
-
-// The `stoker` tool built beside this test (ctest runs in the build directory).
-std::string stoker_tool() {
-  for (const char* p : {"./stoker", "../stoker"})
-    if (fs::exists(p)) return fs::absolute(p).string();
-  return "";
-}
-
-std::string run_capture(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  *rc = WEXITSTATUS(::pclose(f));
-  return out;
-}
-
-TEST_F(RemoteHttp, TheToolVerifiesAndInspectsAURL) {
-  const std::string tool = stoker_tool();
-  if (tool.empty()) GTEST_SKIP() << "the stoker tool is not built beside this test";
-  int rc = -1;
-  std::string out = run_capture(tool + " verify " + nginx_.url() + " --quiet", &rc);
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("OK: 6 shards"), std::string::npos) << out;
-  out = run_capture(tool + " inspect " + nginx_.url() + " --json", &rc);
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("\"records\":" + std::to_string(manifest_.total_records())), std::string::npos) << out;
-  // A server that flips a byte of every answer: verify names the shard's URL and record.
-  Proxy proxy;
-  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--corrupt-first", "1000"}));
-  out = run_capture(tool + " verify " + proxy.url() + " --quiet", &rc);
-  EXPECT_EQ(rc, 1) << out;
-  EXPECT_NE(out.find("FAIL " + proxy.url() + "/" + manifest_.shards[0].name + ": record "), std::string::npos) << out;
-  EXPECT_NE(out.find("checksum mismatch"), std::string::npos) << out;
-  // The cache benchmark runs end to end and reports its ratios.
-  TempDir bench_cache;
-  out = run_capture(tool + " bench io " + nginx_.url() + " --cache-dir " + bench_cache.str() + " --rounds 1 --json", &rc);
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("\"warm_over_local\""), std::string::npos) << out;
-  out = run_capture(tool + " doctor --dataset " + nginx_.url() + " --json", &rc);
-  EXPECT_NE(out.find("\"remote_bandwidth\""), std::string::npos) << out;
-  EXPECT_NE(out.find("remote_reachable\",\"status\":\"ok"), std::string::npos) << out;
 }
 
 // ---- S3 ------------------------------------------------------------------------------

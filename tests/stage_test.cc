@@ -21,6 +21,7 @@
 #include "stage/host_stream.h"
 #include "util/convert.h"
 #include "util/datasets.h"
+#include "util/loader_util.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -528,13 +529,8 @@ TEST(StageLoader, StagedBatchesEqualTheLoadersAndTokensWiden) {
   testing::TempDir tmp;
   const std::string dir = tmp.str("tokens");
   testing::write_token_dataset(dir, 40000, 16, 8);
-  LoaderOptions lo;
-  lo.path = dir;
+  LoaderOptions lo = testing::token_options(dir);
   lo.batch_size = 32;
-  lo.threads = 2;
-  lo.rank = 0;
-  lo.world_size = 1;
-  lo.order.seed = 3;
   lo.targets = true;
   std::vector<std::vector<uint16_t>> want_tokens;
   std::vector<std::vector<int64_t>> want_index;
@@ -598,12 +594,8 @@ std::vector<std::vector<int64_t>> staged_indices(Stager& st, size_t max_batches 
 }
 
 LoaderOptions resume_options(const std::string& dir) {
-  LoaderOptions lo;
-  lo.path = dir;
+  LoaderOptions lo = testing::token_options(dir);
   lo.batch_size = 16;
-  lo.threads = 2;
-  lo.rank = 0;
-  lo.world_size = 1;
   lo.order.seed = 11;
   return lo;
 }

@@ -47,4 +47,18 @@ void write_token_dataset(const std::string& dir, uint64_t tokens, uint32_t L, ui
   w.finish();
 }
 
+Manifest write_bytes_dataset(const std::string& dir, const BytesDatasetSpec& spec) {
+  DatasetWriterOptions o;
+  o.shard_size = spec.shard_size;
+  o.shard.fsync = false;
+  DatasetWriter w(dir, Schema{{Field{"data", FieldKind::kBytes}, Field{"label", FieldKind::kInt64}}}, o);
+  for (int i = 0; i < spec.count; ++i) {
+    const auto payload = random_bytes(spec.size(i), static_cast<uint32_t>(i) + spec.seed);
+    const auto label = internal::le64(i);
+    std::vector<std::span<const uint8_t>> f{payload, label};
+    w.add(f);
+  }
+  return w.finish();
+}
+
 }  // namespace stoker::testing

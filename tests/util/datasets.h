@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "stoker/dataset.h"
+
 namespace stoker::testing {
 
 struct ImageDatasetSpec {
@@ -31,5 +33,17 @@ void write_image_dataset(const std::string& dir, const ImageDatasetSpec& spec);
 /// (each row holds L + 1 tokens, the last shared with the next row), R rows a record.
 void write_token_dataset(const std::string& dir, uint64_t tokens, uint32_t L, uint32_t R, bool zstd = false,
                          uint64_t shard_size = 16 << 10);
+
+struct BytesDatasetSpec {
+  int count = 0;
+  uint64_t shard_size = 64 << 10;
+  /// Length of record i's "data": random bytes seeded with i + seed.
+  std::function<size_t(int)> size = [](int i) { return static_cast<size_t>(3000 + (i * 53) % 2000); };
+  uint32_t seed = 0;
+};
+
+/// Fields "data" (kBytes, random) and "label" (int64 i), shards not fsynced: the opaque
+/// records the remote and cache tests move around. Returns the manifest written.
+Manifest write_bytes_dataset(const std::string& dir, const BytesDatasetSpec& spec);
 
 }  // namespace stoker::testing
