@@ -21,6 +21,7 @@ mkdir -p "$dir"
 run() {
   local out bin=$cli
   if [ "${1:-}" = --main ]; then bin=$MAIN; shift; fi
+  if [ "${1:-}" = --base ]; then bin=$BASE; shift; fi
   local ds=$dir/docs
   if [ "${1:-}" = --on ]; then ds=$2; shift 2; fi
   out=$( { TIMEFORMAT='%U %S'; time "$bin" bench feed "$ds" --threads 2 --batch 32 --epochs 10 \
@@ -46,6 +47,8 @@ if [ "$mode" = mix ]; then
   exit 0
 fi
 # MAIN=path/to/main's/stoker: also the plain feed of that build, in the same rounds.
+# BASE=path/to/another/stoker: also that build's feed with the outputs (a change to them
+# against the build before it).
 for r in $(seq "$rounds"); do
   read -r ra ca < <(run)
   read -r rb cb < <(run --position-ids --loss-mask)
@@ -54,6 +57,10 @@ for r in $(seq "$rounds"); do
   if [ -n "${MAIN:-}" ]; then
     read -r rm cm < <(run --main)
     line+="; main plain $rm rows/s ${cm} cpu-s/Mrow (this plain / main: rate $(awk "BEGIN{printf \"%.3f\", $ra/$rm}"), cpu $(awk "BEGIN{printf \"%.3f\", $ca/$cm}"))"
+  fi
+  if [ -n "${BASE:-}" ]; then
+    read -r rx cx < <(run --base --position-ids --loss-mask)
+    line+="; base position_ids+loss_mask $rx rows/s ${cx} cpu-s/Mrow (this / base: cpu $(awk "BEGIN{printf \"%.3f\", $cb/$cx}"))"
   fi
   echo "$line"
 done
