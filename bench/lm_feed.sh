@@ -40,15 +40,20 @@ if [ "$mode" = mix ]; then
     read -r rm cm < <(run --on "$dir/plain" --mix "$dir/docs")
     slower=$(awk "BEGIN{print ($ra < $rb) ? $ra : $rb}")
     cslow=$(awk "BEGIN{print ($ca > $cb) ? $ca : $cb}")
-    echo "round $r: plain alone $ra rows/s ${ca} cpu-s/Mrow, docs alone $rb rows/s ${cb} cpu-s/Mrow," \
-         "mixture $rm rows/s ${cm} cpu-s/Mrow; mixture / slower: rate $(awk "BEGIN{printf \"%.3f\", $rm/$slower}")," \
-         "cpu per row $(awk "BEGIN{printf \"%.3f\", $cm/$cslow}")"
+    line="round $r: plain alone $ra rows/s ${ca} cpu-s/Mrow, docs alone $rb rows/s ${cb} cpu-s/Mrow,"
+    line+=" mixture $rm rows/s ${cm} cpu-s/Mrow; mixture / slower: rate $(awk "BEGIN{printf \"%.3f\", $rm/$slower}"),"
+    line+=" cpu per row $(awk "BEGIN{printf \"%.3f\", $cm/$cslow}")"
+    if [ -n "${BASE:-}" ]; then
+      read -r rx cx < <(run --base --on "$dir/plain" --mix "$dir/docs")
+      line+="; base mixture $rx rows/s ${cx} cpu-s/Mrow (rate / slower $(awk "BEGIN{printf \"%.3f\", $rx/$slower}"))"
+    fi
+    echo "$line"
   done
   exit 0
 fi
 # MAIN=path/to/main's/stoker: also the plain feed of that build, in the same rounds.
-# BASE=path/to/another/stoker: also that build's feed with the outputs (a change to them
-# against the build before it).
+# BASE=path/to/another/stoker: also that build's feed with the outputs, or its mixture
+# (a change against the build before it).
 for r in $(seq "$rounds"); do
   read -r ra ca < <(run)
   read -r rb cb < <(run --position-ids --loss-mask)

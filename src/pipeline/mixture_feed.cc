@@ -16,7 +16,10 @@ namespace {
 // A mixture batch's own memory (its samples are copies): the dense outputs in `mem`,
 // each variable-size output's values and B + 1 offsets.
 struct OwnedLease : SlotLease {
-  std::vector<uint8_t> mem;
+  // Not zeroed: every byte a view shows is copied in. Taken fresh per batch, it is
+  // mostly the block the batch before gave back (a consumer drops a batch before asking
+  // for the next), still in cache.
+  std::unique_ptr<uint8_t[]> mem;
   std::vector<std::vector<uint8_t>> values;
   std::vector<std::vector<int64_t>> offsets;
 };
@@ -257,7 +260,7 @@ std::optional<Batch> MixtureFeed::next() {
   const uint64_t k = m.next_k;
   const uint64_t n = m.sched->batch_length(k);
   auto lease = std::make_shared<OwnedLease>();
-  lease->mem.resize(m.batch_bytes);
+  lease->mem.reset(new uint8_t[m.batch_bytes]);
   lease->values.resize(m.vars);
   lease->offsets.assign(m.vars, std::vector<int64_t>(n + 1, 0));
   for (uint64_t j = 0; j < n; ++j) {
@@ -267,7 +270,7 @@ std::optional<Batch> MixtureFeed::next() {
     for (size_t t = 0; t < m.outs.size(); ++t) {
       const Impl::Out& o = m.outs[t];
       if (o.var < 0) {
-        uint8_t* dst = lease->mem.data() + o.offset + j * o.sample_bytes;
+        uint8_t* dst = lease->mem.get() + o.offset + j * o.sample_bytes;
         if (o.is_source) {
           const int64_t v = d.source;
           std::memcpy(dst, &v, 8);
@@ -312,7 +315,7 @@ std::optional<Batch> MixtureFeed::next() {
     v.dtype = o.spec.dtype;
     v.kind = o.spec.kind;
     if (o.var < 0) {
-      v.data = lease->mem.data() + o.offset;
+      v.data = lease->mem.get() + o.offset;
       v.shape.push_back(static_cast<int64_t>(n));
     } else {
       std::vector<uint8_t>& vals = lease->values[static_cast<size_t>(o.var)];
