@@ -53,7 +53,9 @@ if [ "$mode" = mix ]; then
 fi
 # MAIN=path/to/main's/stoker: also the plain feed of that build, in the same rounds.
 # BASE=path/to/another/stoker: also that build's feed with the outputs, or its mixture
-# (a change against the build before it).
+# (a change against the build before it). The CLI loads libstoker.so through its RUNPATH,
+# so a copied binary still runs this build's library: make BASE a script that runs it
+# with LD_LIBRARY_PATH set to the other build's library.
 for r in $(seq "$rounds"); do
   read -r ra ca < <(run)
   read -r rb cb < <(run --position-ids --loss-mask)
