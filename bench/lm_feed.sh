@@ -21,6 +21,7 @@ mkdir -p "$dir"
 run() {
   local out bin=$cli
   if [ "${1:-}" = --main ]; then bin=$MAIN; shift; fi
+  if [ "${1:-}" = --base ]; then bin=$BASE; shift; fi
   local ds=$dir/docs
   if [ "${1:-}" = --on ]; then ds=$2; shift 2; fi
   out=$( { TIMEFORMAT='%U %S'; time "$bin" bench feed "$ds" --threads 2 --batch 32 --epochs 10 \
@@ -39,13 +40,22 @@ if [ "$mode" = mix ]; then
     read -r rm cm < <(run --on "$dir/plain" --mix "$dir/docs")
     slower=$(awk "BEGIN{print ($ra < $rb) ? $ra : $rb}")
     cslow=$(awk "BEGIN{print ($ca > $cb) ? $ca : $cb}")
-    echo "round $r: plain alone $ra rows/s ${ca} cpu-s/Mrow, docs alone $rb rows/s ${cb} cpu-s/Mrow," \
-         "mixture $rm rows/s ${cm} cpu-s/Mrow; mixture / slower: rate $(awk "BEGIN{printf \"%.3f\", $rm/$slower}")," \
-         "cpu per row $(awk "BEGIN{printf \"%.3f\", $cm/$cslow}")"
+    line="round $r: plain alone $ra rows/s ${ca} cpu-s/Mrow, docs alone $rb rows/s ${cb} cpu-s/Mrow,"
+    line+=" mixture $rm rows/s ${cm} cpu-s/Mrow; mixture / slower: rate $(awk "BEGIN{printf \"%.3f\", $rm/$slower}"),"
+    line+=" cpu per row $(awk "BEGIN{printf \"%.3f\", $cm/$cslow}")"
+    if [ -n "${BASE:-}" ]; then
+      read -r rx cx < <(run --base --on "$dir/plain" --mix "$dir/docs")
+      line+="; base mixture $rx rows/s ${cx} cpu-s/Mrow (rate / slower $(awk "BEGIN{printf \"%.3f\", $rx/$slower}"))"
+    fi
+    echo "$line"
   done
   exit 0
 fi
 # MAIN=path/to/main's/stoker: also the plain feed of that build, in the same rounds.
+# BASE=path/to/another/stoker: also that build's feed with the outputs, or its mixture
+# (a change against the build before it). The CLI loads libstoker.so through its RUNPATH,
+# so a copied binary still runs this build's library: make BASE a script that runs it
+# with LD_LIBRARY_PATH set to the other build's library.
 for r in $(seq "$rounds"); do
   read -r ra ca < <(run)
   read -r rb cb < <(run --position-ids --loss-mask)
@@ -54,6 +64,10 @@ for r in $(seq "$rounds"); do
   if [ -n "${MAIN:-}" ]; then
     read -r rm cm < <(run --main)
     line+="; main plain $rm rows/s ${cm} cpu-s/Mrow (this plain / main: rate $(awk "BEGIN{printf \"%.3f\", $ra/$rm}"), cpu $(awk "BEGIN{printf \"%.3f\", $ca/$cm}"))"
+  fi
+  if [ -n "${BASE:-}" ]; then
+    read -r rx cx < <(run --base --position-ids --loss-mask)
+    line+="; base position_ids+loss_mask $rx rows/s ${cx} cpu-s/Mrow (this / base: cpu $(awk "BEGIN{printf \"%.3f\", $cb/$cx}"))"
   fi
   echo "$line"
 done

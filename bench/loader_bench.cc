@@ -12,6 +12,7 @@
 
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
+#include "pipeline/doc_rows.h"
 #include "util/bytes.h"
 #include "util/huge_pages.h"
 #include "util/stream_copy.h"
@@ -107,11 +108,27 @@ const Records& records() {
   return all;
 }
 
-void run(benchmark::State& state, bool scatter) {
+// Document starts of a record of 127 rows of 1024 (documents of 1 to 2000 tokens, ~1000
+// on average, the first begun before the record), as `pack tokens --eos` stores them.
+std::vector<uint8_t> doc_starts() {
+  std::vector<uint8_t> out;
+  std::mt19937 g(1);
+  for (int64_t at = -500; at <= 127 * 1024; at += 1 + g() % 2000) {
+    const int32_t v = static_cast<int32_t>(at);
+    out.insert(out.end(), reinterpret_cast<const uint8_t*>(&v), reinterpret_cast<const uint8_t*>(&v) + 4);
+  }
+  return out;
+}
+
+// docs: also each row's position_ids (int32) and loss_mask (uint8), streamed into rings
+// of their own as the loader does.
+void run(benchmark::State& state, bool scatter, bool docs = false) {
   const Records& r = records();
   constexpr size_t kRingRows = 99 * 64;
   std::vector<uint8_t> raw;
   stoker::internal::PageBuffer ring(scatter ? kRingRows * r.copy_bytes : 0);
+  const std::vector<uint8_t> starts = doc_starts();
+  stoker::internal::PageBuffer pos_ring(docs ? kRingRows * 1024 * 4 : 0), mask_ring(docs ? kRingRows * 1024 : 0);
   std::vector<uint32_t> places(kRingRows);  // the ring's rows in a shuffled order
   std::iota(places.begin(), places.end(), 0u);
   std::shuffle(places.begin(), places.end(), std::mt19937(static_cast<uint32_t>(state.thread_index()) + 1));
@@ -126,6 +143,13 @@ void run(benchmark::State& state, bool scatter) {
     if (scatter) {
       for (size_t i = 0; i < n; ++i) {
         stoker::internal::stream_copy(ring.get() + size_t{places[place]} * r.copy_bytes, rows_at + i * r.row_bytes, r.copy_bytes);
+        if (docs) {
+          stoker::internal::DocRowOut out;
+          out.position_ids = reinterpret_cast<int32_t*>(pos_ring.get() + size_t{places[place]} * 1024 * 4);
+          out.loss_mask = mask_ring.get() + size_t{places[place]} * 1024;
+          out.stream = true;
+          stoker::internal::doc_row(starts, i % 127, 1024, out);
+        }
         place = place + 1 == places.size() ? 0 : place + 1;
       }
       stoker::internal::stream_copy_fence();
@@ -143,5 +167,9 @@ void BM_Tokens_Unpack(benchmark::State& state) { tokens::run(state, false); }
 BENCHMARK(BM_Tokens_Unpack)->Threads(1)->Threads(2)->UseRealTime();
 void BM_Tokens_UnpackScatter(benchmark::State& state) { tokens::run(state, true); }
 BENCHMARK(BM_Tokens_UnpackScatter)->Threads(1)->Threads(2)->UseRealTime();
+// UnpackScatter and each row's position_ids + loss_mask: over UnpackScatter, the cost of
+// the document outputs where nothing else varies.
+void BM_Tokens_UnpackScatterDocs(benchmark::State& state) { tokens::run(state, true, true); }
+BENCHMARK(BM_Tokens_UnpackScatterDocs)->Threads(1)->Threads(2)->UseRealTime();
 
 }  // namespace

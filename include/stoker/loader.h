@@ -102,10 +102,13 @@ struct LoaderOptions {
   /// epoch, the same sequence for every world size, resumable from state(). An epoch is
   /// `samples_per_epoch` samples (0: the sources' sizes summed); a source that runs out
   /// within it starts a new, reshuffled epoch of its own. Batches hold the sources'
-  /// outputs (which must agree: names, dtypes, shapes; dense ones only) plus "source"
+  /// outputs that every source has (each must agree across them: kind, dtype, shape;
+  /// text, bytes and ragged ones, `__key__` too, as values + offsets) plus "source"
   /// int64 [B], which source each sample came from; "index" is the sample's index in
-  /// its source. Every source is read by a loader of its own with these options (its
-  /// own order, seeded from `order.seed` and its place in the list). OnError::kError only.
+  /// its source. An output that only some sources have is left out, with a warning
+  /// (warning_sink) naming it and the sources without it. Every source is read by a
+  /// loader of its own with these options (its own order, seeded from `order.seed` and
+  /// its place in the list). OnError::kError only.
   std::vector<std::string> sources;
   std::vector<double> weights;
   uint64_t samples_per_epoch = 0;
@@ -248,6 +251,10 @@ struct LoaderStats {
   double consumer_wait_frac() const;
 };
 
+namespace internal {
+struct LoaderOutputs;  // the library's own view of a Loader's outputs (a mixture's planning)
+}  // namespace internal
+
 class Loader {
  public:
   /// Opens the dataset and checks the options (kInvalidArgument naming the option).
@@ -288,6 +295,7 @@ class Loader {
   const std::vector<std::string>& class_names() const noexcept;
 
  private:
+  friend struct internal::LoaderOutputs;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -106,8 +106,10 @@ class Loader:
             for any world size, resumable; ``"source"`` int64 [B] says which dataset each
             sample came from and ``"index"`` is its index there. An epoch is
             `samples_per_epoch` samples (default: the datasets' sizes summed); a dataset
-            that runs out within it starts a reshuffled epoch of its own. The datasets'
-            outputs must agree (dense outputs only: no cu_seqlens, text or bytes).
+            that runs out within it starts a reshuffled epoch of its own. Batches hold
+            every output the datasets share (``__key__``, text, bytes and ragged ones
+            too), each of which must agree across them (else InvalidArgumentError naming
+            it); one only some datasets have is left out with a warning.
             A directory can also be an ``http(s)://`` or ``s3://`` URL of one: its shards
             are then downloaded (parallel ranged GETs, every record's CRC checked) into
             `cache_dir` ahead of use and read from there.

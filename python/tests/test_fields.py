@@ -63,3 +63,32 @@ def test_bad_specs_raise_value_errors_naming_the_parameter(seg_dataset):
         stoker.Loader(seg_dataset, batch_size=2, fields={"caption": stoker.RandomResizedCrop(32)})
     with pytest.raises(ValueError, match="Follow"):
         stoker.Loader(seg_dataset, batch_size=2, fields={"png": stoker.Follow("txt")})
+
+
+def test_mixture_of_image_datasets_carries_keys_and_text(seg_dataset, tmp_path):
+    other = str(tmp_path / "other")
+    with stoker.Writer(other, fields={"jpg": "image", "png": "image", "txt": "text"}) as w:
+        for i in range(12):
+            img, mask = pair(56, 48, 100 + i)
+            w.write({"__key__": f"other/{i:03d}", "jpg": img, "png": mask, "txt": f"autre {i}"})
+    loader = stoker.Loader([seg_dataset, other], weights=[1, 1], batch_size=5, seed=3, threads=2,
+                           samples_per_epoch=40, fields={"jpg": stoker.RandomResizedCrop(32), "png": stoker.Follow("jpg")})
+    counts = [0, 0]
+    for b in loader:
+        n = len(b["__key__"])
+        assert b["jpg"].shape == (n, 32, 32, 3) and b["png"].shape == (n, 32, 32, 1) and len(b["txt"]) == n
+        for j, (s, i) in enumerate(zip(b["source"].tolist(), b["index"].tolist())):
+            want_key, want_txt = (f"scene/{i:03d}", f"scène {i} ✓") if s == 0 else (f"other/{i:03d}", f"autre {i}")
+            assert (b["__key__"][j], b["txt"][j]) == (want_key, want_txt)
+            counts[s] += 1
+    assert sum(counts) == 40 and min(counts) >= 12
+
+
+def test_mixture_sources_that_disagree_on_a_field_are_named(seg_dataset, tmp_path):
+    other = str(tmp_path / "other")
+    with stoker.Writer(other, fields={"jpg": "image", "png": "image", "txt": "bytes"}) as w:
+        img, mask = pair(56, 48, 1)
+        w.write({"__key__": "other/0", "jpg": img, "png": mask, "txt": b"\x00\x01"})
+    with pytest.raises(stoker.InvalidArgumentError, match="'txt'") as e:
+        stoker.Loader([seg_dataset, other], batch_size=5, fields={"jpg": stoker.RandomResizedCrop(32)})
+    assert other in str(e.value) and seg_dataset in str(e.value)

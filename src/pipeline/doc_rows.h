@@ -32,9 +32,15 @@ struct DocRowOut {
   uint8_t* loss_mask = nullptr;     ///< seq_len entries (0/1), or null
   int32_t* doc_ids = nullptr;       ///< seq_len entries, or null
   std::vector<uint8_t>* seqlens = nullptr;  ///< int32 lengths appended (bytes), or null
+  /// Write the per-input outputs with streaming stores where 16-byte aligned (a ring
+  /// slot's rows, which this thread does not read back): stream_copy_fence()
+  /// (util/stream_copy.h) before another thread reads them.
+  bool stream = false;
 };
 
-/// Fills the outputs of row `row` from checked `starts`.
+/// Fills the outputs of row `row` from checked `starts`, each written once, in blocks
+/// made in registers (no per-row buffer: the outputs are several times the tokens'
+/// bytes, and their stores are the cost).
 /// `from_row_start`: the document holding the row's first token counts from 0 there.
 void doc_row(std::span<const uint8_t> starts, uint64_t row, uint32_t seq_len, const DocRowOut& out,
              bool from_row_start = false);

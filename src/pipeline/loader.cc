@@ -547,6 +547,15 @@ LoaderStats Loader::Impl::snapshot() const {
 }
 
 const LoaderOptions& Loader::options() const noexcept { return impl_->opt; }
+
+std::vector<internal::OutputSpec> internal::LoaderOutputs::of(const Loader& l) {
+  if (l.impl_->mix) throw std::logic_error("a mixture's outputs are not planned ahead");
+  const internal::Context& ctx = l.impl_->ctx;
+  std::vector<internal::OutputSpec> out;
+  for (const internal::TensorLayout& t : ctx.tensors) out.push_back({t.name, TensorKind::kDense, t.dtype, t.sample_shape, false});
+  for (const internal::VarOut& v : ctx.vars) out.push_back({v.name, v.kind, v.dtype, v.inner, v.cumulative});
+  return out;
+}
 int Loader::rank() const noexcept {
   return impl_->mix ? impl_->mix->rank() : static_cast<int>(impl_->ctx.rank.rank);
 }

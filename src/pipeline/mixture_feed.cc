@@ -1,22 +1,54 @@
 // MixtureFeed (mixture_feed.h).
 #include "pipeline/mixture_feed.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
 #include "stoker/error.h"
 #include "stoker/mixture.h"
+#include "util/log.h"
 
 namespace stoker::internal {
 
 namespace {
 
-// A mixture batch's own memory (its samples are copies).
+// A mixture batch's own memory (its samples are copies): the dense outputs in `mem`,
+// each variable-size output's values and B + 1 offsets.
 struct OwnedLease : SlotLease {
-  std::vector<uint8_t> mem;
+  // Not zeroed: every byte a view shows is copied in. Taken fresh per batch, it is
+  // mostly the block the batch before gave back (a consumer drops a batch before asking
+  // for the next), still in cache.
+  std::unique_ptr<uint8_t[]> mem;
+  std::vector<std::vector<uint8_t>> values;
+  std::vector<std::vector<int64_t>> offsets;
 };
 
 size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
+
+const char* kind_name(TensorKind k) {
+  switch (k) {
+    case TensorKind::kDense: return "dense";
+    case TensorKind::kRagged: return "variable-length";
+    case TensorKind::kText: return "text";
+    case TensorKind::kBytes: return "bytes";
+  }
+  return "?";
+}
+
+std::string describe(const OutputSpec& o) {
+  std::string d = std::string(kind_name(o.kind)) + " " + elem_type_name(o.dtype);
+  if (!o.inner.empty() || o.kind == TensorKind::kDense) {
+    d += o.kind == TensorKind::kDense ? " [B" : " [n";
+    for (int64_t x : o.inner) d += ", " + std::to_string(x);
+    d += "]";
+  }
+  return d;
+}
+
+bool same(const OutputSpec& a, const OutputSpec& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.inner == b.inner && a.cumulative == b.cumulative;
+}
 
 }  // namespace
 
@@ -29,7 +61,7 @@ struct MixtureFeed::Impl {
     uint64_t epoch = UINT64_MAX;  // the source epoch the loader runs (UINT64_MAX: none yet)
     std::optional<Batch> cur;     // the batch holding positions [cur_pos, cur_pos + size)
     uint64_t cur_pos = 0, next_pos = 0;  // next_pos: where the loader's next batch starts
-    std::vector<const uint8_t*> data;    // per output (outs' order): `cur`'s, once checked
+    std::vector<const TensorView*> views;  // per output (outs' order): `cur`'s; null for "source"
   };
   std::vector<Source> src;
   uint64_t epoch = 0, start_consumed = 0;
@@ -39,15 +71,17 @@ struct MixtureFeed::Impl {
   uint64_t table_block = UINT64_MAX;
   std::vector<MixtureOrder::Draw> table;  // the draws of block table_block
   std::atomic<uint64_t> batches_out{0}, samples_out{0};  // stats() may run on any thread
-  // Output layout, from the first batch seen: per dense output, its bytes a sample.
+  // The outputs, planned from the sources' loaders when the mixture opens.
   struct Out {
-    std::string name;
-    ElemType dtype;
-    std::vector<int64_t> inner;
-    size_t sample_bytes = 0, offset = 0;
+    OutputSpec spec;
+    bool is_source = false;   // the mixture's own "source"
+    size_t sample_bytes = 0;  // dense: a sample's bytes
+    size_t offset = 0;        // dense: in the batch's memory
+    size_t row_bytes = 0;     // variable-size: bytes of one row of the first dimension
+    int var = -1;             // variable-size: its place in OwnedLease::values
   };
   std::vector<Out> outs;
-  size_t batch_bytes = 0;
+  size_t batch_bytes = 0, vars = 0;
 
   void start() {
     order = std::make_unique<MixtureOrder>(sizes, opt.order.seed, epoch, opt.samples_per_epoch);
@@ -56,6 +90,74 @@ struct MixtureFeed::Impl {
     next_k = 0;
     table_block = UINT64_MAX;
     batches_out = samples_out = 0;  // stats() count the current run, as a Loader's do
+  }
+
+  std::string source_name(size_t s) const { return "mixture source " + std::to_string(s) + " (" + opt.sources[s] + ")"; }
+
+  // The outputs every source has, each agreeing across them; the others named in one warning.
+  void plan_outputs() {
+    std::vector<std::vector<OutputSpec>> specs;
+    for (const Source& x : src) specs.push_back(LoaderOutputs::of(*x.loader));
+    auto find = [](const std::vector<OutputSpec>& v, const std::string& name) -> const OutputSpec* {
+      for (const OutputSpec& o : v)
+        if (o.name == name) return &o;
+      return nullptr;
+    };
+    std::string left_out;
+    auto leave_out = [&](const std::string& name) {
+      std::string without;
+      for (size_t s = 0; s < src.size(); ++s)
+        if (!find(specs[s], name)) without += (without.empty() ? "" : ", ") + std::to_string(s) + " (" + opt.sources[s] + ")";
+      left_out += (left_out.empty() ? "'" : "; '") + name + "' (not in source" + (without.find(',') != std::string::npos ? "s " : " ") + without + ")";
+    };
+    size_t off = 0;
+    for (size_t s = 0; s < src.size(); ++s)
+      for (const OutputSpec& o : specs[s]) {
+        if (o.name == "source")
+          throw_error(ErrorCode::kInvalidArgument, source_name(s) + " has an output named 'source', the name the mixture gives its own");
+        bool everywhere = true, seen_before = false;
+        for (size_t t = 0; t < src.size(); ++t) {
+          const OutputSpec* other = find(specs[t], o.name);
+          if (!other) everywhere = false;
+          else if (t < s) seen_before = true;
+          else if (!same(o, *other))
+            throw_error(ErrorCode::kInvalidArgument, "mixture sources disagree on '" + o.name + "': " + source_name(s) +
+                                                         " delivers " + describe(o) + ", " + source_name(t) + " " + describe(*other));
+        }
+        if (seen_before) continue;
+        if (!everywhere) {
+          leave_out(o.name);
+          continue;
+        }
+        Out x;
+        x.spec = o;
+        size_t inner = elem_size(o.dtype);
+        for (int64_t d : o.inner) inner *= static_cast<size_t>(d);
+        if (o.kind == TensorKind::kDense) {
+          x.sample_bytes = inner;
+          x.offset = off;
+          off += align_up(inner * opt.batch_size);
+        } else {
+          x.row_bytes = inner;
+          x.var = static_cast<int>(vars++);
+        }
+        outs.push_back(std::move(x));
+      }
+    Out so;
+    so.spec = OutputSpec{"source", TensorKind::kDense, ElemType::kInt64, {}, false};
+    so.is_source = true;
+    so.sample_bytes = 8;
+    so.offset = off;
+    off += align_up(8 * opt.batch_size);
+    // After the dense outputs, as a Loader's batches have its own (every output planned
+    // is in source 0, whose outputs come dense first).
+    outs.insert(std::find_if(outs.begin(), outs.end(), [](const Out& o) { return o.var >= 0; }), std::move(so));
+    batch_bytes = off;
+    if (!left_out.empty()) {
+      const std::string msg = "mixture: leaving out outputs that not every source has: " + left_out;
+      if (opt.warning_sink) opt.warning_sink(msg);
+      else log_warn(msg);
+    }
   }
 
   MixtureOrder::Draw draw_at(uint64_t p) {
@@ -91,48 +193,15 @@ struct MixtureFeed::Impl {
                                std::to_string(pos));
       x.cur_pos = x.next_pos;
       x.next_pos += x.cur->size();
-      // Each batch of a source checked and its outputs found once, not per sample.
-      plan_outputs(*x.cur, s);
-      x.data.clear();
-      for (const Out& o : outs)
-        x.data.push_back(o.name == "source" ? nullptr : static_cast<const uint8_t*>((*x.cur)[o.name].data));
+      // Each batch's outputs found once, not per sample.
+      x.views.clear();
+      for (const Out& o : outs) {
+        const TensorView* t = o.is_source ? nullptr : x.cur->find(o.spec.name);
+        if (!o.is_source && !t) throw std::logic_error(source_name(s) + " delivered no '" + o.spec.name + "' as planned");
+        x.views.push_back(t);
+      }
     }
     return {&*x.cur, pos - x.cur_pos};
-  }
-
-  void plan_outputs(const Batch& b, uint32_t s) {
-    if (!outs.empty()) {
-      for (const Out& o : outs) {
-        if (o.name == "source") continue;  // the feed's own
-        const TensorView* t = b.find(o.name);
-        if (!t || t->dtype != o.dtype || std::vector<int64_t>(t->shape.begin() + 1, t->shape.end()) != o.inner)
-          throw_error(ErrorCode::kInvalidArgument, "mixture source " + std::to_string(s) + " (" + opt.sources[s] +
-                                                       ") does not deliver '" + o.name + "' as source 0 does");
-      }
-      return;
-    }
-    size_t off = 0;
-    for (const TensorView& t : b.tensors()) {
-      // Mixtures carry dense outputs; `__key__` (every version-2 dataset has one) is left
-      // out, any other text, bytes or ragged field is refused by name.
-      if (t.kind != TensorKind::kDense && t.name == kKeyField) continue;
-      if (t.kind != TensorKind::kDense)
-        throw_error(ErrorCode::kInvalidArgument, "mixtures deliver dense outputs only; '" + t.name +
-                                                     "' is not (text, bytes and variable-length fields are not mixed yet)");
-      if (t.name == "source")
-        throw_error(ErrorCode::kInvalidArgument, "mixture source " + std::to_string(s) + " (" + opt.sources[s] +
-                                                     ") has an output named 'source', the name the mixture gives its own");
-      Out o{t.name, t.dtype, std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()), 0, 0};
-      o.sample_bytes = elem_size(t.dtype);
-      for (int64_t d : o.inner) o.sample_bytes *= static_cast<size_t>(d);
-      o.offset = off;
-      off += align_up(o.sample_bytes * opt.batch_size);
-      outs.push_back(std::move(o));
-    }
-    Out src_out{"source", ElemType::kInt64, {}, 8, off};
-    off += align_up(8 * opt.batch_size);
-    outs.push_back(src_out);
-    batch_bytes = off;
   }
 };
 
@@ -170,10 +239,16 @@ MixtureFeed::MixtureFeed(const LoaderOptions& options) : impl_(std::make_unique<
     // for the same CPUs, each source with the full count).
     if (opt.threads) so.threads = std::max<unsigned>(1, opt.threads / static_cast<unsigned>(opt.sources.size()));
     Impl::Source x;
-    x.loader = std::make_unique<Loader>(so);
+    try {
+      x.loader = std::make_unique<Loader>(so);
+    } catch (const Error& e) {
+      // Which source an option does not fit (a field it lacks, ...).
+      throw Error(e.code(), m.source_name(s) + ": " + e.what());
+    }
     m.sizes.push_back(MixtureSource{x.loader->epoch_samples(), opt.weights[s]});
     m.src.push_back(std::move(x));
   }
+  m.plan_outputs();
   m.start();
 }
 
@@ -185,30 +260,71 @@ std::optional<Batch> MixtureFeed::next() {
   const uint64_t k = m.next_k;
   const uint64_t n = m.sched->batch_length(k);
   auto lease = std::make_shared<OwnedLease>();
+  lease->mem.reset(new uint8_t[m.batch_bytes]);
+  lease->values.resize(m.vars);
+  lease->offsets.assign(m.vars, std::vector<int64_t>(n + 1, 0));
   for (uint64_t j = 0; j < n; ++j) {
     const MixtureOrder::Draw d = m.draw_at(m.sched->position(k, j));
     const uint64_t i = m.sample(d.source, d.source_epoch, d.position).second;
-    const std::vector<const uint8_t*>& data = m.src[d.source].data;
-    if (lease->mem.empty()) lease->mem.resize(m.batch_bytes);
+    const std::vector<const TensorView*>& views = m.src[d.source].views;
     for (size_t t = 0; t < m.outs.size(); ++t) {
       const Impl::Out& o = m.outs[t];
-      uint8_t* dst = lease->mem.data() + o.offset + j * o.sample_bytes;
-      if (!data[t]) {  // "source"
-        const int64_t v = d.source;
-        std::memcpy(dst, &v, 8);
+      if (o.var < 0) {
+        uint8_t* dst = lease->mem.get() + o.offset + j * o.sample_bytes;
+        if (o.is_source) {
+          const int64_t v = d.source;
+          std::memcpy(dst, &v, 8);
+        } else {
+          std::memcpy(dst, static_cast<const uint8_t*>(views[t]->data) + i * o.sample_bytes, o.sample_bytes);
+        }
         continue;
       }
-      std::memcpy(dst, data[t] + i * o.sample_bytes, o.sample_bytes);
+      const TensorView& v = *views[t];
+      std::vector<uint8_t>& vals = lease->values[static_cast<size_t>(o.var)];
+      std::vector<int64_t>& offs = lease->offsets[static_cast<size_t>(o.var)];
+      int64_t r0 = v.offsets[i];
+      const int64_t r1 = v.offsets[i + 1];
+      if (o.spec.cumulative) {
+        // Running int32 sums over the source's batch: this sample's lengths are the
+        // differences from the entry before its first (its batch's sample 0 also holds
+        // the leading 0), summed again over the mixture's batch.
+        const auto* e = static_cast<const int32_t*>(v.data);
+        int32_t prev = 0;
+        if (i == 0) ++r0;
+        else prev = e[r0 - 1];
+        if (j == 0) vals.assign(4, 0);  // the leading 0
+        int32_t sum;
+        std::memcpy(&sum, vals.data() + vals.size() - 4, 4);
+        for (int64_t r = r0; r < r1; ++r) {
+          sum += e[r] - prev;
+          prev = e[r];
+          vals.insert(vals.end(), reinterpret_cast<const uint8_t*>(&sum), reinterpret_cast<const uint8_t*>(&sum) + 4);
+        }
+        offs[j + 1] = static_cast<int64_t>(vals.size() / 4);
+        continue;
+      }
+      const auto* from = static_cast<const uint8_t*>(v.data) + static_cast<size_t>(r0) * o.row_bytes;
+      vals.insert(vals.end(), from, from + static_cast<size_t>(r1 - r0) * o.row_bytes);
+      offs[j + 1] = offs[j] + (r1 - r0);
     }
   }
   std::vector<TensorView> views;
   for (const Impl::Out& o : m.outs) {
     TensorView v;
-    v.name = o.name;
-    v.data = lease->mem.data() + o.offset;
-    v.dtype = o.dtype;
-    v.shape.push_back(static_cast<int64_t>(n));
-    for (int64_t d : o.inner) v.shape.push_back(d);
+    v.name = o.spec.name;
+    v.dtype = o.spec.dtype;
+    v.kind = o.spec.kind;
+    if (o.var < 0) {
+      v.data = lease->mem.get() + o.offset;
+      v.shape.push_back(static_cast<int64_t>(n));
+    } else {
+      std::vector<uint8_t>& vals = lease->values[static_cast<size_t>(o.var)];
+      if (vals.empty()) vals.reserve(8);  // a valid pointer for an empty batch of values
+      v.data = vals.data();
+      v.offsets = lease->offsets[static_cast<size_t>(o.var)].data();
+      v.shape.push_back(v.offsets[n]);
+    }
+    for (int64_t d : o.spec.inner) v.shape.push_back(d);
     views.push_back(std::move(v));
   }
   m.next_k++;

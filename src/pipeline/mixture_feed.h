@@ -8,17 +8,37 @@
 // the mixture's draws of a source increase with p), and this rank copies the samples
 // it draws into its batch, passing over the others' (on W ranks a source's rows are
 // each unpacked on every rank, as a single token dataset's are, and copied W times).
-// Batches carry the sources' dense outputs plus "source" int64 [B]; "index" is the
-// sample's index in its own source. Outputs must agree across sources (names, dtypes,
-// shapes); variable-size outputs and OnError::kSkip are refused.
+// Batches carry the outputs every source has (planned from the sources' loaders before
+// any batch: each must agree across them in kind, dtype and shape, else
+// kInvalidArgument naming it and the two sources) plus "source" int64 [B]; "index" is
+// the sample's index in its own source. Dense outputs are copied per sample; text,
+// bytes and ragged ones (`__key__` among them) gather each sample's values and offsets;
+// cu_seqlens (cumulative) is summed again over the mixture's batch. An output only some
+// sources have is left out with one warning naming it. OnError::kSkip is refused.
 #pragma once
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "stoker/loader.h"
 
 namespace stoker::internal {
+
+/// One output of a Loader's batches as planned when it opens (before any batch).
+struct OutputSpec {
+  std::string name;
+  TensorKind kind = TensorKind::kDense;
+  ElemType dtype = ElemType::kUint8;
+  std::vector<int64_t> inner;  ///< dense: the sample's shape; ragged: the shape after the first dimension
+  bool cumulative = false;     ///< running sums over the batch (cu_seqlens)
+};
+
+struct LoaderOutputs {
+  /// `l`'s outputs in its batches' order; `l` reads one dataset (not a mixture).
+  static std::vector<OutputSpec> of(const Loader& l);
+};
 
 class MixtureFeed {
  public:

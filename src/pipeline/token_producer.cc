@@ -418,25 +418,19 @@ bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, 
   if (f_.targets_t >= 0)
     copy_tokens(src + dtype_size(stored), stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.targets_t) + j * tl.sample_bytes);
   if (f_.docs_field >= 0) {
-    // Made in this thread's cache, then streamed into the slot like the tokens (written
-    // in place, every line of the slot would first be read in).
+    // Written straight into the slot with streaming stores, like the tokens (written in
+    // place through the cache, every line of the slot would first be read in).
     const size_t N = f_.seq_len;
-    thread_local std::vector<int32_t> pos, ids;
-    thread_local std::vector<uint8_t> mask;
     DocRowOut out;
-    if (f_.position_t >= 0) out.position_ids = (pos.resize(N), pos.data());
-    if (f_.mask_t >= 0) out.loss_mask = (mask.resize(N), mask.data());
-    if (f_.doc_ids_t >= 0) out.doc_ids = (ids.resize(N), ids.data());
+    out.stream = true;
+    if (f_.position_t >= 0) out.position_ids = reinterpret_cast<int32_t*>(ctx_.tensor_ptr(job, f_.position_t) + j * N * 4);
+    if (f_.mask_t >= 0) out.loss_mask = ctx_.tensor_ptr(job, f_.mask_t) + j * N;
+    if (f_.doc_ids_t >= 0) out.doc_ids = reinterpret_cast<int32_t*>(ctx_.tensor_ptr(job, f_.doc_ids_t) + j * N * 4);
     if (f_.seqlens_var >= 0) {
       out.seqlens = &job.var[static_cast<size_t>(f_.seqlens_var)][j];
       out.seqlens->clear();
     }
     doc_row({record + rec.docs_at, rec.docs_bytes}, win.row_of[s], f_.seq_len, out, ctx_.opt->position_ids_from_row_start);
-    if (out.position_ids)
-      internal::stream_copy(ctx_.tensor_ptr(job, f_.position_t) + j * N * 4, reinterpret_cast<const uint8_t*>(pos.data()), N * 4);
-    if (out.loss_mask) internal::stream_copy(ctx_.tensor_ptr(job, f_.mask_t) + j * N, mask.data(), N);
-    if (out.doc_ids)
-      internal::stream_copy(ctx_.tensor_ptr(job, f_.doc_ids_t) + j * N * 4, reinterpret_cast<const uint8_t*>(ids.data()), N * 4);
   }
   return true;
 }
