@@ -74,35 +74,76 @@ std::optional<std::string> read_sys(const std::string& root, const std::string& 
   return read_trimmed_file(under_root(root, path));
 }
 
-double cgroup_cpu_quota_at(const std::string& root) {
-  // v2: the process's cgroup from /proc/self/cgroup ("0::/path"); a limit may sit on
-  // any ancestor, so walk up to the root of the hierarchy.
-  std::string rel = "/";
-  if (auto text = read_sys(root, "/proc/self/cgroup")) {
-    std::istringstream in(*text);
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("0::", 0) == 0) rel = trim(line.substr(3));
+namespace {
+
+// The process's cgroup path in the hierarchy of one /proc/self/cgroup line: the v2 line
+// ("0::/path") when `controller` is empty, else the v1 line whose controller list
+// ("N:cpu,cpuacct:/path") names it. Empty when there is no such line.
+std::string cgroup_path_of(const std::string& proc_cgroup, const std::string& controller) {
+  std::istringstream in(proc_cgroup);
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find(':');
+    const auto b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string list = line.substr(a + 1, b - a - 1);
+    bool match = controller.empty() ? list.empty() && line.compare(0, a, "0") == 0 : false;
+    if (!controller.empty()) {
+      std::istringstream names(list);
+      for (std::string n; std::getline(names, n, ',');) match |= n == controller;
+    }
+    if (match) return trim(line.substr(b + 1));
   }
-  for (std::string dir = rel.empty() ? "/" : rel;;) {
-    if (auto max = read_sys(root, "/sys/fs/cgroup" + (dir == "/" ? std::string() : dir) + "/cpu.max")) {
+  return {};
+}
+
+// Calls visit(dir) for `path` and each of its ancestors up to "/" ("" for the root).
+template <typename Visit>
+void for_each_ancestor(std::string path, Visit visit) {
+  if (path.empty() || path[0] != '/') path = "/";
+  for (;;) {
+    visit(path == "/" ? std::string() : path);
+    if (path == "/") return;
+    const auto slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+}
+
+// The tightest of two limits in CPUs, 0 meaning unlimited.
+double tighter(double a, double b) { return a <= 0 ? b : b <= 0 ? a : std::min(a, b); }
+
+}  // namespace
+
+double cgroup_cpu_quota_at(const std::string& root) {
+  // A limit may sit on the process's cgroup or on any ancestor, and the tightest one
+  // binds, so every level up to the hierarchy's root is read.
+  const std::string proc = read_sys(root, "/proc/self/cgroup").value_or("");
+  double v2 = 0;
+  for_each_ancestor(cgroup_path_of(proc, ""), [&](const std::string& dir) {
+    if (auto max = read_sys(root, "/sys/fs/cgroup" + dir + "/cpu.max")) {
       std::istringstream in(*max);
       std::string quota, period;
       in >> quota >> period;
       auto q = to_double(quota), p = to_double(period);
-      if (quota != "max" && q && p && *q > 0 && *p > 0) return *q / *p;
+      if (quota != "max" && q && p && *q > 0 && *p > 0) v2 = tighter(v2, *q / *p);
     }
-    if (dir == "/") break;
-    const auto slash = dir.rfind('/');
-    dir = slash == 0 || slash == std::string::npos ? "/" : dir.substr(0, slash);
+  });
+  if (v2 > 0) return v2;
+  // v1 (quota -1 means unlimited). The cpu controller is mounted as cpu/ or with
+  // cpuacct; inside a container without a cgroup namespace the process's own path may
+  // not exist under the mount, and the mount's root then holds the container's limit.
+  double v1 = 0;
+  const std::string path = cgroup_path_of(proc, "cpu");
+  for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct,cpu"}) {
+    for_each_ancestor(path, [&](const std::string& dir) {
+      auto q = read_sys(root, mount + dir + "/cpu.cfs_quota_us");
+      auto p = read_sys(root, mount + dir + "/cpu.cfs_period_us");
+      if (!q || !p) return;
+      auto qv = to_double(*q), pv = to_double(*p);
+      if (qv && pv && *qv > 0 && *pv > 0) v1 = tighter(v1, *qv / *pv);
+    });
+    if (v1 > 0) break;
   }
-  // v1 (quota -1 means unlimited).
-  auto q = read_sys(root, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
-  auto p = read_sys(root, "/sys/fs/cgroup/cpu/cpu.cfs_period_us");
-  if (q && p) {
-    auto qv = to_double(*q), pv = to_double(*p);
-    if (qv && pv && *qv > 0 && *pv > 0) return *qv / *pv;
-  }
-  return 0;
+  return v1;
 }
 
 int pci_numa_node(const std::string& root, const std::string& bus_id) {
