@@ -1,7 +1,7 @@
 #!/bin/bash
 # The loader's feed over http:// against the same dataset read locally (issue 17), in
 # one run, alternating per round:
-#   local      `bench feed DIR`                    (the baseline)
+#   local      `bench feed DIR --epochs 2`, first and last (the mean is the baseline)
 #   cold       `bench feed URL --cache-dir FRESH`  (every shard fetched during the epoch)
 #   warm       `bench feed URL --cache-dir SAME`   (a second process on the cold run's cache)
 #   epoch 2    the second epoch of a 2-epoch cold run (the same loader, shards in place)
@@ -11,8 +11,9 @@
 # Servers on loopback: nginx-light serving the dataset, the fault proxy in front of it.
 #   bash bench/remote_feed.sh [ROUNDS]     (build/stoker built; nginx and /usr/bin/python3)
 # Environment: RF_DIR (/tmp/stoker-rfeed), RF_IMAGES (400), RF_SHARD (4MiB), RF_RATE
-# (4000000 bytes/s), RF_ORDER (shuffled), RF_THREADS (2), RF_FEED_ARGS (extra bench
-# feed options for the URL runs, e.g. "--part 1MiB --prefetch 8"), STOKER (build/stoker).
+# (4000000 bytes/s), RF_ORDER (shuffled), RF_THREADS (2), RF_FEED_ARGS (bench feed
+# options for the URL runs; default "--part 1MiB": a 4 MiB shard in 4 parallel ranged
+# GETs, as a 256 MiB shard is in 64 by default), STOKER (build/stoker).
 set -euo pipefail
 rounds=${1:-3}
 dir=${RF_DIR:-/tmp/stoker-rfeed}
@@ -22,7 +23,7 @@ shard=${RF_SHARD:-4MiB}
 rate=${RF_RATE:-4000000}
 order=${RF_ORDER:-shuffled}
 threads=${RF_THREADS:-2}
-extra=${RF_FEED_ARGS:-}
+extra=${RF_FEED_ARGS---part 1MiB}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$dir"
 [ -d "$dir/images" ] || "$cli" sample imagefolder "$dir/images" --images "$images" --seed 1 >/dev/null
@@ -64,26 +65,32 @@ bytes=$(du -sb "$dir/www/ds" | cut -f1)
 echo "dataset: $images images, $bytes bytes, shards of $shard; order $order, $threads decode threads;" \
      "throttle $rate bytes/s (allows $(awk "BEGIN{printf \"%.1f\", $rate / ($bytes / $images)}") images/s)"
 
-# One feed: prints "samples_per_s [epoch-2 samples/s] bottleneck net_bytes_per_s requests_per_s hit_rate".
+# One feed: prints "epoch0_samples_per_s epoch1_samples_per_s epoch0_bottleneck net_bytes_per_s
+# requests_per_s hit_rate" (the network figures of epoch 0; "-" where there are none).
 feed() {
   local ds=$1; shift
   "$cli" bench feed "$ds" --threads "$threads" --batch 32 --order "$order" --limit-seconds 0.05 --limit-records 8 \
     --json "$@" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 j = json.loads(next(l for l in sys.stdin.read().splitlines() if l.startswith("{")))
-n = j.get("network") or {}
-pe = j.get("per_epoch") or []
-e2 = pe[1]["samples_per_s"] if len(pe) > 1 else 0
+pe = j["per_epoch"]
+n = pe[0].get("network") or {}
 hr = n.get("hit_rate")
-print("%.1f %.1f %s %.0f %.1f %s" % (j["samples_per_s"], e2, j["bottleneck"], n.get("bytes_per_s", 0),
-      n.get("requests_per_s", 0), "-" if hr is None else "%.2f" % hr))'
+print("%.1f %.1f %s %.0f %.1f %s" % (pe[0]["samples_per_s"], pe[1]["samples_per_s"] if len(pe) > 1 else 0,
+      pe[0]["bottleneck"], n.get("bytes_per_s", 0), n.get("requests_per_s", 0), "-" if hr is None else "%.2f" % hr))'
 }
+mb() { awk "BEGIN{printf \"%.1f\", $1 / 1e6}"; }
+div() { awk "BEGIN{printf \"%.3f\", $1 / $2}"; }
 
+# Each round: local (2 epochs) first and last, their mean the baseline; between them the
+# cold run, the warm run on its cache, a 2-epoch cold run (its second epoch: shards held
+# by the same loader) and the throttled run.
 ratios=$dir/ratios.txt
 : >"$ratios"
+allowed=$(awk "BEGIN{print $rate / ($bytes / $images)}")
 for r in $(seq "$rounds"); do
   rm -rf "$dir/cache" "$dir/cache2" "$dir/cache3"
-  read -r local _ _ _ _ _ < <(feed "$dir/www/ds")
+  read -r la1 la2 _ _ _ _ < <(feed "$dir/www/ds" --epochs 2)
   # shellcheck disable=SC2086
   read -r cold _ cold_b cold_bps cold_rps cold_hr < <(feed "$url" --cache-dir "$dir/cache" $extra)
   # shellcheck disable=SC2086
@@ -91,22 +98,22 @@ for r in $(seq "$rounds"); do
   # shellcheck disable=SC2086
   read -r _ ep2 _ _ _ _ < <(feed "$url" --cache-dir "$dir/cache2" --epochs 2 $extra)
   # shellcheck disable=SC2086
-  read -r slow _ slow_b slow_bps slow_rps slow_hr < <(feed "$slow_url" --cache-dir "$dir/cache3" $extra)
-  allowed=$(awk "BEGIN{print $rate / ($bytes / $images)}")
-  c=$(awk "BEGIN{printf \"%.3f\", $cold / $local}")
-  w=$(awk "BEGIN{printf \"%.3f\", $warm / $local}")
-  e=$(awk "BEGIN{printf \"%.3f\", $ep2 / $local}")
-  t=$(awk "BEGIN{printf \"%.3f\", $slow / $allowed}")
-  echo "round $r: local $local img/s | cold $cold img/s ($c of local; fetched $(awk "BEGIN{printf \"%.1f\", $cold_bps/1e6}") MB/s," \
-       "$cold_rps req/s, hit rate $cold_hr, verdict $cold_b) | warm $warm img/s ($w; $warm_rps req/s, hit rate $warm_hr)" \
-       "| epoch 2 $ep2 img/s ($e) | throttled $slow img/s = $t of the $(awk "BEGIN{printf \"%.1f\", $allowed}") allowed" \
-       "(fetched $(awk "BEGIN{printf \"%.2f\", $slow_bps/1e6}") MB/s, verdict $slow_b)"
-  echo "$c $w $e $t" >>"$ratios"
+  read -r slow _ slow_b slow_bps _ _ < <(feed "$slow_url" --cache-dir "$dir/cache3" $extra)
+  read -r lb1 lb2 _ _ _ _ < <(feed "$dir/www/ds" --epochs 2)
+  l1=$(awk "BEGIN{print ($la1 + $lb1) / 2}")
+  l2=$(awk "BEGIN{print ($la2 + $lb2) / 2}")
+  c=$(div "$cold" "$l1"); w=$(div "$warm" "$l1"); e=$(div "$ep2" "$l2"); t=$(div "$slow" "$allowed")
+  bw=$(div "$slow_bps" "$rate")
+  echo "round $r: local $la1/$lb1 img/s (epoch 2: $la2/$lb2) | cold $cold img/s = $c of local (fetched $(mb "$cold_bps") MB/s," \
+       "$cold_rps req/s, hit rate $cold_hr, verdict $cold_b) | warm $warm = $w ($warm_rps req/s, hit rate $warm_hr)" \
+       "| epoch 2 $ep2 = $e of local's epoch 2 | throttled $slow img/s = $t of the $(awk "BEGIN{printf \"%.1f\", $allowed}")" \
+       "allowed (fetched $(mb "$slow_bps") MB/s = $bw of the rate, verdict $slow_b)"
+  echo "$c $w $e $t $bw" >>"$ratios"
 done
 /usr/bin/python3 - "$ratios" <<'EOF'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-names = ["cold/local", "warm/local", "epoch2/local", "throttled/allowed"]
+names = ["cold/local", "warm/local", "epoch2/local", "throttled/allowed", "throttled fetch/rate"]
 print("medians: " + ", ".join("%s %.3f (%.3f-%.3f)" % (n, statistics.median(c), min(c), max(c))
                               for n, c in zip(names, zip(*rows))))
 EOF

@@ -207,7 +207,7 @@ TEST(Verdict, ReadersWaitingOnFetchesNameTheNetworkWithItsFigures) {
   const Verdict v = diagnose(remote_figures(figures(0.62, 4, 0.12, 0.1, 0.0), 0.85));
   EXPECT_EQ(v.bottleneck, Bottleneck::kNetwork) << v.summary();
   for (const char* want : {"network bound", "fetched 48.0 MB/s", "6.0 requests in flight", "cache hit rate 12%",
-                           "readers waited on fetches 85%", "consumer waited 62%"})
+                           "readers waited on fetches 85% of the time", "consumer waited 62%"})
     EXPECT_NE(v.evidence.find(want), std::string::npos) << want << " not in: " << v.evidence;
   EXPECT_NE(v.advice.find("cache_prefetch"), std::string::npos) << v.advice;
   const auto j = nlohmann::json::parse(v.to_json());
@@ -226,6 +226,24 @@ TEST(Verdict, ReadersWaitingOnFetchesNameTheNetworkWithItsFigures) {
   // that does not wait stays consumer bound.
   EXPECT_EQ(diagnose(remote_figures(figures(0.31, 8, 0.97, 6, 0.2), 0.5)).bottleneck, Bottleneck::kDecode);
   EXPECT_EQ(diagnose(remote_figures(figures(0.02, 4, 0.4, 0.5, 3.0), 0.5)).bottleneck, Bottleneck::kConsumer);
+}
+
+// A cold epoch of a global shuffle: the first batch waited 6 s of 10 on fetches, the
+// decoders were saturated after it. The network cost the most.
+TEST(Verdict, AFirstBatchThatWaitedOnFetchesForMuchOfTheRunNamesTheNetwork) {
+  FeedFigures f = remote_figures(figures(0.3, 2, 0.97, 6, 0.2), 0.6);
+  f.startup_s = 6.2;
+  f.consumer_wait_s = 6.2 + 0.3 * 3.8;
+  f.network.startup_fetch_wait_s = 6;
+  const Verdict v = diagnose(f);
+  EXPECT_EQ(v.bottleneck, Bottleneck::kNetwork) << v.summary();
+  EXPECT_NE(v.evidence.find("readers waited on fetches 6.00 s before the first batch (60% of 10.00 s)"),
+            std::string::npos) << v.evidence;
+  EXPECT_NE(v.advice.find("chunk_local"), std::string::npos) << v.advice;
+  // The same with a short wait for the first shards: the steady state (decode) decides.
+  f.network.startup_fetch_wait_s = 0.5;
+  f.network.fetch_wait_s = 0.5;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kDecode) << diagnose(f).summary();
 }
 
 TEST(Verdict, NetworkFiguresOfAnIntervalAreItsDifferences) {

@@ -231,6 +231,9 @@ struct NetworkStats {
   /// Seconds the readers blocked on shards not in the cache yet (their download, or a
   /// prefetch thread's), summed over the reading threads.
   double fetch_wait_s = 0;
+  /// Of fetch_wait_s, the part before the run's first batch: a cold epoch in a global
+  /// shuffle, whose first batches touch every shard, waits here for most of them.
+  double startup_fetch_wait_s = 0;
   uint64_t hits = 0;    ///< shards the run read that were in place (in the cache, or held already)
   uint64_t misses = 0;  ///< shards the run read that it had to wait for
   uint64_t cache_bytes = 0;  ///< bytes of this dataset in the cache directory (last scanned)

@@ -213,13 +213,14 @@ int run_feed(const FeedArgs& a) {
     dec_total.busy_s += last.decode.busy_s;
     dec_total.wait_s += last.decode.wait_s;
     dec_total.items += last.decode.items;
-    if (remote) {
-      add_network(net_total, last.network);
-      per_epoch.push_back({{"epoch", e},
-                           {"wall_s", internal::figure(w)},
-                           {"samples_per_s", internal::figure(last.samples / std::max(w, 1e-9))},
-                           {"network", network_json(last.network, w)}});
-    }
+    add_network(net_total, last.network);
+    // The epoch's own verdict (stats(): the whole epoch, its start included).
+    per_epoch.push_back({{"epoch", e},
+                         {"wall_s", internal::figure(w)},
+                         {"samples_per_s", internal::figure(last.samples / std::max(w, 1e-9))},
+                         {"bottleneck", last.bottleneck},
+                         {"evidence", last.evidence},
+                         {"network", network_json(last.network, w)}});
     if (!json)
       std::fprintf(stderr, "epoch %d: %s\n", e, last.summary().c_str());
   }

@@ -102,6 +102,7 @@ NetworkStats network_diff(const NetworkStats& a, const NetworkStats& b) {
   d.busy_s = std::max(0.0, b.busy_s - a.busy_s);
   d.request_s = std::max(0.0, b.request_s - a.request_s);
   d.fetch_wait_s = std::max(0.0, b.fetch_wait_s - a.fetch_wait_s);
+  d.startup_fetch_wait_s = std::max(0.0, b.startup_fetch_wait_s - a.startup_fetch_wait_s);
   d.hits = sub(b.hits, a.hits);
   d.misses = sub(b.misses, a.misses);
   return d;
@@ -141,8 +142,8 @@ FeedFigures FeedFigures::between(const FeedFigures& a, const FeedFigures& b) {
 double FeedFigures::fetch_wait_frac() const noexcept {
   const double w = wall_s - startup_s;
   if (w <= 0 || !network.remote) return 0;
-  // As for the consumer: the first shards arriving are the pipeline filling up.
-  return std::clamp((network.fetch_wait_s - startup_s) / w, 0.0, 1.0);
+  // As for the consumer: the wait before the first batch is counted on its own.
+  return std::clamp((network.fetch_wait_s - network.startup_fetch_wait_s) / w, 0.0, 1.0);
 }
 
 double FeedFigures::consumer_wait_frac() const noexcept {
@@ -200,8 +201,15 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   const std::string ready = fmt("%.1f", f.slots_ready_avg) + " of " + std::to_string(f.slots) + " slots ready";
   const std::string dec = threads_text(f.decode.threads) + " " + pct(dec_busy) + " busy";
 
+  // A remote dataset whose first batch waited on fetches for much of the interval: a
+  // cold epoch whose first batches need most shards (a global shuffle) waits for the
+  // network before anything else runs, whatever bounds the feed after that.
+  const bool startup_net = f.network.remote && f.network.startup_fetch_wait_s >=
+                                                   (o.fetch_wait_high - lean(Bottleneck::kNetwork)) * wall;
   Bottleneck b;
-  if (cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
+  if (startup_net) {
+    b = Bottleneck::kNetwork;
+  } else if (cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
     b = Bottleneck::kConsumer;
   } else {
     const bool copy_sat = f.copy && (copy_busy >= o.busy_high - lean(Bottleneck::kCopy) ||
@@ -283,12 +291,21 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
       break;
     }
     case Bottleneck::kNetwork: {
-      v.evidence = "network bound: " + f.network.summary(wall) + ", readers waited on fetches " +
-                   pct(f.fetch_wait_frac()) + ", " + waited + ", decode " + dec;
+      v.evidence = "network bound: " + f.network.summary(wall) + ", readers waited on fetches ";
+      if (startup_net)
+        v.evidence += fmt("%.2f s", f.network.startup_fetch_wait_s) + " before the first batch (" +
+                      pct(f.network.startup_fetch_wait_s / wall) + " of " + fmt("%.2f s", wall) + ") and " +
+                      pct(f.fetch_wait_frac()) + " of the time after it";
+      else
+        v.evidence += pct(f.fetch_wait_frac()) + " of the time";
+      v.evidence += ", " + waited + ", decode " + dec;
       v.advice = "shards do not arrive fast enough: fetch further ahead (LoaderOptions.cache_prefetch) and with more "
                  "ranged GETs in flight (remote.connections, --connections) if the link has room; measure it with "
                  "`stoker doctor --dataset URL`; once cached (cache_limit holding the dataset) later epochs read "
                  "at local speed";
+      if (startup_net)
+        v.advice += "; a cold epoch in a global shuffle needs nearly every shard for its first batches: order "
+                    "chunk_local starts once the first shards are in";
       break;
     }
     case Bottleneck::kUnknown: break;

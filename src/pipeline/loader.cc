@@ -77,6 +77,7 @@ struct Loader::Impl {
   mutable std::mutex net_mu;
   CacheStats net_base;
   bool first_run = true;
+  std::atomic<double> first_batch_fetch_wait{0};  // CacheStats::wait_s at the run's first batch
 
   void setup();
   void start_run();
@@ -472,7 +473,10 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
       at = (at + 7) / 8 * 8;  // the next output's values start aligned for any element type
     }
   }
-  if (batches_out == 0) first_batch_s = internal::seconds(Clock::now() - run_start.load());
+  if (batches_out == 0) {
+    first_batch_s = internal::seconds(Clock::now() - run_start.load());
+    if (ctx.cached) first_batch_fetch_wait = ctx.cached->stats().wait_s;
+  }
   batches_out++;
   samples_out += n;
   return Batch(std::move(views), std::move(lease), epoch, job->k, n);
@@ -570,6 +574,8 @@ LoaderStats Loader::Impl::snapshot() const {
     n.request_s = std::max(0.0, now.remote.request_s - base.remote.request_s);
     n.requests_in_flight = now.remote.requests_in_flight;
     n.fetch_wait_s = std::max(0.0, now.wait_s - base.wait_s);
+    n.startup_fetch_wait_s =
+        batches_out > 0 ? std::clamp(first_batch_fetch_wait.load() - base.wait_s, 0.0, n.fetch_wait_s) : n.fetch_wait_s;
     n.hits = sub(now.hits, base.hits);
     n.misses = sub(now.misses, base.misses);
     n.cache_bytes = now.bytes_cached;

@@ -39,7 +39,6 @@ using internal::UniqueFd;
 struct Held {
   UniqueFd lock;  // holds LOCK_SH on the shard's lock file
   std::string path;
-  bool found = false;  // was in place when obtained (nothing downloaded or waited for)
 };
 
 constexpr const char* kPartSuffix = ".part";
@@ -87,6 +86,7 @@ struct ShardCache::Impl {
   std::map<size_t, std::shared_ptr<Held>> window;
   std::set<size_t> fetching;
   std::set<size_t> failed;  // prefetch gave up: left to acquire(), which reports why
+  std::set<size_t> downloaded;  // fetched (not found in place) by a prefetch thread, not yet acquired
   bool stop = false;
   std::vector<std::thread> workers;
 
@@ -272,7 +272,6 @@ struct ShardCache::Impl {
         auto h = std::make_shared<Held>();
         h->lock = std::move(fd);
         h->path = shard_path(s);
-        h->found = *hit;
         return h;
       }
       *hit = false;
@@ -325,6 +324,7 @@ struct ShardCache::Impl {
       lock.lock();
       fetching.erase(target);
       if (gave_up) failed.insert(target);
+      if (h && !hit) downloaded.insert(target);
       if (h) {
         window[target] = std::move(h);
         prune_window_locked();
@@ -431,16 +431,15 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
         I.cursor = p + 1;
         break;
       }
-    // A worker fetching s: wait for it rather than start a second download. The shard
-    // was not in place when asked for: a miss, however it arrives.
+    // A worker fetching s: wait for it rather than start a second download. When it
+    // had to download the shard, the shard was not in place when asked for: a miss.
     waited = I.fetching.count(s) > 0;
     I.cv.wait(lock, [&] { return !I.fetching.count(s); });
+    waited = I.downloaded.erase(s) > 0 && waited;
     auto it = I.window.find(s);
     if (it != I.window.end()) {
       h = it->second;
-      // Waiting on a prefetch thread that only found the shard in place costs nothing.
-      hit = !waited || h->found;
-      waited = !hit;
+      hit = !waited;
     }
     I.prune_window_locked();
     I.failed.erase(s);
