@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -504,6 +505,22 @@ TEST_F(RemoteHttp, TheToolVerifiesAndInspectsAURL) {
   out = run_capture(tool + " bench io " + nginx_.url() + " --cache-dir " + bench_cache.str() + " --rounds 1 --json", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("\"warm_over_local\""), std::string::npos) << out;
+  // The feed benchmark over the URL reports the network stage beside the feed rate.
+  TempDir feed_cache;
+  out = run_capture(tool + " bench feed " + nginx_.url() + " --cache-dir " + feed_cache.str() +
+                        " --epochs 2 --batch 16 --threads 2 --limit-seconds 0.05 --limit-records 4 --json",
+                    &rc);
+  EXPECT_EQ(rc, 0) << out;
+  const size_t brace = out.rfind("\n{");
+  ASSERT_NE(brace, std::string::npos) << out;
+  const auto feed = nlohmann::json::parse(out.substr(brace + 1));
+  EXPECT_GT(feed["samples_per_s"].get<double>(), 0) << feed;
+  EXPECT_GE(feed["network"]["bytes_fetched"].get<uint64_t>(), manifest_.total_bytes()) << feed;
+  EXPECT_GT(feed["network"]["bytes_per_s"].get<double>(), 0) << feed;
+  EXPECT_GT(feed["network"]["requests_per_s"].get<double>(), 0) << feed;
+  ASSERT_EQ(feed["per_epoch"].size(), 2u) << feed;
+  EXPECT_EQ(feed["per_epoch"][1]["network"]["requests"], 0) << feed;
+  EXPECT_DOUBLE_EQ(feed["per_epoch"][1]["network"]["hit_rate"].get<double>(), 1.0) << feed;
   out = run_capture(tool + " doctor --dataset " + nginx_.url() + " --json", &rc);
   EXPECT_NE(out.find("\"remote_bandwidth\""), std::string::npos) << out;
   EXPECT_NE(out.find("remote_reachable\",\"status\":\"ok"), std::string::npos) << out;
