@@ -15,7 +15,9 @@
 //             while the consumer waits;
 //   network   a remote dataset: the consumer waits and the readers spend much of the
 //             time blocked on shards that have not arrived in the cache yet (and neither
-//             decode nor copy is saturated);
+//             decode nor copy is saturated), or the first batch waited on fetches for
+//             much of the interval (a cold epoch of a global shuffle, whose first
+//             batches need nearly every shard);
 //   storage   the consumer waits and the decoders are starved: reads do not arrive fast
 //             enough (decoders busy less than half the time, or less than the IO engine).
 // BottleneckTracker turns a stream of cumulative snapshots (a periodic report) into a
@@ -119,8 +121,9 @@ struct DiagnoseOptions {
   /// Thresholds move this much in favour of the current verdict (hysteresis).
   double hysteresis = 0.05;
   /// A remote dataset: readers blocked on shards not yet fetched for at least this
-  /// fraction of the interval (after start-up), while the consumer waits and neither
-  /// decode nor copy is saturated, make the verdict network.
+  /// fraction of the interval after start-up, while the consumer waits and neither
+  /// decode nor copy is saturated, or before the first batch for at least this fraction
+  /// of the whole interval, make the verdict network.
   double fetch_wait_high = 0.3;
   /// Intervals with less than this many seconds after start-up (the first batch), or
   /// with no batch delivered, give kUnknown.

@@ -171,7 +171,6 @@ std::string fmt(const char* f, double v) {
 
 std::string threads_text(unsigned n) { return std::to_string(n) + (n == 1 ? " thread" : " threads"); }
 
-
 }  // namespace
 
 Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck current) {
