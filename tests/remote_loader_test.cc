@@ -218,8 +218,16 @@ TEST_F(RemoteLoader, AColdEpochCountsWhatItFetchedAndAWarmOneHitsEveryShardWithN
   LoaderOptions o = options(nginx_.url());
   o.cache_dir = cache.str();
   o.remote.part_bytes = 64 << 10;
+  o.report_interval_s = 3600;  // only the report at the end of each epoch
+  std::vector<std::string> reports;
+  o.report_sink = [&](const std::string& line) { reports.push_back(line); };
   Loader l(o);
   const LoaderStats cold = run_epoch(l, 0);
+  // The epoch's report (STOKER_REPORT) carries the network stage whatever its verdict.
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].find("network: fetched") != std::string::npos ||
+              reports[0].find("network bound: fetched") != std::string::npos)
+      << reports[0];
   const NetworkStats& n = cold.network;
   ASSERT_TRUE(n.remote);
   EXPECT_GE(n.bytes_fetched, manifest_.total_bytes());  // every shard, and the MANIFEST
@@ -254,6 +262,8 @@ TEST_F(RemoteLoader, AColdEpochCountsWhatItFetchedAndAWarmOneHitsEveryShardWithN
 
   // Another loader on the same cache (a second process, a restarted job): every shard in
   // place, none asked for again.
+  o.report_sink = nullptr;
+  o.report_interval_s = 0;
   Loader again(o);
   const LoaderStats second = run_epoch(again, 0);
   EXPECT_EQ(shard_requests(nginx_), before);
