@@ -47,6 +47,7 @@ nginx -p "$ngx" -c "$ngx/nginx.conf" &
 ngx_pid=$!
 # The fault proxy exits when its stdin closes (the coprocess's pipe, closed at exit).
 coproc PROXY { exec /usr/bin/python3 "$here/tests/fault_proxy.py" --upstream "http://127.0.0.1:$port/" --rate "$rate"; }
+# shellcheck disable=SC2153  # set by coproc
 proxy_pid=$PROXY_PID
 cleanup() {
   kill "$ngx_pid" 2>/dev/null || true
