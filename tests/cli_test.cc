@@ -98,7 +98,8 @@ TEST(CliHelp, EveryCommandHasItsOwnHelp) {
       {"extract", {"DATASET", "OUT", "--threads"}},
       {"doctor", {"--device", "--dataset", "--threads", "--pinned", "--probe", "--json", "--root"}},
       {"bench", {"feed", "io", "stage", "compare"}},
-      {"bench feed", {"DATASET", "--transform", "--consumer-ms", "--order", "--no-direct", "--io-limit-mbps", "--max-seconds"}},
+      {"bench feed", {"DATASET", "--transform", "--consumer-ms", "--order", "--no-direct", "--io-limit-mbps", "--max-seconds",
+                      "--cache-dir", "--cache-limit", "--connections"}},
       {"bench io", {"DATASET", "--order", "--qd", "--engine", "--verify", "--drop-caches", "--json"}},
       {"bench stage", {"--bytes", "--slots", "--host-slots", "--backend", "--copy-limit-mbps", "--dataset"}},
       {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out"}},
@@ -174,6 +175,8 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
       {"bench io " + p + " --engine warp", "--engine"},
       // The remote forms: options checked before anything is fetched (port 9: nothing).
       {"bench io http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
+      {"bench feed http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
+      {"bench feed " + p + " --cache-dir " + p, "--cache-dir does not apply without a URL"},
       {"bench io http://127.0.0.1:9/ds --cache-dir " + p + " --qd 8", "--qd does not apply with a URL"},
       {"bench io " + p + " --rounds 2", "--rounds does not apply without a URL"},
       {"bench io http://127.0.0.1:9/ds --cache-dir " + p + " --rounds 0", "--rounds"},
