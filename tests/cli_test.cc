@@ -104,7 +104,8 @@ TEST(CliHelp, EveryCommandHasItsOwnHelp) {
       {"extract", {"DATASET", "OUT", "--threads"}},
       {"doctor", {"--device", "--dataset", "--threads", "--pinned", "--probe", "--json", "--root"}},
       {"bench", {"feed", "io", "stage", "compare"}},
-      {"bench feed", {"DATASET", "--transform", "--consumer-ms", "--order", "--no-direct", "--io-limit-mbps", "--max-seconds"}},
+      {"bench feed", {"DATASET", "--transform", "--consumer-ms", "--order", "--no-direct", "--io-limit-mbps", "--max-seconds",
+                      "--cache-dir", "--cache-limit", "--connections"}},
       {"bench io", {"DATASET", "--order", "--qd", "--engine", "--verify", "--drop-caches", "--json"}},
       {"bench stage", {"--bytes", "--slots", "--host-slots", "--backend", "--copy-limit-mbps", "--dataset"}},
       {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out"}},
@@ -180,6 +181,8 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
       {"bench io " + p + " --engine warp", "--engine"},
       // The remote forms: options checked before anything is fetched (port 9: nothing).
       {"bench io http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
+      {"bench feed http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
+      {"bench feed " + p + " --cache-dir " + p, "--cache-dir does not apply without a URL"},
       {"bench io http://127.0.0.1:9/ds --cache-dir " + p + " --qd 8", "--qd does not apply with a URL"},
       {"bench io " + p + " --rounds 2", "--rounds does not apply without a URL"},
       {"bench io http://127.0.0.1:9/ds --cache-dir " + p + " --rounds 0", "--rounds"},
@@ -359,6 +362,23 @@ TEST_F(CliRemote, TheToolVerifiesAndInspectsAURL) {
   r = stoker("bench io " + nginx_.url() + " --cache-dir " + bench_cache.str() + " --rounds 1 --json");
   EXPECT_EQ(r.rc, 0) << shown(r);
   EXPECT_TRUE(has(r.out + r.err, "\"warm_over_local\"")) << shown(r);
+  // The feed benchmark over the URL reports the network stage beside the feed rate.
+  TempDir feed_cache;
+  r = stoker("bench feed " + nginx_.url() + " --cache-dir " + feed_cache.str() +
+             " --epochs 2 --batch 16 --threads 2 --limit-seconds 0.05 --limit-records 4 --json");
+  EXPECT_EQ(r.rc, 0) << shown(r);
+  // The JSON document is the output's last line that opens a brace.
+  const size_t nl = r.out.rfind("\n{");
+  const size_t brace = nl == std::string::npos ? 0 : nl + 1;
+  ASSERT_TRUE(r.out.size() > brace && r.out[brace] == '{') << shown(r);
+  const auto feed = nlohmann::json::parse(r.out.substr(brace));
+  EXPECT_GT(feed["samples_per_s"].get<double>(), 0) << feed;
+  EXPECT_GE(feed["network"]["bytes_fetched"].get<uint64_t>(), manifest_.total_bytes()) << feed;
+  EXPECT_GT(feed["network"]["bytes_per_s"].get<double>(), 0) << feed;
+  EXPECT_GT(feed["network"]["requests_per_s"].get<double>(), 0) << feed;
+  ASSERT_EQ(feed["per_epoch"].size(), 2u) << feed;
+  EXPECT_EQ(feed["per_epoch"][1]["network"]["requests"], 0) << feed;
+  EXPECT_DOUBLE_EQ(feed["per_epoch"][1]["network"]["hit_rate"].get<double>(), 1.0) << feed;
   r = stoker("doctor --dataset " + nginx_.url() + " --json");
   EXPECT_TRUE(has(r.out + r.err, "\"remote_bandwidth\"")) << shown(r);
   EXPECT_TRUE(has(r.out + r.err, "remote_reachable\",\"status\":\"ok")) << shown(r);

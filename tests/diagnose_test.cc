@@ -185,9 +185,91 @@ TEST(Verdict, JsonLineCarriesVerdictAndEvidence) {
   EXPECT_TRUE(nlohmann::json::parse(diagnose(figures(0.4, 4, 0.3, 0.2, 0.1)).to_json())["copy_busy_frac"].is_null());
 }
 
+// A remote dataset's figures over the same 10 s: `fetch_wait_frac` of it the readers
+// blocked on shards still on their way, 48 MB and 80 requests fetched, 3 of 25 shards
+// in place.
+FeedFigures remote_figures(FeedFigures f, double fetch_wait_frac) {
+  f.network.remote = true;
+  f.network.bytes_fetched = 480'000'000;
+  f.network.requests = 80;
+  f.network.request_s = 60;
+  f.network.busy_s = 9;
+  f.network.fetch_wait_s = fetch_wait_frac * f.wall_s;
+  f.network.hits = 3;
+  f.network.misses = 22;
+  f.network.cache_bytes = 120'000'000;
+  f.network.cache_limit = 1'000'000'000;
+  return f;
+}
+
+TEST(Verdict, ReadersWaitingOnFetchesNameTheNetworkWithItsFigures) {
+  // Decoders starved and the readers blocked on fetches 85% of the time.
+  const Verdict v = diagnose(remote_figures(figures(0.62, 4, 0.12, 0.1, 0.0), 0.85));
+  EXPECT_EQ(v.bottleneck, Bottleneck::kNetwork) << v.summary();
+  for (const char* want : {"network bound", "fetched 48.0 MB/s", "6.0 requests in flight", "cache hit rate 12%",
+                           "readers waited on fetches 85% of the time", "consumer waited 62%"})
+    EXPECT_NE(v.evidence.find(want), std::string::npos) << want << " not in: " << v.evidence;
+  EXPECT_NE(v.advice.find("cache_prefetch"), std::string::npos) << v.advice;
+  const auto j = nlohmann::json::parse(v.to_json());
+  EXPECT_EQ(j["bottleneck"], "network");
+  EXPECT_DOUBLE_EQ(j["network"]["bytes_per_s"].get<double>(), 48e6) << j;
+  EXPECT_DOUBLE_EQ(j["network"]["requests_per_s"].get<double>(), 8) << j;
+  EXPECT_DOUBLE_EQ(j["network"]["requests_in_flight_avg"].get<double>(), 6) << j;
+  EXPECT_DOUBLE_EQ(j["network"]["hit_rate"].get<double>(), 0.12) << j;
+  EXPECT_EQ(j["network"]["cache_limit"], 1'000'000'000u) << j;
+  // The same figures from a local dataset: storage, and no network object.
+  EXPECT_EQ(diagnose(figures(0.62, 4, 0.12, 0.1, 0.0)).bottleneck, Bottleneck::kStorage);
+  EXPECT_TRUE(nlohmann::json::parse(diagnose(figures(0.62, 4, 0.12, 0.1, 0.0)).to_json())["network"].is_null());
+  // Readers that rarely wait on fetches: the local reads are the limit.
+  EXPECT_EQ(diagnose(remote_figures(figures(0.62, 4, 0.12, 0.1, 0.0), 0.05)).bottleneck, Bottleneck::kStorage);
+  // Saturated decoders stay the verdict even while fetches are waited on; a consumer
+  // that does not wait stays consumer bound.
+  EXPECT_EQ(diagnose(remote_figures(figures(0.31, 8, 0.97, 6, 0.2), 0.5)).bottleneck, Bottleneck::kDecode);
+  EXPECT_EQ(diagnose(remote_figures(figures(0.02, 4, 0.4, 0.5, 3.0), 0.5)).bottleneck, Bottleneck::kConsumer);
+}
+
+// A cold epoch of a global shuffle: the first batch waited 6 s of 10 on fetches, the
+// decoders were saturated after it. The network cost the most.
+TEST(Verdict, AFirstBatchThatWaitedOnFetchesForMuchOfTheRunNamesTheNetwork) {
+  FeedFigures f = remote_figures(figures(0.3, 2, 0.97, 6, 0.2), 0.6);
+  f.startup_s = 6.2;
+  f.consumer_wait_s = 6.2 + 0.3 * 3.8;
+  f.network.startup_fetch_wait_s = 6;
+  const Verdict v = diagnose(f);
+  EXPECT_EQ(v.bottleneck, Bottleneck::kNetwork) << v.summary();
+  EXPECT_NE(v.evidence.find("readers waited on fetches 6.00 s before the first batch (60% of 10.00 s)"),
+            std::string::npos) << v.evidence;
+  EXPECT_NE(v.advice.find("chunk_local"), std::string::npos) << v.advice;
+  // The same with a short wait for the first shards: the steady state (decode) decides.
+  f.network.startup_fetch_wait_s = 0.5;
+  f.network.fetch_wait_s = 0.5;
+  EXPECT_EQ(diagnose(f).bottleneck, Bottleneck::kDecode) << diagnose(f).summary();
+}
+
+TEST(Verdict, NetworkFiguresOfAnIntervalAreItsDifferences) {
+  FeedFigures a = remote_figures(figures(0.5, 4, 0.2, 0.1, 0.0), 0.5);
+  FeedFigures b = remote_figures(figures(0.5, 4, 0.2, 0.1, 0.0), 0.5);
+  b.wall_s = 20;
+  b.samples = 12800;
+  b.batches = 200;
+  b.decode.items = 12800;
+  b.network.bytes_fetched += 100'000'000;
+  b.network.requests += 20;
+  b.network.hits += 25;
+  b.network.fetch_wait_s += 1;
+  const FeedFigures d = FeedFigures::between(a, b);
+  EXPECT_EQ(d.network.bytes_fetched, 100'000'000u);
+  EXPECT_EQ(d.network.requests, 20u);
+  EXPECT_EQ(d.network.hits, 25u);
+  EXPECT_EQ(d.network.misses, 0u);
+  EXPECT_DOUBLE_EQ(d.network.hit_rate(), 1.0);
+  EXPECT_DOUBLE_EQ(d.network.fetch_wait_s, 1.0);
+  EXPECT_EQ(d.network.cache_limit, b.network.cache_limit);
+}
+
 TEST(Verdict, NamesRoundTrip) {
   for (Bottleneck b : {Bottleneck::kUnknown, Bottleneck::kStorage, Bottleneck::kDecode, Bottleneck::kCopy,
-                       Bottleneck::kConsumer})
+                       Bottleneck::kConsumer, Bottleneck::kNetwork})
     EXPECT_EQ(bottleneck_from_name(bottleneck_name(b)), b);
   try {
     bottleneck_from_name("gpu");

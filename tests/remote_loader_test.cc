@@ -3,6 +3,9 @@
 // epoch, and shards fetched once.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -173,6 +176,110 @@ TEST_F(RemoteLoader, ACacheTheDatasetCannotFitOrNoCacheIsANamedError) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("cache_limit"), std::string::npos) << e.what();
   }
+}
+
+// ---- the network stage (LoaderStats::network) -----------------------------------------
+
+// Every batch of epoch `e`; the stats at its end.
+LoaderStats run_epoch(Loader& l, uint64_t e) {
+  l.set_epoch(e);
+  while (l.next()) {
+  }
+  return l.stats();
+}
+
+TEST_F(RemoteLoader, AColdEpochCountsWhatItFetchedAndAWarmOneHitsEveryShardWithNoRequest) {
+  TempDir cache;
+  LoaderOptions o = options(nginx_.url());
+  o.cache_dir = cache.str();
+  o.remote.part_bytes = 64 << 10;
+  o.report_interval_s = 3600;  // only the report at the end of each epoch
+  std::vector<std::string> reports;
+  o.report_sink = [&](const std::string& line) { reports.push_back(line); };
+  Loader l(o);
+  const LoaderStats cold = run_epoch(l, 0);
+  // The epoch's report (STOKER_REPORT) carries the network stage whatever its verdict.
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].find("network: fetched") != std::string::npos ||
+              reports[0].find("network bound: fetched") != std::string::npos)
+      << reports[0];
+  const NetworkStats& n = cold.network;
+  ASSERT_TRUE(n.remote);
+  EXPECT_GE(n.bytes_fetched, manifest_.total_bytes());  // every shard, and the MANIFEST
+  EXPECT_GE(n.requests, manifest_.shards.size());
+  EXPECT_EQ(n.hits + n.misses, manifest_.shards.size()) << "each shard the epoch read counts once";
+  EXPECT_GT(n.misses, 0u) << "an empty cache had shards in place";
+  EXPECT_EQ(n.cache_limit, manifest_.total_bytes() + 1);  // cache_limit 0: the dataset's size
+  EXPECT_GE(n.cache_bytes, manifest_.total_bytes());
+  EXPECT_LE(n.cache_bytes, n.cache_limit);
+  EXPECT_NE(cold.summary().find("network fetched"), std::string::npos) << cold.summary();
+
+  // The JSON carries the stage with its rates.
+  const auto j = nlohmann::json::parse(cold.to_json());
+  ASSERT_TRUE(j["network"].is_object()) << j;
+  for (const char* k : {"bytes_fetched", "bytes_per_s", "requests", "requests_per_s", "requests_in_flight",
+                        "requests_in_flight_avg", "fetch_wait_s", "fetch_wait_frac", "hits", "misses", "hit_rate",
+                        "cache_bytes", "cache_limit"})
+    EXPECT_TRUE(j["network"].contains(k)) << k << " missing: " << j["network"];
+  EXPECT_EQ(j["network"]["bytes_fetched"].get<uint64_t>(), n.bytes_fetched);
+  EXPECT_GT(j["network"]["bytes_per_s"].get<double>(), 0);
+  EXPECT_GT(j["network"]["requests_per_s"].get<double>(), 0);
+
+  // Epoch 2 reads every shard from the cache: no request, hit rate 1.
+  const int before = shard_requests(nginx_);
+  const LoaderStats warm = run_epoch(l, 1);
+  EXPECT_EQ(shard_requests(nginx_), before);
+  EXPECT_EQ(warm.network.requests, 0u);
+  EXPECT_EQ(warm.network.bytes_fetched, 0u);
+  EXPECT_EQ(warm.network.hits, manifest_.shards.size());
+  EXPECT_DOUBLE_EQ(warm.network.hit_rate(), 1.0);
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(warm.to_json())["network"]["hit_rate"].get<double>(), 1.0);
+
+  // Another loader on the same cache (a second process, a restarted job): every shard in
+  // place, none asked for again.
+  o.report_sink = nullptr;
+  o.report_interval_s = 0;
+  Loader again(o);
+  const LoaderStats second = run_epoch(again, 0);
+  EXPECT_EQ(shard_requests(nginx_), before);
+  EXPECT_EQ(second.network.hits, manifest_.shards.size());
+  EXPECT_DOUBLE_EQ(second.network.hit_rate(), 1.0);
+
+  // A local dataset has no network stage.
+  Loader local(options(root_.str("ds")));
+  const LoaderStats ls = run_epoch(local, 0);
+  EXPECT_FALSE(ls.network.remote);
+  EXPECT_TRUE(nlohmann::json::parse(ls.to_json())["network"].is_null());
+  EXPECT_EQ(ls.summary().find("network"), std::string::npos) << ls.summary();
+}
+
+// Behind a server that sends 300 KB/s, the readers wait on fetches while the consumer
+// waits on them: the verdict, the stats and the periodic report name the network.
+TEST_F(RemoteLoader, BehindAThrottledServerTheVerdictNamesTheNetwork) {
+  testing::Proxy proxy;
+  if (!proxy.start(nginx_.url(""), {"--rate", "300000"})) GTEST_SKIP() << "the fault proxy could not start";
+  TempDir cache;
+  LoaderOptions o = options(proxy.url());
+  o.cache_dir = cache.str();
+  o.order.kind = OrderKind::kSequential;  // shard after shard: each arrives while the feed runs
+  o.remote.part_bytes = 64 << 10;
+  o.report_interval_s = 0.3;
+  std::vector<std::string> lines;
+  std::mutex mu;
+  o.report_sink = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  Loader l(o);
+  const LoaderStats s = run_epoch(l, 0);
+  EXPECT_EQ(s.bottleneck, "network") << s.evidence;
+  for (const char* want : {"network bound", "MB/s", "requests in flight", "cache hit rate", "readers waited on fetches"})
+    EXPECT_NE(s.evidence.find(want), std::string::npos) << want << " not in: " << s.evidence;
+  // What the throttle allows, at most (its bucket holds a tenth of a second).
+  EXPECT_LE(s.network.bytes_per_s(s.wall_s), 300000 * 1.5) << s.network.summary(s.wall_s);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("network bound"), std::string::npos) << lines.back();
 }
 
 }  // namespace

@@ -18,10 +18,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "stoker/error.h"
+#include "stoker/loader.h"
 #include "stoker/verify.h"
 #include "util/datasets.h"
 #include "util/test_servers.h"
@@ -548,6 +550,47 @@ TEST_F(RemoteS3, AnUnknownKeyIsAnErrorThatNamesNoCredential) {
   EXPECT_NE(message.find("InvalidAccessKeyId"), std::string::npos) << message;
   for (const std::string& secret : {bad_secret, token, bad_key})
     EXPECT_EQ(message.find(secret), std::string::npos) << "credential in: " << message;
+}
+
+// A Loader over s3:// signs with the credentials and prints none of them: not in its
+// stats (C++, JSON, the summary, the verdict), not in its periodic reports (text, JSON).
+TEST_F(RemoteS3, TheLoadersStatsAndReportsNameNoCredential) {
+  // s3rver checks the access key only: the secret and the token may be anything, and
+  // are told apart from every other text.
+  const std::string secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYLOADERSECRET", token = "FwoGZXIvYXdzLOADERSESSIONTOKEN";
+  EnvVar a("AWS_ACCESS_KEY_ID", key_), b("AWS_SECRET_ACCESS_KEY", secret), c("AWS_ENDPOINT_URL", endpoint()),
+      d("AWS_REGION", "us-east-1"), e("AWS_SESSION_TOKEN", token);
+  for (bool json : {false, true}) {
+    SCOPED_TRACE(json ? "JSON reports" : "text reports");
+    TempDir cache;
+    LoaderOptions o;
+    o.path = "s3://stoker-bucket/train/ds";
+    o.cache_dir = cache.str();
+    o.batch_size = 8;
+    o.threads = 2;
+    o.rank = 0;
+    o.world_size = 1;
+    o.remote = fast_options();
+    o.report_interval_s = 0.01;
+    o.report_json = json;
+    std::vector<std::string> texts;
+    o.report_sink = [&](const std::string& line) { texts.push_back(line); };
+    Loader l(o);
+    uint64_t batches = 0;
+    while (l.next()) ++batches;
+    ASSERT_GT(batches, 0u);
+    const LoaderStats st = l.stats();
+    ASSERT_TRUE(st.network.remote);
+    EXPECT_GE(st.network.bytes_fetched, manifest_.total_bytes());
+    ASSERT_FALSE(texts.empty()) << "no report";
+    texts.push_back(st.to_json());
+    texts.push_back(st.summary());
+    texts.push_back(st.evidence + " " + st.advice);
+    EXPECT_NE(st.to_json().find("\"network\":{"), std::string::npos) << st.to_json();
+    for (const std::string& t : texts)
+      for (const std::string& credential : {key_, secret, token})
+        EXPECT_EQ(t.find(credential), std::string::npos) << "credential in: " << t;
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Diagnosis: which station of the input assembly line bounds the feed rate, and whether
 // the platform under it is set up the way a fast loader needs.
 //
-// Verdict. A feed has four stations: storage (the IO engine's reads), decode (the
+// Verdict. A feed has four stations (five for a remote dataset, whose shards arrive
+// over the network into the shard cache): storage (the IO engine's reads), decode (the
 // stoker-dec threads: CRC, unpack, JPEG decode, transform), the host-to-device copy (a
 // Stager's copy stream, when staging), and the consumer (the trainer, i.e. the GPU).
 // diagnose() reads the per-stage figures of an interval (FeedFigures, built from a
@@ -12,6 +13,11 @@
 //   copy      the copy stream is (nearly) always busy while the consumer waits;
 //   decode    decode threads are (nearly) always busy, or records queue up for them,
 //             while the consumer waits;
+//   network   a remote dataset: the consumer waits and the readers spend much of the
+//             time blocked on shards that have not arrived in the cache yet (and neither
+//             decode nor copy is saturated), or the first batch waited on fetches for
+//             much of the interval (a cold epoch of a global shuffle, whose first
+//             batches need nearly every shard);
 //   storage   the consumer waits and the decoders are starved: reads do not arrive fast
 //             enough (decoders busy less than half the time, or less than the IO engine).
 // BottleneckTracker turns a stream of cumulative snapshots (a periodic report) into a
@@ -42,8 +48,8 @@ namespace stoker {
 
 // ---- verdict ---------------------------------------------------------------------------
 
-enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer };
-/// "unknown", "storage", "decode", "copy", "consumer".
+enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer, kNetwork };
+/// "unknown", "storage", "decode", "copy", "consumer", "network".
 const char* bottleneck_name(Bottleneck b) noexcept;
 /// Inverse of bottleneck_name. Throws kInvalidArgument.
 Bottleneck bottleneck_from_name(const std::string& name);
@@ -73,6 +79,9 @@ struct FeedFigures {
   std::string slot_memory;      ///< "host", "pinned", ...
   /// Token batches (decode = unpacking rows) rather than images (LoaderStats::tokens).
   bool tokens = false;
+  /// A remote dataset's fetches and cache over the interval (network.remote false: a
+  /// local dataset). requests_in_flight, cache_bytes and cache_limit are the latest values.
+  NetworkStats network;
 
   /// The whole run a snapshot covers (startup_s = first_batch_s).
   static FeedFigures from(const LoaderStats& s);
@@ -91,6 +100,9 @@ struct FeedFigures {
   double samples_per_s() const noexcept { return wall_s > 0 ? samples / wall_s : 0; }
   /// consumer_wait_s / wall_s, both without the startup part, in [0, 1].
   double consumer_wait_frac() const noexcept;
+  /// network.fetch_wait_s / wall_s, both without the startup part, in [0, 1]; 0 for a
+  /// local dataset.
+  double fetch_wait_frac() const noexcept;
 };
 
 /// Thresholds of the verdict. Defaults are documented next to each field.
@@ -108,6 +120,11 @@ struct DiagnoseOptions {
   double queue_per_thread_high = 2.0;
   /// Thresholds move this much in favour of the current verdict (hysteresis).
   double hysteresis = 0.05;
+  /// A remote dataset: readers blocked on shards not yet fetched for at least this
+  /// fraction of the interval after start-up, while the consumer waits and neither
+  /// decode nor copy is saturated, or before the first batch for at least this fraction
+  /// of the whole interval, make the verdict network.
+  double fetch_wait_high = 0.3;
   /// Intervals with less than this many seconds after start-up (the first batch), or
   /// with no batch delivered, give kUnknown.
   double min_interval_s = 0.05;
@@ -131,7 +148,10 @@ struct Verdict {
   /// {"bottleneck":"decode","raw":"decode","evidence":"...","advice":"...",
   ///  "samples_per_s":..,"interval_s":..,"consumer_wait_frac":..,"decode_busy_frac":..,
   ///  "decode_threads":..,"decode_queue_avg":..,"io_busy_frac":..,"io_engine_busy_frac":..,
-  ///  "copy_busy_frac":.. (null without staging),"slots_ready_avg":..,"slots":..}
+  ///  "copy_busy_frac":.. (null without staging),"slots_ready_avg":..,"slots":..,
+  ///  "network": null for a local dataset, else {"bytes_per_s":..,"requests_per_s":..,
+  ///  "requests_in_flight_avg":..,"fetch_wait_frac":..,"hit_rate":.. (null: no shard
+  ///  read),"cache_bytes":..,"cache_limit":..}}
   /// One object, no newline: one JSON line per report.
   std::string to_json() const;
   /// "decode bound: ... -> next: ..."

@@ -23,7 +23,9 @@
 // Output is deterministic: for a seed and epoch, batch k holds the same samples in the
 // same order with the same augmentation draws, whatever the thread count and timing.
 //
-// Every stage counts busy and waiting time; stats() returns them.
+// Every stage counts busy and waiting time; stats() returns them, and for a remote
+// dataset the network stage too (NetworkStats: bytes and requests fetched, requests in
+// flight, the readers' wait on fetches, the cache's hit rate and fill).
 //
 // Threading: a Loader is driven by one consumer thread (next(), set_epoch(), state());
 // stats() may be called from any thread. Batches may be released on any thread and may
@@ -217,6 +219,42 @@ struct StageStats {
   }
 };
 
+/// The network stage of a remote dataset (LoaderOptions::path a URL): its fetches and
+/// its shard cache, counted over the same run as LoaderStats' other figures (the first
+/// run includes opening the dataset), except requests_in_flight, cache_bytes and
+/// cache_limit, which are values now. No credential is ever part of it.
+struct NetworkStats {
+  bool remote = false;          ///< false: a local dataset (everything below is 0)
+  uint64_t bytes_fetched = 0;   ///< response body bytes received
+  uint64_t requests = 0;        ///< requests finished (any outcome)
+  uint64_t retries = 0;         ///< requests that were tried again
+  double busy_s = 0;            ///< seconds with at least one request in flight
+  double request_s = 0;         ///< requests in flight integrated over time (RemoteStats::request_s)
+  uint64_t requests_in_flight = 0;  ///< now
+  /// Seconds the readers blocked on shards not in the cache yet (their download, or a
+  /// prefetch thread's), summed over the reading threads.
+  double fetch_wait_s = 0;
+  /// Of fetch_wait_s, the part before the run's first batch: a cold epoch in a global
+  /// shuffle, whose first batches touch every shard, waits here for most of them.
+  double startup_fetch_wait_s = 0;
+  uint64_t hits = 0;    ///< shards the run read that were in place (in the cache, or held already)
+  uint64_t misses = 0;  ///< shards the run read that it had to wait for
+  uint64_t cache_bytes = 0;  ///< bytes of this dataset in the cache directory (last scanned)
+  uint64_t cache_limit = 0;  ///< the cache's limit in bytes
+  /// hits / (hits + misses); 0 when the run read no shard.
+  double hit_rate() const noexcept {
+    return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
+  }
+  /// bytes_fetched / wall_s, requests / wall_s, request_s / wall_s (mean requests in
+  /// flight), fetch_wait_s / wall_s, for the `wall_s` the figures were counted over.
+  double bytes_per_s(double wall_s) const noexcept { return wall_s > 0 ? bytes_fetched / wall_s : 0; }
+  double requests_per_s(double wall_s) const noexcept { return wall_s > 0 ? requests / wall_s : 0; }
+  double mean_in_flight(double wall_s) const noexcept { return wall_s > 0 ? request_s / wall_s : 0; }
+  /// "fetched 48.1 MB/s, 12.0 requests/s, 6.0 requests in flight, cache hit rate 12% (3
+  /// of 25 shards in place), cache 120.0 MB of 1000.0 MB", the rates over `wall_s`.
+  std::string summary(double wall_s) const;
+};
+
 struct LoaderStats {
   double wall_s = 0;          ///< since the epoch's pipeline started
   double first_batch_s = 0;   ///< start -> first batch handed out
@@ -232,10 +270,11 @@ struct LoaderStats {
   double slots_free_avg = 0;      ///< mean slots free for the IO stage (sampled)
   unsigned slots = 0;             ///< ring size now (grows when the consumer holds slots)
   IoStats io_engine;
+  NetworkStats network;           ///< a remote dataset's fetches and cache (network.remote)
   std::string cpu_explanation;
   std::string slot_memory;        ///< "host", "pinned", ...
-  /// Which stage bounds the feed over the whole run ("storage", "decode", "copy",
-  /// "consumer", "unknown" before enough data), the numbers behind it and the next step
+  /// Which stage bounds the feed over the whole run ("network", "storage", "decode",
+  /// "copy", "consumer", "unknown" before enough data), the numbers behind it and the next step
   /// (diagnose.h). The periodic reports use interval verdicts instead.
   std::string bottleneck = "unknown";
   std::string evidence;
@@ -244,7 +283,8 @@ struct LoaderStats {
   std::string to_json() const;
   /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ...",
   /// with the figures `evidence` gives (the consumer's wait after its first batch, busy
-  /// fractions capped at 100 %).
+  /// fractions capped at 100 %), and for a remote dataset the network stage: "network
+  /// 48.1 MB/s fetched, 12 requests/s, 6.0 in flight, cache hit rate 12%, ...".
   std::string summary() const;
   /// The consumer's wait after the first batch over the time since: the figure of the
   /// verdict's evidence, summary() and to_json()'s consumer_wait_frac. In [0, 1].

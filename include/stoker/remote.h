@@ -99,8 +99,11 @@ struct RemoteStats {
   uint64_t requests = 0;         ///< requests finished (any outcome)
   uint64_t retries = 0;          ///< requests that were tried again
   uint64_t failures = 0;         ///< requests given up on
-  uint64_t requests_in_flight = 0;
+  uint64_t requests_in_flight = 0;  ///< now
   double busy_s = 0;             ///< seconds with at least one request in flight
+  /// Requests in flight integrated over time (request-seconds): over an interval,
+  /// its growth divided by the interval's length is the mean number in flight.
+  double request_s = 0;
   double bytes_per_s() const noexcept { return busy_s > 0 ? bytes_fetched / busy_s : 0; }
 };
 
@@ -162,7 +165,11 @@ struct CacheStats {
   uint64_t refetches = 0;   ///< downloads repeated after a CRC failure
   uint64_t evictions = 0;   ///< shard files this process removed for room
   uint64_t bytes_cached = 0;   ///< bytes under the cache's key when last scanned
+  uint64_t limit = 0;          ///< CacheOptions::limit
   unsigned prefetch_window = 0;  ///< shards the window may hold (after shrinking)
+  /// Seconds acquire() blocked for shards that were not in place (a download of its
+  /// own or one in flight on a prefetch thread), summed over the calling threads.
+  double wait_s = 0;
   RemoteStats remote;
   double hit_rate() const noexcept {
     return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;

@@ -381,6 +381,26 @@ class PyLoader {
     d["io_engine"] = s.io_engine.engine;
     d["io_direct"] = s.io_engine.direct;
     d["io_fallback"] = s.io_engine.fallback_reason;
+    if (s.network.remote) {  // a URL: its fetches and cache (LoaderStats::network)
+      const NetworkStats& n = s.network;
+      py::dict g;
+      g["bytes_fetched"] = n.bytes_fetched;
+      g["bytes_per_s"] = n.bytes_per_s(s.wall_s);
+      g["requests"] = n.requests;
+      g["requests_per_s"] = n.requests_per_s(s.wall_s);
+      g["retries"] = n.retries;
+      g["requests_in_flight"] = n.requests_in_flight;
+      g["requests_in_flight_avg"] = n.mean_in_flight(s.wall_s);
+      g["fetch_wait_s"] = n.fetch_wait_s;
+      g["hits"] = n.hits;
+      g["misses"] = n.misses;
+      g["hit_rate"] = n.hits + n.misses ? py::object(py::float_(n.hit_rate())) : py::object(py::none());
+      g["cache_bytes"] = n.cache_bytes;
+      g["cache_limit"] = n.cache_limit;
+      d["network"] = g;
+    } else {
+      d["network"] = py::none();
+    }
     d["slot_memory"] = s.slot_memory;
     d["cpus"] = s.cpu_explanation;
     d["bottleneck"] = s.bottleneck;

@@ -429,8 +429,11 @@ class Loader:
     def stats(self):
         """Per-stage figures (LoaderStats) as a dict: throughput, busy/wait time of the
         IO and decode stages, consumer wait, ring occupancy, slots, IO engine, the
-        bottleneck with its evidence, "stage" (the Stager's figures, device batches)
-        and "summary" (summary() of the same figures)."""
+        bottleneck with its evidence, "stage" (the Stager's figures, device batches),
+        "network" (a URL's fetches and cache: bytes and requests fetched and per second,
+        requests in flight, the readers' wait on fetches, cache hits, misses and hit
+        rate, cache bytes and limit; None for a local dataset) and "summary" (summary()
+        of the same figures)."""
         return self._impl.stats()
 
     def summary(self):

@@ -90,3 +90,28 @@ def test_a_url_without_cache_dir_is_a_named_error(nginx):
     url, _ = nginx
     with pytest.raises(Exception, match="cache_dir"):
         stoker.Loader(url, batch_size=8, transform="eval", size=32)
+
+
+def test_stats_carry_the_network_stage(nginx, image_dataset, tmp_path):
+    url, log = nginx
+    kw = dict(batch_size=8, transform="eval", size=32, seed=5, threads=2)
+    shards = len(stoker.read_manifest(image_dataset[0])["shards"])
+    remote = stoker.Loader(url, cache_dir=tmp_path / "cache", **kw)
+    _epoch(remote, 0)
+    n = remote.stats()["network"]
+    assert n["bytes_fetched"] > 0 and n["bytes_per_s"] > 0
+    assert n["requests"] >= shards and n["requests_per_s"] > 0
+    assert n["hits"] + n["misses"] == shards
+    assert 0 < n["cache_bytes"] <= n["cache_limit"]
+    assert "network fetched" in remote.summary()
+    # Epoch 2: every shard in place, nothing asked for.
+    before = _shard_requests(log)
+    _epoch(remote, 1)
+    n = remote.stats()["network"]
+    assert _shard_requests(log) == before
+    assert n["requests"] == 0 and n["bytes_fetched"] == 0
+    assert n["hit_rate"] == 1.0
+    # A local dataset has none.
+    local = stoker.Loader(image_dataset[0], **kw)
+    _epoch(local, 0)
+    assert local.stats()["network"] is None

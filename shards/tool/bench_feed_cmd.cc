@@ -1,16 +1,22 @@
 // `stoker bench feed`: the whole pipeline against a consumer of set speed, next to the
 // in-memory decode limit of the same code on the same thread count, in one run, with the
 // bottleneck verdict (diagnose.h): which stage bounds the rate, the numbers, the next step.
+// A URL (http(s)://, s3://) is fed through the shard cache (--cache-dir, --cache-limit):
+// the network stage's figures (bytes and requests fetched per second, requests in
+// flight, the cache's hit rate) come per epoch and for the run, and the in-memory limit
+// is measured on the cache's copy (or --local DIR).
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <thread>
 
 #include "cli.h"
+#include "remote_cmd.h"
 #include "benchlib/decode_limit.h"
 #include "io/throttled_engine.h"
 #include "stoker/dataset.h"
@@ -36,7 +42,45 @@ struct FeedArgs {
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
+  // A URL: the shard cache, how it is fetched, and a local copy for the limit.
+  std::string cache_dir, cache_limit, local;
+  int64_t prefetch = LoaderOptions{}.cache_prefetch;
+  RemoteArgs remote;
 };
+
+// The network figures of several runs (epochs) together: counters summed, the values
+// that are "now" (in flight, cache fill) from the last.
+void add_network(NetworkStats& all, const NetworkStats& n) {
+  if (!n.remote) return;
+  all.remote = true;
+  all.bytes_fetched += n.bytes_fetched;
+  all.requests += n.requests;
+  all.retries += n.retries;
+  all.busy_s += n.busy_s;
+  all.request_s += n.request_s;
+  all.fetch_wait_s += n.fetch_wait_s;
+  all.hits += n.hits;
+  all.misses += n.misses;
+  all.requests_in_flight = n.requests_in_flight;
+  all.cache_bytes = n.cache_bytes;
+  all.cache_limit = n.cache_limit;
+}
+
+internal::Json network_json(const NetworkStats& n, double wall_s) {
+  if (!n.remote) return nullptr;
+  return {{"bytes_fetched", n.bytes_fetched},
+          {"bytes_per_s", internal::figure(n.bytes_per_s(wall_s))},
+          {"requests", n.requests},
+          {"requests_per_s", internal::figure(n.requests_per_s(wall_s))},
+          {"retries", n.retries},
+          {"requests_in_flight_avg", internal::figure(n.mean_in_flight(wall_s))},
+          {"fetch_wait_s", internal::figure(n.fetch_wait_s)},
+          {"hits", n.hits},
+          {"misses", n.misses},
+          {"hit_rate", n.hits + n.misses ? internal::Json(internal::figure(n.hit_rate())) : internal::Json(nullptr)},
+          {"cache_bytes", n.cache_bytes},
+          {"cache_limit", n.cache_limit}};
+}
 
 int run_feed(const FeedArgs& a) {
   LoaderOptions o;
@@ -64,6 +108,14 @@ int run_feed(const FeedArgs& a) {
   }
   o.rank = 0;
   o.world_size = 1;
+  const bool remote = is_remote_url(a.dataset);
+  if (remote) {
+    if (a.cache_dir.empty()) throw UsageError("a URL needs --cache-dir DIR");
+    o.cache_dir = a.cache_dir;
+    o.cache_limit = a.cache_limit.empty() ? 0 : parse_size(a.cache_limit);
+    o.cache_prefetch = static_cast<unsigned>(a.prefetch);
+    o.remote = a.remote.options();
+  }
   const double io_limit_mbps = a.io_limit_mbps;
   if (io_limit_mbps > 0)
     o.wrap_io = [io_limit_mbps](std::unique_ptr<IoEngine> e) {
@@ -83,8 +135,9 @@ int run_feed(const FeedArgs& a) {
   DiagnoseOptions dopt;
   dopt.cpus_available = plan_cpus().threads;
   BottleneckTracker tracker(dopt);
-  const bool tokens = loader.options().transform.kind != ImageTransform::Kind::kNone &&
-                      Dataset::open(o.path)->schema().find("tokens") >= 0;
+  const bool tokens = loader.options().transform.kind != ImageTransform::Kind::kNone && loader.stats().tokens;
+  NetworkStats net_total;
+  internal::Json per_epoch = internal::Json::array();
   double wall = 0, first_batch = 0, consumer_wait = 0;
   uint64_t samples = 0, bytes = 0, batches = 0;
   LoaderStats last;
@@ -118,6 +171,7 @@ int run_feed(const FeedArgs& a) {
     all.io_direct = f.io_direct;
     all.slot_memory = f.slot_memory;
     all.tokens = f.tokens;
+    add_network(all.network, f.network);
   };
   const auto run_t0 = std::chrono::steady_clock::now();
   bool out_of_time = false;
@@ -159,20 +213,40 @@ int run_feed(const FeedArgs& a) {
     dec_total.busy_s += last.decode.busy_s;
     dec_total.wait_s += last.decode.wait_s;
     dec_total.items += last.decode.items;
+    add_network(net_total, last.network);
+    // The epoch's own verdict (stats(): the whole epoch, its start included).
+    per_epoch.push_back({{"epoch", e},
+                         {"wall_s", internal::figure(w)},
+                         {"samples_per_s", internal::figure(last.samples / std::max(w, 1e-9))},
+                         {"bottleneck", last.bottleneck},
+                         {"evidence", last.evidence},
+                         {"network", network_json(last.network, w)}});
     if (!json)
       std::fprintf(stderr, "epoch %d: %s\n", e, last.summary().c_str());
   }
   const uint64_t rss = peak_rss_bytes();
   const double rate = samples / std::max(wall, 1e-9);
 
-  // In-memory limit of the same code on the same threads.
-  auto limit = internal::measure_decode_limit(o.path, o.transform, dec_total.threads,
+  // In-memory limit of the same code on the same threads. A URL: on the local copy
+  // given, else on the cache's (the loader has just filled it).
+  std::string limit_path = o.path;
+  if (remote) {
+    limit_path = a.local;
+    if (limit_path.empty()) {
+      CacheOptions co;
+      co.dir = o.cache_dir;
+      co.limit = std::numeric_limits<uint64_t>::max();
+      co.prefetch = 0;
+      limit_path = ShardCache::open(RemoteStore::open(o.path, o.remote), co)->local_dir();
+    }
+  }
+  auto limit = internal::measure_decode_limit(limit_path, o.transform, dec_total.threads,
                                               a.limit_seconds, static_cast<uint64_t>(a.limit_records), o.order.seed);
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
   if (tokens) {
     // Token samples are rows; the limit decompresses whole records.
-    auto ds = Dataset::open(o.path);
+    auto ds = Dataset::open(limit_path);
     const Field& f = ds->schema().fields[static_cast<size_t>(ds->schema().find("tokens"))];
     const double row_bytes = (f.seq_len + 1.0) * dtype_size(f.dtype);
     limit_rate = limit.raw_bytes / std::max(limit.seconds, 1e-9) / row_bytes;
@@ -200,6 +274,11 @@ int run_feed(const FeedArgs& a) {
               last.io_engine.direct ? " O_DIRECT" : "");
   std::printf("limit: %.0f %s/s in memory (%u %s, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
               dec_total.threads, threads_word, static_cast<unsigned long long>(limit.records_in_memory), ratio);
+  if (remote)
+    std::printf("network: %s fetched, %llu requests, %llu retries; %s\n",
+                format_bytes(static_cast<double>(net_total.bytes_fetched)).c_str(),
+                static_cast<unsigned long long>(net_total.requests), static_cast<unsigned long long>(net_total.retries),
+                net_total.summary(wall).c_str());
   std::printf("verdict: %s\n", verdict.summary().c_str());
   if (json) {
     using internal::Json;
@@ -228,6 +307,8 @@ int run_feed(const FeedArgs& a) {
                     {"io_engine", last.io_engine.engine},
                     {"io_direct", last.io_engine.direct},
                     {"slots", last.slots},
+                    {"network", network_json(net_total, wall)},
+                    {"per_epoch", per_epoch},
                     {"bottleneck", bottleneck_name(verdict.bottleneck)},
                     {"verdict", internal::to_json_value(verdict)},
                     {"stages",
@@ -244,7 +325,7 @@ void setup(CLI::App& tool) {
   auto a = std::make_shared<FeedArgs>();
   CLI::App* c = bench->add_subcommand(
       "feed", "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.");
-  c->add_option("DATASET", a->dataset, "dataset (packed)")->required();
+  c->add_option("DATASET", a->dataset, "dataset (packed): a directory, or an http(s):// or s3:// URL")->required();
   c->add_option("--threads", a->threads, "decode threads (0: the CPU plan)")->check(CLI::Range(0, 4096))->capture_default_str();
   c->add_option("--transform", a->transform, "image transform")->check(CLI::IsMember({"train", "eval", "none"}))
       ->capture_default_str();
@@ -279,8 +360,19 @@ void setup(CLI::App& tool) {
   c->add_flag("--position-ids", a->position_ids, "token data packed with --eos: also deliver position_ids");
   c->add_flag("--loss-mask", a->loss_mask, "token data packed with --eos: also deliver loss_mask");
   c->add_option("--mix", a->mix, "a second dataset: feed a 2-source mixture of equal weights");
+  c->add_option("--cache-dir", a->cache_dir, "URL: the shard cache directory (required with a URL)");
+  c->add_option("--cache-limit", a->cache_limit, "URL: cache size (default: the dataset's size)")->check(byte_size());
+  c->add_option("--prefetch", a->prefetch, "URL: shards fetched ahead")->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  c->add_option("--local", a->local, "URL: a local copy to measure the in-memory limit on (default: the cache's)");
+  add_remote_options(c, a->remote);
   c->add_flag("--json", a->json, "a JSON object after the text");
-  on_run(c, [a] { return run_feed(*a); });
+  on_run(c, [a, c] {
+    if (!is_remote_url(a->dataset))
+      reject_options(c, {"--cache-dir", "--cache-limit", "--prefetch", "--local", "--connections", "--part", "--profile"},
+                     "without a URL");
+    return run_feed(*a);
+  });
 }
 
 }  // namespace

@@ -62,6 +62,9 @@ void LoaderReporter::report(const LoaderStats& s, bool epoch_end, uint64_t epoch
     line = internal::json_text(j);
   } else {
     line = (epoch_end ? "epoch " + std::to_string(epoch) + " done: " : std::string()) + v.summary();
+    // A remote dataset: the network stage of the same interval, whatever the verdict.
+    if (v.figures.network.remote && v.bottleneck != Bottleneck::kNetwork)
+      line += " | network: " + v.figures.network.summary(v.figures.wall_s);
   }
   if (opt_.report_sink) opt_.report_sink(line);
   else std::fprintf(stderr, "stoker: %s\n", line.c_str());
@@ -103,6 +106,20 @@ std::string LoaderStats::to_json() const {
   j["io_engine"] = io_engine.engine;
   j["io_direct"] = io_engine.direct;
   j["io_fallback"] = io_engine.fallback_reason;
+  if (network.remote) {
+    internal::Json n = internal::to_json_value(network, wall_s, FeedFigures::from(*this).fetch_wait_frac());
+    n["bytes_fetched"] = network.bytes_fetched;
+    n["requests"] = network.requests;
+    n["retries"] = network.retries;
+    n["requests_in_flight"] = network.requests_in_flight;
+    n["busy_frac"] = figure(wall_s > 0 ? std::min(1.0, network.busy_s / wall_s) : 0);
+    n["fetch_wait_s"] = figure(network.fetch_wait_s);
+    n["hits"] = network.hits;
+    n["misses"] = network.misses;
+    j["network"] = std::move(n);
+  } else {
+    j["network"] = nullptr;
+  }
   j["slot_memory"] = slot_memory;
   j["cpus"] = cpu_explanation;
   j["bottleneck"] = bottleneck;
@@ -122,7 +139,8 @@ std::string LoaderStats::summary() const {
                 "%.1f of %u slots ready on average",
                 wall_s > 0 ? samples / wall_s : 0.0, wall_s, busy(io), decode.threads,
                 decode.threads == 1 ? "" : "s", busy(decode), 100 * consumer_wait_frac(), slots_ready_avg, slots);
-  return b;
+  if (!network.remote) return b;
+  return std::string(b) + "; network " + network.summary(wall_s);
 }
 
 }  // namespace stoker

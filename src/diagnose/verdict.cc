@@ -18,6 +18,7 @@ constexpr internal::EnumName<Bottleneck> kBottleneckNames[] = {{Bottleneck::kSto
                                                                {Bottleneck::kDecode, "decode"},
                                                                {Bottleneck::kCopy, "copy"},
                                                                {Bottleneck::kConsumer, "consumer"},
+                                                               {Bottleneck::kNetwork, "network"},
                                                                {Bottleneck::kUnknown, "unknown"}};
 }  // namespace
 
@@ -47,6 +48,7 @@ FeedFigures FeedFigures::from(const LoaderStats& s) {
   f.io_direct = s.io_engine.direct;
   f.slot_memory = s.slot_memory;
   f.tokens = s.tokens;
+  f.network = s.network;
   return f;
 }
 
@@ -90,6 +92,22 @@ StageStats stage_diff(const StageStats& a, const StageStats& b) {
   return d;
 }
 
+NetworkStats network_diff(const NetworkStats& a, const NetworkStats& b) {
+  if (!b.remote) return b;
+  auto sub = [](uint64_t x, uint64_t y) { return x >= y ? x - y : 0; };
+  NetworkStats d = b;  // requests in flight and the cache's fill: the latest values
+  d.bytes_fetched = sub(b.bytes_fetched, a.bytes_fetched);
+  d.requests = sub(b.requests, a.requests);
+  d.retries = sub(b.retries, a.retries);
+  d.busy_s = std::max(0.0, b.busy_s - a.busy_s);
+  d.request_s = std::max(0.0, b.request_s - a.request_s);
+  d.fetch_wait_s = std::max(0.0, b.fetch_wait_s - a.fetch_wait_s);
+  d.startup_fetch_wait_s = std::max(0.0, b.startup_fetch_wait_s - a.startup_fetch_wait_s);
+  d.hits = sub(b.hits, a.hits);
+  d.misses = sub(b.misses, a.misses);
+  return d;
+}
+
 // Mean over the interval of a running mean taken over `n` observations.
 double interval_mean(double avg_a, uint64_t n_a, double avg_b, uint64_t n_b) {
   if (n_b <= n_a) return avg_b;
@@ -117,7 +135,15 @@ FeedFigures FeedFigures::between(const FeedFigures& a, const FeedFigures& b) {
   d.slots_ready_avg = interval_mean(a.slots_ready_avg, a.batches, b.slots_ready_avg, b.batches);
   d.slots_free_avg = interval_mean(a.slots_free_avg, a.batches, b.slots_free_avg, b.batches);
   d.io_engine_busy_s = std::max(0.0, b.io_engine_busy_s - a.io_engine_busy_s);
+  d.network = network_diff(a.network, b.network);
   return d;
+}
+
+double FeedFigures::fetch_wait_frac() const noexcept {
+  const double w = wall_s - startup_s;
+  if (w <= 0 || !network.remote) return 0;
+  // As for the consumer: the wait before the first batch is counted on its own.
+  return std::clamp((network.fetch_wait_s - network.startup_fetch_wait_s) / w, 0.0, 1.0);
 }
 
 double FeedFigures::consumer_wait_frac() const noexcept {
@@ -174,8 +200,15 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   const std::string ready = fmt("%.1f", f.slots_ready_avg) + " of " + std::to_string(f.slots) + " slots ready";
   const std::string dec = threads_text(f.decode.threads) + " " + pct(dec_busy) + " busy";
 
+  // A remote dataset whose first batch waited on fetches for much of the interval: a
+  // cold epoch whose first batches need most shards (a global shuffle) waits for the
+  // network before anything else runs, whatever bounds the feed after that.
+  const bool startup_net = f.network.remote && f.network.startup_fetch_wait_s >=
+                                                   (o.fetch_wait_high - lean(Bottleneck::kNetwork)) * wall;
   Bottleneck b;
-  if (cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
+  if (startup_net) {
+    b = Bottleneck::kNetwork;
+  } else if (cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
     b = Bottleneck::kConsumer;
   } else {
     const bool copy_sat = f.copy && (copy_busy >= o.busy_high - lean(Bottleneck::kCopy) ||
@@ -192,9 +225,15 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
     const double storage_busy = std::min(1.0, f.io_engine_busy_s / wall);
     const bool dec_mostly = dec_busy >= o.starved_below - lean(Bottleneck::kDecode) &&
                             !(f.io_engine_busy_s > 0 && storage_busy > dec_busy + lean(Bottleneck::kStorage));
+    // A remote dataset whose readers block on shards still on their way: whatever the
+    // decoders do meanwhile, they wait for the network.
+    const bool net_wait =
+        f.network.remote && f.fetch_wait_frac() >= o.fetch_wait_high - lean(Bottleneck::kNetwork);
     if (copy_sat && dec_sat) b = copy_busy >= dec_busy ? Bottleneck::kCopy : Bottleneck::kDecode;
     else if (copy_sat) b = Bottleneck::kCopy;
-    else if (dec_sat || dec_mostly) b = Bottleneck::kDecode;
+    else if (dec_sat) b = Bottleneck::kDecode;
+    else if (net_wait) b = Bottleneck::kNetwork;
+    else if (dec_mostly) b = Bottleneck::kDecode;
     else b = Bottleneck::kStorage;
   }
   v.bottleneck = v.raw = b;
@@ -250,9 +289,38 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
       if (f.io_engine == "pread") v.advice += "; io_uring is not in use (see `stoker doctor`)";
       break;
     }
+    case Bottleneck::kNetwork: {
+      v.evidence = "network bound: " + f.network.summary(wall) + ", readers waited on fetches ";
+      if (startup_net)
+        v.evidence += fmt("%.2f s", f.network.startup_fetch_wait_s) + " before the first batch (" +
+                      pct(f.network.startup_fetch_wait_s / wall) + " of " + fmt("%.2f s", wall) + ") and " +
+                      pct(f.fetch_wait_frac()) + " of the time after it";
+      else
+        v.evidence += pct(f.fetch_wait_frac()) + " of the time";
+      v.evidence += ", " + waited + ", decode " + dec;
+      v.advice = "shards do not arrive fast enough: fetch further ahead (LoaderOptions.cache_prefetch) and with more "
+                 "ranged GETs in flight (remote.connections, --connections) if the link has room; measure it with "
+                 "`stoker doctor --dataset URL`; once cached (cache_limit holding the dataset) later epochs read "
+                 "at local speed";
+      if (startup_net)
+        v.advice += "; a cold epoch in a global shuffle needs nearly every shard for its first batches: order "
+                    "chunk_local starts once the first shards are in";
+      break;
+    }
     case Bottleneck::kUnknown: break;
   }
   return v;
+}
+
+std::string NetworkStats::summary(double wall_s) const {
+  std::string s = "fetched " + fmt("%.1f MB/s", bytes_per_s(wall_s) / 1e6) + ", " +
+                  fmt("%.1f requests/s", requests_per_s(wall_s)) + ", " +
+                  fmt("%.1f requests in flight", mean_in_flight(wall_s)) + ", cache hit rate ";
+  s += hits + misses ? pct(hit_rate()) + " (" + std::to_string(hits) + " of " + std::to_string(hits + misses) +
+                           " shards in place)"
+                     : std::string("- (no shard read)");
+  s += ", cache " + fmt("%.1f MB", cache_bytes / 1e6) + " of " + fmt("%.1f MB", cache_limit / 1e6);
+  return s;
 }
 
 namespace internal {
@@ -276,7 +344,19 @@ Json to_json_value(const Verdict& v) {
               {"slots_ready_avg", figure(f.slots_ready_avg)},
               {"slots_free_avg", figure(f.slots_free_avg)},
               {"slots", f.slots},
+              {"network", to_json_value(f.network, f.wall_s, f.fetch_wait_frac())},
               {"intervals", v.intervals}};
+}
+
+Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait) {
+  if (!n.remote) return Json(nullptr);
+  return Json{{"bytes_per_s", figure(n.bytes_per_s(wall_s))},
+              {"requests_per_s", figure(n.requests_per_s(wall_s))},
+              {"requests_in_flight_avg", figure(n.mean_in_flight(wall_s))},
+              {"fetch_wait_frac", figure(fetch_wait)},
+              {"hit_rate", n.hits + n.misses ? Json(figure(n.hit_rate())) : Json(nullptr)},
+              {"cache_bytes", n.cache_bytes},
+              {"cache_limit", n.cache_limit}};
 }
 
 }  // namespace internal

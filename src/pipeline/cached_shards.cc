@@ -28,6 +28,7 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
   auto c = std::make_shared<CachedShards>();
   c->cache_ = ShardCache::open(std::move(store), co);
   c->pins_.resize(c->cache_->manifest().shards.size());
+  c->touched_.assign(c->pins_.size(), 0);
   return c;
 }
 
@@ -52,16 +53,26 @@ void CachedShards::prefetch_run(const EpochOrder& order, const RankSchedule& sch
       }
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_run_) ++run_;
+    first_run_ = false;
+  }
   cache_->prefetch(std::move(seq));
 }
 
 void CachedShards::hold(size_t s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pins_.at(s)) return;
+    if (pins_.at(s)) {
+      if (touched_[s] != run_) ++held_hits_;
+      touched_[s] = run_;
+      return;
+    }
   }
   ShardCache::Pin pin = cache_->acquire(s);  // may download: not under the lock
   std::lock_guard<std::mutex> lock(mu_);
+  touched_[s] = run_;
   if (!pins_[s]) pins_[s] = std::move(pin);
 }
 

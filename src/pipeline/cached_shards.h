@@ -11,6 +11,7 @@
 // thread at a run's start.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -41,12 +42,24 @@ class CachedShards {
   /// Shard s is in place, checked and pinned (downloaded first if it is not).
   void hold(size_t s);
 
-  CacheStats stats() const { return cache_->stats(); }
+  /// The cache's figures, with `hits` also counting, once per run, each shard a run
+  /// read that this loader held already (hold() then asks the cache nothing).
+  CacheStats stats() const {
+    CacheStats s = cache_->stats();
+    s.hits += held_hits_.load();
+    return s;
+  }
 
  private:
   std::shared_ptr<ShardCache> cache_;
   std::mutex mu_;
   std::vector<ShardCache::Pin> pins_;
+  std::vector<uint64_t> touched_;  // the run that last read each shard
+  // The run in progress: bumped by each prefetch_run() but the first, so shards held
+  // while the loader opens (token data) count with its first run.
+  uint64_t run_ = 1;
+  bool first_run_ = true;
+  std::atomic<uint64_t> held_hits_{0};
 };
 
 }  // namespace stoker::internal

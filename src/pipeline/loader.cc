@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "diagnose/loader_report.h"
 #include "pipeline/mixture_feed.h"
@@ -70,6 +71,13 @@ struct Loader::Impl {
   std::atomic<Clock::time_point> run_start{};
   std::atomic<double> first_batch_s{0};
   std::atomic<uint64_t> batches_out{0}, samples_out{0}, record_bytes_out{0};
+  // A remote dataset's cache figures when the current run started (zero for the first
+  // run, which so includes opening the dataset). Written by the consumer thread between
+  // runs, read by stats() on any thread.
+  mutable std::mutex net_mu;
+  CacheStats net_base;
+  bool first_run = true;
+  std::atomic<double> first_batch_fetch_wait{0};  // CacheStats::wait_s at the run's first batch
 
   void setup();
   void start_run();
@@ -234,6 +242,11 @@ void Loader::Impl::start_run() {
   r.order = std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch);
   r.sched = std::make_unique<RankSchedule>(r.order->size(), opt.batch_size, ctx.rank.world_size, ctx.rank.rank,
                                            opt.drop_last, start_consumed, tail_policy());
+  if (ctx.cached) {
+    std::lock_guard<std::mutex> lock(net_mu);
+    if (!first_run) net_base = ctx.cached->stats();
+    first_run = false;
+  }
   if (ctx.cached) ctx.cached->prefetch_run(*r.order, *r.sched, *ctx.dataset, tokens);
   r.stop = false;
   r.next_start = 0;
@@ -460,7 +473,10 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
       at = (at + 7) / 8 * 8;  // the next output's values start aligned for any element type
     }
   }
-  if (batches_out == 0) first_batch_s = internal::seconds(Clock::now() - run_start.load());
+  if (batches_out == 0) {
+    first_batch_s = internal::seconds(Clock::now() - run_start.load());
+    if (ctx.cached) first_batch_fetch_wait = ctx.cached->stats().wait_s;
+  }
   batches_out++;
   samples_out += n;
   return Batch(std::move(views), std::move(lease), epoch, job->k, n);
@@ -541,6 +557,30 @@ LoaderStats Loader::Impl::snapshot() const {
     s.slots = static_cast<unsigned>(ring->slots.size());
   }
   s.io_engine = producer->io_stats();
+  if (ctx.cached) {
+    const CacheStats now = ctx.cached->stats();
+    CacheStats base;
+    {
+      std::lock_guard<std::mutex> lock(net_mu);
+      base = net_base;
+    }
+    auto sub = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
+    NetworkStats& n = s.network;
+    n.remote = true;
+    n.bytes_fetched = sub(now.remote.bytes_fetched, base.remote.bytes_fetched);
+    n.requests = sub(now.remote.requests, base.remote.requests);
+    n.retries = sub(now.remote.retries, base.remote.retries);
+    n.busy_s = std::max(0.0, now.remote.busy_s - base.remote.busy_s);
+    n.request_s = std::max(0.0, now.remote.request_s - base.remote.request_s);
+    n.requests_in_flight = now.remote.requests_in_flight;
+    n.fetch_wait_s = std::max(0.0, now.wait_s - base.wait_s);
+    n.startup_fetch_wait_s =
+        batches_out > 0 ? std::clamp(first_batch_fetch_wait.load() - base.wait_s, 0.0, n.fetch_wait_s) : n.fetch_wait_s;
+    n.hits = sub(now.hits, base.hits);
+    n.misses = sub(now.misses, base.misses);
+    n.cache_bytes = now.bytes_cached;
+    n.cache_limit = now.limit;
+  }
   s.cpu_explanation = ctx.cpu.explanation;
   s.slot_memory = ring->alloc->name();
   return s;

@@ -213,13 +213,19 @@ Fetcher::Fetcher(Location loc, RemoteOptions options) : loc_(std::move(loc)), op
 Fetcher::~Fetcher() = default;
 
 void Fetcher::begin_request() {
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(busy_mu_);
-  if (inflight_++ == 0) busy_since_ = Clock::now();
+  request_s_ += static_cast<double>(inflight_) * std::chrono::duration<double>(now - last_change_).count();
+  last_change_ = now;
+  if (inflight_++ == 0) busy_since_ = now;
 }
 
 void Fetcher::end_request() {
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(busy_mu_);
-  if (--inflight_ == 0) busy_s_ += std::chrono::duration<double>(Clock::now() - busy_since_).count();
+  request_s_ += static_cast<double>(inflight_) * std::chrono::duration<double>(now - last_change_).count();
+  last_change_ = now;
+  if (--inflight_ == 0) busy_s_ += std::chrono::duration<double>(now - busy_since_).count();
 }
 
 RemoteStats Fetcher::stats() const {
@@ -228,9 +234,11 @@ RemoteStats Fetcher::stats() const {
   s.requests = requests.load();
   s.retries = retries.load();
   s.failures = failures.load();
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lock(busy_mu_);
   s.requests_in_flight = inflight_;
-  s.busy_s = busy_s_ + (inflight_ ? std::chrono::duration<double>(Clock::now() - busy_since_).count() : 0);
+  s.busy_s = busy_s_ + (inflight_ ? std::chrono::duration<double>(now - busy_since_).count() : 0);
+  s.request_s = request_s_ + static_cast<double>(inflight_) * std::chrono::duration<double>(now - last_change_).count();
   return s;
 }
 

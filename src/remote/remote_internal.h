@@ -88,6 +88,9 @@ class Fetcher {
   uint64_t inflight_ = 0;
   std::chrono::steady_clock::time_point busy_since_;
   double busy_s_ = 0;
+  // inflight_ integrated over time up to last_change_ (RemoteStats::request_s).
+  std::chrono::steady_clock::time_point last_change_;
+  double request_s_ = 0;
 };
 
 }  // namespace stoker::internal

@@ -86,10 +86,11 @@ struct ShardCache::Impl {
   std::map<size_t, std::shared_ptr<Held>> window;
   std::set<size_t> fetching;
   std::set<size_t> failed;  // prefetch gave up: left to acquire(), which reports why
+  std::set<size_t> downloaded;  // fetched (not found in place) by a prefetch thread, not yet acquired
   bool stop = false;
   std::vector<std::thread> workers;
 
-  std::atomic<uint64_t> hits{0}, misses{0}, downloads{0}, refetches{0}, evictions{0}, bytes_cached{0};
+  std::atomic<uint64_t> hits{0}, misses{0}, downloads{0}, refetches{0}, evictions{0}, bytes_cached{0}, wait_ns{0};
 
   std::string shard_path(size_t s) const { return dir + "/" + manifest.shards[s].name; }
   std::string lock_path(const std::string& name) const { return lock_dir + "/" + name + ".lock"; }
@@ -129,12 +130,27 @@ struct ShardCache::Impl {
   uint64_t scan(std::vector<Entry>& shards, const std::string& own_part) {
     uint64_t used = 0;
     std::error_code ec;
+    // A download renamed into place while the directory is read may be listed under
+    // either name, both or (between the listing and the stat) under a name it no longer
+    // has: each shard counts once, under the name it has now.
+    std::set<std::string> counted;
     for (const auto& de : fs::directory_iterator(dir, ec)) {
-      const std::string name = de.path().filename().string();
+      std::string name = de.path().filename().string();
       if (name == kManifestName || name[0] == '.' || !de.is_regular_file(ec)) continue;
-      const uint64_t size = de.file_size(ec);
+      uint64_t size = de.file_size(ec);
+      const bool part = name.size() > 5 && name.compare(name.size() - 5, 5, kPartSuffix) == 0;
+      if (ec && part) {
+        name.resize(name.size() - 5);
+        size = fs::file_size(dir + "/" + name, ec);
+        if (ec) continue;
+        if (!counted.insert(name).second) continue;
+        used += size;
+        shards.push_back({name, size, fs::last_write_time(dir + "/" + name, ec)});
+        continue;
+      }
       if (ec) continue;
-      if (name.size() > 5 && name.compare(name.size() - 5, 5, kPartSuffix) == 0) {
+      if (!part && !counted.insert(name).second) continue;
+      if (part) {
         if (name == own_part) continue;
         // A part whose shard lock nobody holds belongs to a process that died.
         const std::string shard = name.substr(0, name.size() - 5);
@@ -143,6 +159,7 @@ struct ShardCache::Impl {
           fs::remove(de.path(), ec);
           continue;
         }
+        if (!counted.insert(shard).second) continue;
         used += size;
         continue;
       }
@@ -307,6 +324,7 @@ struct ShardCache::Impl {
       lock.lock();
       fetching.erase(target);
       if (gave_up) failed.insert(target);
+      if (h && !hit) downloaded.insert(target);
       if (h) {
         window[target] = std::move(h);
         prune_window_locked();
@@ -404,6 +422,8 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
                                                  std::to_string(I.manifest.shards.size()) + ")");
   std::shared_ptr<Held> h;
   bool hit = false;
+  const auto t0 = Clock::now();
+  bool waited = false;
   {
     std::unique_lock<std::mutex> lock(I.mu);
     for (size_t p = I.cursor; p < I.order.size(); ++p)
@@ -411,12 +431,15 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
         I.cursor = p + 1;
         break;
       }
-    // A worker fetching s: wait for it rather than start a second download.
+    // A worker fetching s: wait for it rather than start a second download. When it
+    // had to download the shard, the shard was not in place when asked for: a miss.
+    waited = I.fetching.count(s) > 0;
     I.cv.wait(lock, [&] { return !I.fetching.count(s); });
+    waited = I.downloaded.erase(s) > 0 && waited;
     auto it = I.window.find(s);
     if (it != I.window.end()) {
       h = it->second;
-      hit = true;
+      hit = !waited;
     }
     I.prune_window_locked();
     I.failed.erase(s);
@@ -435,7 +458,12 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
     } done{I, s};
     h = I.obtain(s, true, &hit);
   }
+  if (waited) hit = false;
   (hit ? I.hits : I.misses)++;
+  if (!hit) {
+    const uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    I.wait_ns += ns;
+  }
   Pin pin;
   pin.path_ = &h->path;
   pin.held_ = std::move(h);
@@ -452,6 +480,8 @@ CacheStats ShardCache::stats() const {
   st.refetches = I.refetches;
   st.evictions = I.evictions;
   st.bytes_cached = I.bytes_cached;
+  st.limit = I.o.limit;
+  st.wait_s = static_cast<double>(I.wait_ns.load()) / 1e9;
   st.prefetch_window = I.window_shards;
   st.remote = I.store->stats();
   return st;

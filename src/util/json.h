@@ -11,6 +11,7 @@ struct Verdict;
 struct Check;
 struct DoctorReport;
 struct StagerStats;
+struct NetworkStats;
 }  // namespace stoker
 
 namespace stoker::internal {
@@ -30,6 +31,8 @@ double figure(double v);
 /// The JSON of the library's reports, as values a caller can embed in its own (the
 /// public to_json() methods are json_text of these).
 Json to_json_value(const Verdict& v);       // diagnose/verdict.cc
+/// null for a local dataset; the network stage's rates over `wall_s` (diagnose/verdict.cc).
+Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait_frac);
 Json to_json_value(const Check& c);         // diagnose/doctor.cc
 Json to_json_value(const DoctorReport& r);  // diagnose/doctor.cc
 Json to_json_value(const StagerStats& s);   // stage/stager.cc
