@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli.h"
+#include "field_spec.h"
 #include "benchlib/decode_limit.h"
 #include "io/throttled_engine.h"
 #include "stoker/dataset.h"
@@ -36,6 +38,7 @@ struct FeedArgs {
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
+  std::vector<std::string> fields;  // --field values (field_spec.h)
 };
 
 int run_feed(const FeedArgs& a) {
@@ -47,6 +50,7 @@ int run_feed(const FeedArgs& a) {
   if (tf == "train") o.transform.kind = ImageTransform::Kind::kTrain;
   else if (tf == "eval") o.transform.kind = ImageTransform::Kind::kEval;
   else o.transform.kind = ImageTransform::Kind::kNone;
+  o.fields = parse_field_specs(a.fields, static_cast<int>(a.size));
   o.threads = static_cast<unsigned>(a.threads);
   o.order.kind = parse_order_kind(a.order);
   o.order.seed = static_cast<uint64_t>(a.seed);
@@ -79,7 +83,17 @@ int run_feed(const FeedArgs& a) {
   // are skipped); 0: whole epochs. Bounds the measurements of `stoker bench compare`.
   const double max_seconds = a.max_seconds;
 
-  Loader loader(o);
+  std::optional<Loader> opened;
+  try {
+    opened.emplace(o);
+  } catch (const Error& e) {
+    // The loader checks the specs against the dataset ("fields['png']: ..."): say which
+    // option they came from.
+    if (!o.fields.empty() && e.code() == ErrorCode::kInvalidArgument && std::string(e.what()).rfind("fields[", 0) == 0)
+      throw UsageError(std::string("--field: ") + e.what());
+    throw;
+  }
+  Loader& loader = *opened;
   DiagnoseOptions dopt;
   dopt.cpus_available = plan_cpus().threads;
   BottleneckTracker tracker(dopt);
@@ -166,8 +180,8 @@ int run_feed(const FeedArgs& a) {
   const double rate = samples / std::max(wall, 1e-9);
 
   // In-memory limit of the same code on the same threads.
-  auto limit = internal::measure_decode_limit(o.path, o.transform, dec_total.threads,
-                                              a.limit_seconds, static_cast<uint64_t>(a.limit_records), o.order.seed);
+  auto limit = internal::measure_decode_limit(loader.options(), dec_total.threads, a.limit_seconds,
+                                              static_cast<uint64_t>(a.limit_records));
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
   if (tokens) {
@@ -209,6 +223,7 @@ int run_feed(const FeedArgs& a) {
     };
     const Json j = {{"dataset", o.path},
                     {"transform", tf},
+                    {"fields", a.fields},
                     {"threads", dec_total.threads},
                     {"batch", o.batch_size},
                     {"size", o.transform.size},
@@ -246,8 +261,12 @@ void setup(CLI::App& tool) {
       "feed", "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.");
   c->add_option("DATASET", a->dataset, "dataset (packed)")->required();
   c->add_option("--threads", a->threads, "decode threads (0: the CPU plan)")->check(CLI::Range(0, 4096))->capture_default_str();
-  c->add_option("--transform", a->transform, "image transform")->check(CLI::IsMember({"train", "eval", "none"}))
+  c->add_option("--transform", a->transform, "the first image field's transform, unless --field names it")->check(CLI::IsMember({"train", "eval", "none"}))
       ->capture_default_str();
+  c->add_option("--field", a->fields,
+                "a field's transform, repeatable: NAME (as stored), NAME=train[:SIZE], NAME=eval[:SIZE[:RESIZE]], "
+                "NAME=follow:LEADER[:nearest|antialiased][:1|3] (e.g. --field jpg=train:224 --field png=follow:jpg)")
+      ->check(field_spec())->allow_extra_args(false);
   c->add_option("--consumer-ms", a->consumer_ms, "a consumer taking this long per batch")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--batch", a->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();

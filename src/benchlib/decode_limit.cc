@@ -4,11 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <system_error>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "pipeline/producer.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/order.h"
@@ -16,13 +19,25 @@
 
 namespace stoker::internal {
 
-DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& transform, unsigned threads,
-                                 double seconds, uint64_t max_records, uint64_t seed) {
-  auto ds = Dataset::open(path);
+DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, double seconds, uint64_t max_records) {
+  auto ds = Dataset::open(opt.path);
   const Schema& schema = ds->schema();
-  int jpeg = -1;
-  for (size_t i = 0; i < schema.fields.size(); ++i)
-    if (schema.fields[i].kind == FieldKind::kJpeg) jpeg = static_cast<int>(i);
+  const int tokens = schema.find("tokens");
+  const bool token_data = tokens >= 0 && schema.fields[static_cast<size_t>(tokens)].kind == FieldKind::kTokens;
+  // Image data: the loader's plan of every field, and one sample's tensors (a batch of
+  // one, laid out as the loader lays out a slot).
+  Context ctx;
+  ctx.opt = &opt;
+  ctx.order_opt = opt.order;
+  ImageFacts facts;
+  size_t sample_bytes = 0;
+  if (!token_data) {
+    facts = plan_image_fields(opt, schema, ctx);
+    for (auto& t : ctx.tensors) {
+      t.offset = sample_bytes;
+      sample_bytes += (t.sample_bytes + 255) / 256 * 256;
+    }
+  }
   const uint64_t n = ds->record_count();
   const uint64_t take = std::min<uint64_t>(n, std::max<uint64_t>(1, max_records));
   struct Item {
@@ -63,28 +78,49 @@ DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& 
   out.records_in_memory = items.size();
   threads = std::max(1u, threads);
   std::atomic<uint64_t> next{0}, done{0}, raw_bytes{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;  // a bad record ends the measurement with its error
+  std::mutex error_mu;
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + std::chrono::duration<double>(seconds);
-  auto worker = [&] {
+  auto work = [&] {
     ImageDecoder dec;
-    std::vector<uint8_t> raw, pixels(static_cast<size_t>(transform.size) * transform.size * 3);
+    std::vector<uint8_t> raw, pixels;
+    std::vector<DecodeResult> results;
+    PageBuffer mem(std::max<size_t>(1, sample_bytes));
+    Job job;
+    job.mem = mem.get();
+    job.var.assign(ctx.vars.size(), std::vector<std::vector<uint8_t>>(1));
     for (;;) {
       const uint64_t k = next++;
       // At least one full pass, then until the deadline.
-      if (k >= items.size() && std::chrono::steady_clock::now() >= deadline) break;
+      if (failed || (k >= items.size() && std::chrono::steady_clock::now() >= deadline)) break;
       const Item& it = items[k % items.size()];
-      raw.resize(it.loc.raw_size);
-      // The same checks and unpacking as the loader, then decode (images) or nothing more.
-      auto fields = unpack_record_into(schema, it.loc, it.stored, raw, it.where);
-      if (jpeg >= 0 && transform.kind != ImageTransform::Kind::kNone)
-        dec.decode(fields[jpeg], transform, sample_seed(seed, 0, it.index), pixels.data(), pixels.size());
+      if (token_data) {
+        raw.resize(it.loc.raw_size);
+        unpack_record_into(schema, it.loc, it.stored, raw, it.where);
+      } else {
+        // The same checks, slicing and per-field work as the loader's decode workers.
+        const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
+        put_image_fields(ctx, facts, 0, job, 0, fields, it.index, dec, pixels, results);
+      }
       done++;
       raw_bytes += it.loc.raw_size;
+    }
+  };
+  auto worker = [&] {
+    try {
+      work();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!first_error) first_error = std::current_exception();
+      failed = true;
     }
   };
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  if (first_error) std::rethrow_exception(first_error);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.samples = done;
   out.raw_bytes = raw_bytes;
