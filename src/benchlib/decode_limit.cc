@@ -72,7 +72,8 @@ DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, dou
     if (stored.size() > arena_bytes - at)
       throw Error(ErrorCode::kDataLoss, ds->shard_path(s) + ": record " + std::to_string(r) + " read back longer than its index says");
     std::memcpy(arena.get() + at, stored.data(), stored.size());
-    items.push_back({g, {arena.get() + at, stored.size()}, reader->location(r), ds->shard_path(s)});
+    items.push_back({g, {arena.get() + at, stored.size()}, reader->location(r),
+                     ds->shard_path(s) + ": record " + std::to_string(r)});
     at += stored.size();
   }
   out.records_in_memory = items.size();
@@ -102,7 +103,16 @@ DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, dou
       } else {
         // The same checks, slicing and per-field work as the loader's decode workers.
         const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
-        put_image_fields(ctx, facts, 0, job, 0, fields, it.index, dec, pixels, results);
+        try {
+          put_image_fields(ctx, facts, 0, job, 0, fields, it.index, dec, pixels, results);
+        } catch (const Error& e) {
+          std::string key;  // the record's source, as the loader names it
+          if (facts.key_field >= 0) {
+            const auto k = fields[static_cast<size_t>(facts.key_field)];
+            key = " (source '" + std::string(k.begin(), k.end()) + "')";
+          }
+          throw Error(e.code(), it.where + key + ": " + e.what());
+        }
       }
       done++;
       raw_bytes += it.loc.raw_size;
