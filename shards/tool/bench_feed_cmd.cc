@@ -36,7 +36,7 @@ struct FeedArgs {
   int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
           epochs = 1, limit_records = 2000;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
-  bool no_direct = false, json = false, position_ids = false, loss_mask = false;
+  bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
   std::vector<std::string> fields;  // --field values (field_spec.h)
 };
@@ -133,6 +133,10 @@ int run_feed(const FeedArgs& a) {
     all.slot_memory = f.slot_memory;
     all.tokens = f.tokens;
   };
+  // --limit-interleaved: the limit's records, loaded after the first epoch (so the peak
+  // RSS reported is the feed's own, taken then).
+  std::unique_ptr<internal::DecodeLimitMeter> meter;
+  uint64_t rss = 0;
   const auto run_t0 = std::chrono::steady_clock::now();
   bool out_of_time = false;
   int epochs_run = 0;
@@ -175,13 +179,27 @@ int run_feed(const FeedArgs& a) {
     dec_total.items += last.decode.items;
     if (!json)
       std::fprintf(stderr, "epoch %d: %s\n", e, last.summary().c_str());
+    if (a.limit_interleaved) {
+      if (!meter) {
+        rss = peak_rss_bytes();
+        meter = std::make_unique<internal::DecodeLimitMeter>(loader.options(), static_cast<uint64_t>(a.limit_records));
+      }
+      meter->run(dec_total.threads, a.limit_seconds / epochs, false);
+    }
   }
-  const uint64_t rss = peak_rss_bytes();
   const double rate = samples / std::max(wall, 1e-9);
 
-  // In-memory limit of the same code on the same threads.
-  auto limit = internal::measure_decode_limit(loader.options(), dec_total.threads, a.limit_seconds,
-                                              static_cast<uint64_t>(a.limit_records));
+  // In-memory limit of the same code on the same threads: after the feed, or the slices
+  // taken after each epoch (completed to one pass over the records held).
+  internal::DecodeLimit limit;
+  if (meter) {
+    meter->run(dec_total.threads, 0, true);
+    limit = meter->result();
+  } else {
+    rss = peak_rss_bytes();
+    limit = internal::measure_decode_limit(loader.options(), dec_total.threads, a.limit_seconds,
+                                           static_cast<uint64_t>(a.limit_records));
+  }
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
   if (tokens) {
@@ -224,6 +242,7 @@ int run_feed(const FeedArgs& a) {
     const Json j = {{"dataset", o.path},
                     {"transform", tf},
                     {"fields", a.fields},
+                    {"limit_interleaved", a.limit_interleaved},
                     {"threads", dec_total.threads},
                     {"batch", o.batch_size},
                     {"size", o.transform.size},
@@ -289,6 +308,10 @@ void setup(CLI::App& tool) {
       ->check(named_by(on_error_from_name, "error|skip"))->capture_default_str();
   c->add_option("--limit-seconds", a->limit_seconds, "time spent measuring the in-memory limit")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_flag("--limit-interleaved", a->limit_interleaved,
+              "measure the limit in slices after each epoch (--limit-seconds / --epochs each, at least one pass in "
+              "all) instead of once after the feed: on a shared machine, load swings then weigh on both alike "
+              "(the peak RSS is then taken after the first epoch)");
   c->add_option("--limit-records", a->limit_records, "records held in memory for the limit")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))->capture_default_str();
   c->add_option("--report", a->report, "print the verdict as a JSON line on stderr every SECONDS")

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "stoker/loader.h"
@@ -31,5 +32,25 @@ struct DecodeLimit {
 /// Token datasets: zstd decompression of the records.
 /// kInvalidArgument for specs the loader refuses (the same messages).
 DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, double seconds, uint64_t max_records);
+
+/// The same measurement in slices (bench feed --limit-interleaved: a slice after each
+/// epoch, so that the load of a shared machine weighs on the feed and its limit alike).
+/// The constructor loads the records and plans the fields; each run() adds to result().
+class DecodeLimitMeter {
+ public:
+  DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_records);
+  ~DecodeLimitMeter();
+  DecodeLimitMeter(const DecodeLimitMeter&) = delete;
+  DecodeLimitMeter& operator=(const DecodeLimitMeter&) = delete;
+  /// `threads` threads for about `seconds`; with `full_pass`, also until every record
+  /// held has been done once over all runs so far. The records continue round-robin
+  /// from where the last run stopped. A bad record throws its error, named.
+  void run(unsigned threads, double seconds, bool full_pass);
+  const DecodeLimit& result() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace stoker::internal
