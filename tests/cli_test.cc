@@ -307,8 +307,12 @@ TEST(CliCommands, BenchFeedTakesFieldSpecsOfAMultiFieldDataset) {
   EXPECT_EQ(j["samples"], 12);
   EXPECT_GT(j["limit_samples_per_s"].get<double>(), 0);
   EXPECT_EQ(j["fields"].size(), 4u);
-  r = stoker(feed + " --field jpg=eval:32:40 --field png=follow:jpg:antialiased:3");
-  EXPECT_EQ(r.rc, 0) << shown(r);
+  r = stoker(feed + " --field jpg=eval:32:40 --field png=follow:jpg:antialiased:3 --epochs 2 --limit-interleaved");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out.substr(r.out.find('{')))) << r.out;
+  EXPECT_EQ(j["samples"], 24);
+  EXPECT_EQ(j["limit_interleaved"], true);
+  EXPECT_GT(j["ratio"].get<double>(), 0);
 
   // What only the dataset can tell: still a usage error naming --field and the field.
   const struct {

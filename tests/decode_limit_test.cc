@@ -106,6 +106,24 @@ TEST(DecodeLimit, SpecErrorsAreTheLoadersOwn) {
   }
 }
 
+TEST(DecodeLimit, SlicesAddUpAndACompletingRunDoesWhatIsLeftOfAPass) {
+  TempDir d;
+  write_image_mask_dataset(d.str("ds"));
+  internal::DecodeLimitMeter m(options_for(d.str("ds")), 1000);
+  EXPECT_EQ(m.result().records_in_memory, static_cast<uint64_t>(kRecords));
+  EXPECT_EQ(m.result().samples, 0u);
+  m.run(2, 0, false);  // a slice of no time does nothing
+  EXPECT_EQ(m.result().samples, 0u);
+  m.run(2, 0, true);  // exactly one pass: every record once
+  EXPECT_EQ(m.result().samples, static_cast<uint64_t>(kRecords));
+  m.run(2, 0, true);  // the pass is done: nothing left to complete
+  EXPECT_EQ(m.result().samples, static_cast<uint64_t>(kRecords));
+  m.run(1, 0.05, false);  // timed slices add on
+  EXPECT_GE(m.result().samples, static_cast<uint64_t>(kRecords));
+  EXPECT_GT(m.result().seconds, 0);
+  EXPECT_NEAR(m.result().samples_per_s, m.result().samples / m.result().seconds, 1e-6 * m.result().samples_per_s);
+}
+
 TEST(DecodeLimit, TokenDatasetsUnpackEveryRecord) {
   TempDir d;
   testing::write_token_dataset(d.str("tok"), 5000, 64, 4, /*zstd=*/true);
