@@ -1,6 +1,8 @@
 // `stoker bench feed`: the whole pipeline against a consumer of set speed, next to the
 // in-memory decode limit of the same code on the same thread count, in one run, with the
 // bottleneck verdict (diagnose.h): which stage bounds the rate, the numbers, the next step.
+// Any image dataset: --field gives per-field transforms (field_spec.h), and the limit
+// does every field the loader does (benchlib/decode_limit.h).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,9 +13,9 @@
 #include <optional>
 #include <thread>
 
+#include "benchlib/decode_limit.h"
 #include "cli.h"
 #include "field_spec.h"
-#include "benchlib/decode_limit.h"
 #include "io/throttled_engine.h"
 #include "stoker/dataset.h"
 #include "stoker/diagnose.h"
@@ -280,7 +282,8 @@ void setup(CLI::App& tool) {
       "feed", "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.");
   c->add_option("DATASET", a->dataset, "dataset (packed)")->required();
   c->add_option("--threads", a->threads, "decode threads (0: the CPU plan)")->check(CLI::Range(0, 4096))->capture_default_str();
-  c->add_option("--transform", a->transform, "the first image field's transform, unless --field names it")->check(CLI::IsMember({"train", "eval", "none"}))
+  c->add_option("--transform", a->transform, "the first image field's transform, unless --field names it")
+      ->check(CLI::IsMember({"train", "eval", "none"}))
       ->capture_default_str();
   c->add_option("--field", a->fields,
                 "a field's transform, repeatable: NAME (as stored), NAME=train[:SIZE], NAME=eval[:SIZE[:RESIZE]], "
