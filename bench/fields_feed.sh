@@ -89,8 +89,8 @@ if [[ $PARTS == *a* ]]; then interleaved a2 "$W/plain"; fi
 if [[ $PARTS == *b* ]]; then interleaved b "$W/multi" "${FIELDS[@]}"; fi
 
 if [[ $PARTS == *c* ]]; then
-echo "== c. bench compare $W/plain --fast-crop-dataset $W/fast"
-"$STOKER" bench compare "$W/plain" --fast-crop-dataset "$W/fast" --threads "$THREADS" --rounds "$ROUNDS" \
-  --seconds "$SECONDS_PER" --out "$W/compare" 2> /dev/null > /dev/null
-sed -n '/--fast-crop. vs plain/,$p' "$W/compare/compare.md"
+  echo "== c. bench compare $W/plain --fast-crop-dataset $W/fast"
+  "$STOKER" bench compare "$W/plain" --fast-crop-dataset "$W/fast" --threads "$THREADS" --rounds "$ROUNDS" \
+    --seconds "$SECONDS_PER" --out "$W/compare" 2> /dev/null > /dev/null
+  sed -n '/--fast-crop. vs plain/,$p' "$W/compare/compare.md"
 fi
