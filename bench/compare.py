@@ -11,7 +11,14 @@ path as --stoker. In one run it measures:
            RandomResizedCrop(224) + RandomHorizontalFlip + PILToTensor, as torchvision does
            them (torchvision is not required), num_workers = threads;
   nanoGPT  get_batch() over the flat token file with np.memmap (as in nanoGPT's train.py);
-  WebDataset, FFCV  when importable, else recorded as "not installed".
+  WebDataset, FFCV  when importable, else recorded as "not installed";
+  fast-crop  with --fast-crop-dataset (the same images packed with `pack ... --fast-crop`):
+           `stoker bench feed` on the plain dataset and on it, alternating A B A B (--rounds
+           each), for the train and the eval transform at each thread count: the medians
+           side by side and fast-crop / plain.
+stoker's image rows take --transform and --field as `stoker bench feed` does (a multi-field
+dataset: --field jpg=train:224 --field png=follow:jpg); the torch baseline, which reads the
+ImageFolder's images only with the train transform, is then recorded as skipped.
 Each measurement is bounded by --seconds. Writes compare.json, compare.md and compare.png
 (samples/s against threads, with the limits drawn) into --out.
 
@@ -67,6 +74,35 @@ def stoker_feed(stoker, dataset, threads, seconds, batch, extra=()):
            "--max-seconds", str(seconds), "--epochs", "10000", "--limit-seconds", str(max(1.0, seconds / 3)),
            "--limit-records", "1000", *extra]
     return run_json(cmd, timeout=120 + 10 * seconds)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if n == 0 else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
+def fast_crop_rows(args, threads):
+    """Plain and --fast-crop datasets of the same images, alternating, train and eval."""
+    rows = []
+    for transform in ("train", "eval"):
+        for t in threads:
+            row = {"transform": transform, "threads": t, "plain": [], "fast_crop": [], "plain_limit": [],
+                   "fast_crop_limit": []}
+            try:
+                for _ in range(args.rounds):
+                    for ds, key in ((args.dataset, "plain"), (args.fast_crop_dataset, "fast_crop")):
+                        j = stoker_feed(args.stoker, ds, t, args.seconds, args.batch, ("--transform", transform))
+                        row[key].append(j["samples_per_s"])
+                        row[key + "_limit"].append(j["limit_samples_per_s"])
+                a, b = median(row["plain"]), median(row["fast_crop"])
+                row.update(plain_samples_per_s=a, fast_crop_samples_per_s=b, ratio=b / a if a else None,
+                           plain_limit_samples_per_s=median(row["plain_limit"]),
+                           fast_crop_limit_samples_per_s=median(row["fast_crop_limit"]))
+            except Exception as e:  # noqa: BLE001
+                row["error"] = str(e)
+            rows.append(row)
+    return rows
 
 
 def stoker_inspect(stoker, dataset):
@@ -152,6 +188,23 @@ def write_md(path, rep):
     L.append("samples/s: over the whole measurement, start-up included; after 1st batch: start-up left out. "
              "Ratio to limit: samples/s over min(raw read, in-memory decode at the same thread count). "
              "Note: stoker's verdict (`bench feed --json` `bottleneck`). Plot: compare.png.")
+    if rep.get("fast_crop_dataset"):
+        L.append("")
+        L.append(f"## `--fast-crop` vs plain: `{rep['fast_crop_dataset']}` next to `{rep['dataset']}`")
+        L.append("")
+        L.append(f"`stoker bench feed` on each, alternating plain / fast-crop, {rep['rounds']} round(s); medians.")
+        L.append("")
+        L.append("| transform | threads | plain samples/s | --fast-crop samples/s | fast-crop / plain | "
+                 "plain limit | fast-crop limit |")
+        L.append("|---|---|---|---|---|---|---|")
+        for x in rep.get("fast_crop", []):
+            if x.get("error"):
+                L.append(f"| {x['transform']} | {x['threads']} | error: {x['error'].splitlines()[0][:120]} | | | | |")
+                continue
+            ratio = "—" if x.get("ratio") is None else f"**{x['ratio']:.2f}**"
+            L.append(f"| {x['transform']} | {x['threads']} | {fmt_rate(x['plain_samples_per_s'])} | "
+                     f"{fmt_rate(x['fast_crop_samples_per_s'])} | {ratio} | "
+                     f"{fmt_rate(x['plain_limit_samples_per_s'])} | {fmt_rate(x['fast_crop_limit_samples_per_s'])} |")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
@@ -206,7 +259,15 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0, help="time bound of each measurement")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--out", default="compare")
+    ap.add_argument("--transform", default="train", choices=("train", "eval", "none"),
+                    help="stoker's image rows: the first image field's transform")
+    ap.add_argument("--field", action="append", default=[],
+                    help="stoker's image rows: a field's transform, as `stoker bench feed --field` (repeatable)")
+    ap.add_argument("--fast-crop-dataset", help="the same images packed with --fast-crop: measured beside DATASET")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of the --fast-crop comparison")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
 
     os.makedirs(args.out, exist_ok=True)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -217,7 +278,8 @@ def main():
     threads = sorted({min(t, cpus) for t in threads})
     t_start = time.perf_counter()
     rep = {"dataset": args.dataset, "images": args.images, "tokens": args.tokens, "batch": args.batch,
-           "threads": threads, "seconds_per_measurement": args.seconds,
+           "threads": threads, "seconds_per_measurement": args.seconds, "transform": args.transform,
+           "fields": args.field, "fast_crop_dataset": args.fast_crop_dataset, "rounds": args.rounds,
            "machine": {"cpus": cpus, "python": platform.python_version(), "platform": platform.platform()},
            "limits": {"read": None, "decode": [], "tokens_decode": []}, "results": []}
     try:
@@ -242,7 +304,10 @@ def main():
     for t in threads:
         row = {"workload": "images", "feeder": FEEDER_STOKER, "threads": t}
         try:
-            j = stoker_feed(args.stoker, args.dataset, t, args.seconds, args.batch)
+            extra = ["--transform", args.transform]
+            for f in args.field:
+                extra += ["--field", f]
+            j = stoker_feed(args.stoker, args.dataset, t, args.seconds, args.batch, extra)
             row["epochs"] = j.get("epochs")
             rep["limits"]["decode"].append({"threads": t, "samples_per_s": j["limit_samples_per_s"]})
             row.update(samples_per_s=j["samples_per_s"], samples=j["samples"], wall_s=j["wall_s"],
@@ -262,6 +327,8 @@ def main():
             row.update(status="not installed (torch)")
         elif not args.images:
             row.update(status="skipped (no --images)")
+        elif args.transform != "train" or args.field:
+            row.update(status="skipped (the torch baseline is images with the train transform only)")
         else:
             try:
                 log(f"torch DataLoader num_workers={t}")
@@ -275,6 +342,9 @@ def main():
         row = {"workload": "images", "feeder": name, "threads": None}
         row["status"] = "importable, not measured" if importable(mod) else "not installed"
         rep["results"].append(row)
+
+    if args.fast_crop_dataset:
+        rep["fast_crop"] = fast_crop_rows(args, threads)
 
     # Tokens: stoker vs nanoGPT's memmap get_batch.
     if args.tokens:

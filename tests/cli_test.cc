@@ -96,7 +96,8 @@ TEST(CliHelp, EveryCommandHasItsOwnHelp) {
       {"pack imagefolder", {"SRC", "OUT", "--shard-size", "--skip-bad", "--baseline", "--align", "--threads", "--overwrite"}},
       {"pack tokens", {"FILE", "OUT", "--dtype", "--seq-len", "--zstd", "--rows-per-record", "--shard-size"}},
       {"pack wds", {"TAR... OUT", "--classes", "--skip-bad"}},
-      {"sample", {"imagefolder", "tokens"}},
+      {"sample", {"imagefolder", "wds", "tokens"}},
+      {"sample wds", {"OUT", "--samples", "--per-tar", "--classes", "--features", "--seed"}},
       {"sample imagefolder", {"OUT", "--images", "--classes", "--seed", "--quality", "--progressive-frac"}},
       {"sample tokens", {"--tokens", "--vocab", "--dtype", "--seed"}},
       {"verify", {"PATH", "--threads", "--quiet"}},
@@ -104,11 +105,12 @@ TEST(CliHelp, EveryCommandHasItsOwnHelp) {
       {"extract", {"DATASET", "OUT", "--threads"}},
       {"doctor", {"--device", "--dataset", "--threads", "--pinned", "--probe", "--json", "--root"}},
       {"bench", {"feed", "io", "stage", "compare"}},
-      {"bench feed", {"DATASET", "--transform", "--consumer-ms", "--order", "--no-direct", "--io-limit-mbps", "--max-seconds",
-                      "--cache-dir", "--cache-limit", "--connections"}},
+      {"bench feed", {"DATASET", "--transform", "--field", "NAME=follow:LEADER", "--consumer-ms", "--order", "--no-direct",
+                      "--io-limit-mbps", "--max-seconds", "--cache-dir", "--cache-limit", "--connections"}},
       {"bench io", {"DATASET", "--order", "--qd", "--engine", "--verify", "--drop-caches", "--json"}},
       {"bench stage", {"--bytes", "--slots", "--host-slots", "--backend", "--copy-limit-mbps", "--dataset"}},
-      {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out"}},
+      {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out", "--fast-crop-dataset", "--field",
+                         "--transform", "--rounds"}},
   };
   for (const Row& row : rows) {
     for (const std::string& args : {std::string(row.words) + " --help", "help " + std::string(row.words)}) {
@@ -179,6 +181,23 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
       {"extract " + p + " " + p + "/o extra", "unexpected argument 'extra'"},
       {"bench feed " + p + " --transform blur", "--transform"},
       {"bench io " + p + " --engine warp", "--engine"},
+      // --field specs that cannot parse: named with the value, before the dataset is opened.
+      {"bench feed " + p + " --field jpg=blur", "--field: 'jpg=blur': unknown transform 'blur'"},
+      {"bench feed " + p + " --field jpg=train:0", "--field: 'jpg=train:0': SIZE must be 1..8192, got 0"},
+      {"bench feed " + p + " --field jpg=train:big", "SIZE must be a whole number, got 'big'"},
+      {"bench feed " + p + " --field jpg=train:224:9", "train takes one parameter, SIZE"},
+      {"bench feed " + p + " --field jpg=eval:224:100", "RESIZE must be >= SIZE (224), got 100"},
+      {"bench feed " + p + " --field =train", "--field: '=train': no field name before '='"},
+      {"bench feed " + p + " --field png=follow", "follow needs the image field to follow"},
+      {"bench feed " + p + " --field png=follow:png", "a field cannot follow itself"},
+      {"bench feed " + p + " --field png=follow:jpg:bicubic", "'bicubic' is neither an interpolation"},
+      {"bench feed " + p + " --field png=follow:jpg:2", "'2' is neither an interpolation"},
+      {"bench feed " + p + " --field jpg --field jpg=train", "--field: field 'jpg' is given twice"},
+      {"bench compare " + p + " --field jpg=blur", "--field: 'jpg=blur': unknown transform 'blur'"},
+      {"bench compare " + p + " --field jpg=train --field jpg", "--field: field 'jpg' is given twice"},
+      {"bench compare " + p + " --transform blur", "--transform"},
+      {"bench compare " + p + " --rounds 0", "--rounds"},
+      {"bench compare " + p + " --fast-crop-dataset", "--fast-crop-dataset"},
       // The remote forms: options checked before anything is fetched (port 9: nothing).
       {"bench io http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
       {"bench feed http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
@@ -270,6 +289,54 @@ TEST(CliCommands, DoctorExitsOneWhenACheckFails) {
   r = stoker("doctor --root " + root.str());
   EXPECT_EQ(r.rc, 0) << shown(r);
   EXPECT_TRUE(has(r.out, "0 checks failed")) << shown(r);
+}
+
+TEST(CliCommands, BenchFeedTakesFieldSpecsOfAMultiFieldDataset) {
+  TempDir d;
+  Result r = stoker("sample wds " + d.str("tars") + " --samples 12 --per-tar 5 --features 4 --seed 3");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  for (const char* t : {"shard-000000.tar", "shard-000001.tar", "shard-000002.tar"})
+    EXPECT_TRUE(fs::exists(d.path() / "tars" / t)) << t;
+  r = stoker("pack wds " + d.str("tars/shard-000000.tar") + " " + d.str("tars/shard-000001.tar") + " " +
+             d.str("tars/shard-000002.tar") + " " + d.str("ds"));
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  r = stoker("inspect " + d.str("ds") + " --json");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  const nlohmann::json meta = nlohmann::json::parse(r.out);
+  EXPECT_EQ(meta["records"], 12);
+  std::set<std::string> names;
+  for (const auto& f : meta["fields"]) names.insert(f["name"].get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"__key__", "jpg", "png", "cls", "txt", "npy"})) << r.out;
+
+  const std::string feed = "bench feed " + d.str("ds") + " --threads 1 --batch 4 --limit-seconds 0.1 --json";
+  r = stoker(feed + " --field jpg=train:32 --field png=follow:jpg --field cls --field npy=stored");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out.substr(r.out.find('{')))) << r.out;
+  EXPECT_EQ(j["samples"], 12);
+  EXPECT_GT(j["limit_samples_per_s"].get<double>(), 0);
+  EXPECT_EQ(j["fields"].size(), 4u);
+  r = stoker(feed + " --field jpg=eval:32:40 --field png=follow:jpg:antialiased:3 --epochs 2 --limit-interleaved");
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out.substr(r.out.find('{')))) << r.out;
+  EXPECT_EQ(j["samples"], 24);
+  EXPECT_EQ(j["limit_interleaved"], true);
+  EXPECT_GT(j["ratio"].get<double>(), 0);
+
+  // What only the dataset can tell: still a usage error naming --field and the field.
+  const struct {
+    std::string spec, says;
+  } bad[] = {
+      {"xyz=train", "--field: fields['xyz']: the dataset has no field 'xyz'"},
+      {"cls=train", "--field: fields['cls']: an image transform needs an image field; 'cls' is int64"},
+      {"png=follow:txt", "--field: fields['png']: Follow('txt'): 'txt' is not an image field"},
+      {"png=follow:nope", "--field: fields['png']: Follow('nope'): no such field"},
+  };
+  for (const auto& b : bad) {
+    r = stoker(feed + " --field " + b.spec);
+    EXPECT_EQ(r.rc, 2) << b.spec << "\n" << shown(r);
+    EXPECT_TRUE(has(r.err, b.says)) << b.spec << ": wants " << b.says << "\n" << shown(r);
+  }
 }
 
 TEST(CliCommands, BenchCompareWritesJsonMarkdownAndPlot) {
@@ -428,6 +495,40 @@ TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
   size_t left = 0;
   for (const auto& e : fs::recursive_directory_iterator(out)) left += e.is_regular_file();
   EXPECT_EQ(left, 0u) << msg;  // no .tmp, no shard, no MANIFEST
+
+TEST(CliCommands, BenchCompareShowsAFastCropPackBesideThePlainOne) {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
+  TempDir d;
+  auto ok = [](const std::string& args) {
+    const Result r = stoker(args);
+    EXPECT_EQ(r.rc, 0) << args << "\n" << shown(r);
+    return r.rc == 0;
+  };
+  ASSERT_TRUE(ok("sample imagefolder " + d.str("imgs") + " --images 16 --classes 2 --seed 4"));
+  ASSERT_TRUE(ok("pack imagefolder " + d.str("imgs") + " " + d.str("plain")));
+  ASSERT_TRUE(ok("pack imagefolder " + d.str("imgs") + " " + d.str("fast") + " --fast-crop"));
+  ASSERT_TRUE(ok("bench compare " + d.str("plain") + " --fast-crop-dataset " + d.str("fast") +
+                 " --threads 1 --seconds 0.5 --batch 8 --rounds 1 --out " + d.str("cmp")));
+  const std::string text = slurp(d.str("cmp/compare.json"));
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
+  EXPECT_EQ(j["fast_crop_dataset"], d.str("fast"));
+  ASSERT_EQ(j["fast_crop"].size(), 2u) << text;
+  std::set<std::string> transforms;
+  for (const auto& x : j["fast_crop"]) {
+    ASSERT_FALSE(x.contains("error")) << x.dump();
+    transforms.insert(x["transform"].get<std::string>());
+    EXPECT_GT(x["plain_samples_per_s"].get<double>(), 0) << x.dump();
+    EXPECT_GT(x["fast_crop_samples_per_s"].get<double>(), 0) << x.dump();
+    EXPECT_NEAR(x["ratio"].get<double>(),
+                x["fast_crop_samples_per_s"].get<double>() / x["plain_samples_per_s"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(transforms, (std::set<std::string>{"train", "eval"}));
+  const std::string md = slurp(d.str("cmp/compare.md"));
+  EXPECT_TRUE(has(md, "| transform | threads | plain samples/s | --fast-crop samples/s | fast-crop / plain |")) << md;
+  EXPECT_TRUE(has(md, "| train | 1 |")) << md;
+  EXPECT_TRUE(has(md, "| eval | 1 |")) << md;
 }
 
 }  // namespace

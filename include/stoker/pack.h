@@ -224,6 +224,24 @@ struct SampleImageFolderOptions {
 /// Returns records = images, input_bytes = bytes of JPEG written.
 PackSummary make_sample_imagefolder(const std::string& out, const SampleImageFolderOptions& options = {});
 
+struct SampleWdsOptions {
+  uint64_t samples = 1000;   ///< samples in all
+  uint64_t per_tar = 250;    ///< samples per tar (shard-000000.tar, ...)
+  uint32_t classes = 10;     ///< class labels 0..classes-1; mask values 1..classes (<= 255)
+  uint32_t features = 16;    ///< length of each sample's float32 feature vector
+  uint64_t seed = 0;         ///< same seed -> byte-identical files
+  int quality = 90;          ///< JPEG quality
+  int threads = 0;           ///< 0 = every CPU this process may use
+  bool progress = false;
+};
+/// Writes WebDataset tars under `out` (ustar, libarchive) whose samples `sample_NNNNNNNN`
+/// hold five members, the multi-field case `pack wds` maps by extension: .jpg (an image
+/// as make_sample_imagefolder draws it), .png (an 8-bit gray segmentation mask of the
+/// same size: filled ellipses of values 1..classes on 0), .cls (the decimal class),
+/// .txt (a caption of 6-16 words, UTF-8) and .npy (float32 [features]).
+/// Returns records = samples, input_bytes = bytes of members written.
+PackSummary make_sample_wds(const std::string& out, const SampleWdsOptions& options = {});
+
 struct SampleTokensOptions {
   uint64_t tokens = 1 << 20;  ///< stream length
   uint32_t vocab = 50257;     ///< token values are < vocab (<= 65536 for uint16)

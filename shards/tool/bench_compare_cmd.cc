@@ -1,8 +1,10 @@
 // `stoker bench compare DATASET`: the machine's limits and the feeders a user would pick
 // instead (torch DataLoader + PIL, nanoGPT's memmap get_batch, WebDataset/FFCV when
-// importable) next to stoker at several thread counts, in one run. The orchestration
-// and the Python baselines live in bench/compare.py; this command finds it and a Python
-// with torch, and runs it with this very binary as the stoker to measure.
+// importable) next to stoker at several thread counts, in one run; with
+// --fast-crop-dataset also a --fast-crop pack of the same images beside DATASET
+// (fast-crop / plain, train and eval). The orchestration and the Python baselines live
+// in bench/compare.py; this command finds it and a Python with torch, and runs it with
+// this very binary as the stoker to measure.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "field_spec.h"
 #include "stoker/error.h"
 
 namespace fs = std::filesystem;
@@ -60,7 +63,9 @@ struct CompareArgs {
   std::string dataset, out = "compare", python;
   // Passed on to bench/compare.py as given, in this order.
   std::vector<std::pair<const char*, std::string>> pass{
-      {"images", ""}, {"tokens", ""}, {"tokens-bin", ""}, {"threads", ""}, {"seconds", ""}, {"batch", ""}};
+      {"images", ""}, {"tokens", ""}, {"tokens-bin", ""}, {"threads", ""}, {"seconds", ""}, {"batch", ""},
+      {"transform", ""}, {"fast-crop-dataset", ""}, {"rounds", ""}};
+  std::vector<std::string> fields;  // --field, each passed on
 };
 
 int bench_compare_cmd(const CompareArgs& a) {
@@ -73,6 +78,11 @@ int bench_compare_cmd(const CompareArgs& a) {
       argv.push_back(std::string("--") + k);
       argv.push_back(v);
     }
+  parse_field_specs(a.fields, 224);  // a field named twice: a usage error here, not in every run
+  for (const std::string& f : a.fields) {
+    argv.push_back("--field");
+    argv.push_back(f);
+  }
   std::cout.flush();
   const pid_t pid = fork();
   if (pid < 0) throw errno_error("fork for " + script, errno);
@@ -106,9 +116,21 @@ void setup(CLI::App& tool) {
                         "the flat token file it was packed from (for the memmap baseline)",
                         "decode thread counts, comma-separated (e.g. 1,2)",
                         "seconds per measurement",
-                        "batch size"};
+                        "batch size",
+                        "stoker's image rows: the first image field's transform (train|eval|none; default train)",
+                        "the same images packed with --fast-crop: fed beside DATASET, alternating, for the train "
+                        "and eval transforms, with fast-crop/plain (table in compare.md)",
+                        "alternating rounds of the --fast-crop-dataset comparison (default 2)"};
   size_t i = 0;
-  for (auto& [k, v] : a->pass) c->add_option(std::string("--") + k, v, help[i++]);
+  for (auto& [k, v] : a->pass) {
+    CLI::Option* o = c->add_option(std::string("--") + k, v, help[i++]);
+    if (std::string(k) == "transform") o->check(CLI::IsMember({"train", "eval", "none"}));
+    if (std::string(k) == "rounds") o->check(CLI::Range(1, 1000));
+  }
+  c->add_option("--field", a->fields,
+                "stoker's image rows: a field's transform, as `bench feed --field` (repeatable; e.g. --field "
+                "jpg=train:224 --field png=follow:jpg)")
+      ->check(field_spec())->allow_extra_args(false);
   c->add_option("--out", a->out, "directory for compare.json, compare.md, compare.png")->capture_default_str();
   c->add_option("--python", a->python, "Python with torch (default: $STOKER_PYTHON, /usr/bin/python3, python3)");
   on_run(c, [a] { return bench_compare_cmd(*a); });

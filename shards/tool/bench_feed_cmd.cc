@@ -5,6 +5,8 @@
 // the network stage's figures (bytes and requests fetched per second, requests in
 // flight, the cache's hit rate) come per epoch and for the run, and the in-memory limit
 // is measured on the cache's copy (or --local DIR).
+// Any image dataset: --field gives per-field transforms (field_spec.h), and the limit
+// does every field the loader does (benchlib/decode_limit.h).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,11 +15,13 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <thread>
 
-#include "cli.h"
 #include "remote_cmd.h"
 #include "benchlib/decode_limit.h"
+#include "cli.h"
+#include "field_spec.h"
 #include "io/throttled_engine.h"
 #include "stoker/dataset.h"
 #include "stoker/diagnose.h"
@@ -40,12 +44,13 @@ struct FeedArgs {
   int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
           epochs = 1, limit_records = 2000;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
-  bool no_direct = false, json = false, position_ids = false, loss_mask = false;
+  bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
   // A URL: the shard cache, how it is fetched, and a local copy for the limit.
   std::string cache_dir, cache_limit, local;
   int64_t prefetch = LoaderOptions{}.cache_prefetch;
   RemoteArgs remote;
+  std::vector<std::string> fields;  // --field values (field_spec.h)
 };
 
 // The network figures of several runs (epochs) together: counters summed, the values
@@ -91,6 +96,7 @@ int run_feed(const FeedArgs& a) {
   if (tf == "train") o.transform.kind = ImageTransform::Kind::kTrain;
   else if (tf == "eval") o.transform.kind = ImageTransform::Kind::kEval;
   else o.transform.kind = ImageTransform::Kind::kNone;
+  o.fields = parse_field_specs(a.fields, static_cast<int>(a.size));
   o.threads = static_cast<unsigned>(a.threads);
   o.order.kind = parse_order_kind(a.order);
   o.order.seed = static_cast<uint64_t>(a.seed);
@@ -131,7 +137,17 @@ int run_feed(const FeedArgs& a) {
   // are skipped); 0: whole epochs. Bounds the measurements of `stoker bench compare`.
   const double max_seconds = a.max_seconds;
 
-  Loader loader(o);
+  std::optional<Loader> opened;
+  try {
+    opened.emplace(o);
+  } catch (const Error& e) {
+    // The loader checks the specs against the dataset ("fields['png']: ..."): say which
+    // option they came from.
+    if (!o.fields.empty() && e.code() == ErrorCode::kInvalidArgument && std::string(e.what()).rfind("fields[", 0) == 0)
+      throw UsageError(std::string("--field: ") + e.what());
+    throw;
+  }
+  Loader& loader = *opened;
   DiagnoseOptions dopt;
   dopt.cpus_available = plan_cpus().threads;
   BottleneckTracker tracker(dopt);
@@ -172,6 +188,26 @@ int run_feed(const FeedArgs& a) {
     all.slot_memory = f.slot_memory;
     all.tokens = f.tokens;
     add_network(all.network, f.network);
+  };
+  // --limit-interleaved: the limit's records, loaded after the first epoch (so the peak
+  // RSS reported is the feed's own, taken then).
+  std::unique_ptr<internal::DecodeLimitMeter> meter;
+  uint64_t rss = 0;
+  // The loader's options for the in-memory limit. A URL: the local copy given, else the
+  // cache's (the loader fills it), so the limit measures decode, not the network.
+  auto limit_options = [&] {
+    LoaderOptions lo = loader.options();
+    if (!remote) return lo;
+    lo.path = a.local;
+    if (lo.path.empty()) {
+      CacheOptions co;
+      co.dir = o.cache_dir;
+      co.limit = std::numeric_limits<uint64_t>::max();
+      co.prefetch = 0;
+      lo.path = ShardCache::open(RemoteStore::open(o.path, o.remote), co)->local_dir();
+    }
+    lo.cache_dir.clear();
+    return lo;
   };
   const auto run_t0 = std::chrono::steady_clock::now();
   bool out_of_time = false;
@@ -223,25 +259,27 @@ int run_feed(const FeedArgs& a) {
                          {"network", network_json(last.network, w)}});
     if (!json)
       std::fprintf(stderr, "epoch %d: %s\n", e, last.summary().c_str());
-  }
-  const uint64_t rss = peak_rss_bytes();
-  const double rate = samples / std::max(wall, 1e-9);
-
-  // In-memory limit of the same code on the same threads. A URL: on the local copy
-  // given, else on the cache's (the loader has just filled it).
-  std::string limit_path = o.path;
-  if (remote) {
-    limit_path = a.local;
-    if (limit_path.empty()) {
-      CacheOptions co;
-      co.dir = o.cache_dir;
-      co.limit = std::numeric_limits<uint64_t>::max();
-      co.prefetch = 0;
-      limit_path = ShardCache::open(RemoteStore::open(o.path, o.remote), co)->local_dir();
+    if (a.limit_interleaved) {
+      if (!meter) {
+        rss = peak_rss_bytes();
+        meter = std::make_unique<internal::DecodeLimitMeter>(limit_options(), static_cast<uint64_t>(a.limit_records));
+      }
+      meter->run(dec_total.threads, a.limit_seconds / epochs, false);
     }
   }
-  auto limit = internal::measure_decode_limit(limit_path, o.transform, dec_total.threads,
-                                              a.limit_seconds, static_cast<uint64_t>(a.limit_records), o.order.seed);
+  const double rate = samples / std::max(wall, 1e-9);
+
+  // In-memory limit of the same code on the same threads: after the feed, or the slices
+  // taken after each epoch (completed to one pass over the records held).
+  internal::DecodeLimit limit;
+  if (meter) {
+    meter->run(dec_total.threads, 0, true);
+    limit = meter->result();
+  } else {
+    rss = peak_rss_bytes();
+    limit = internal::measure_decode_limit(limit_options(), dec_total.threads, a.limit_seconds,
+                                           static_cast<uint64_t>(a.limit_records));
+  }
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
   if (tokens) {
@@ -288,6 +326,8 @@ int run_feed(const FeedArgs& a) {
     };
     const Json j = {{"dataset", o.path},
                     {"transform", tf},
+                    {"fields", a.fields},
+                    {"limit_interleaved", a.limit_interleaved},
                     {"threads", dec_total.threads},
                     {"batch", o.batch_size},
                     {"size", o.transform.size},
@@ -327,8 +367,13 @@ void setup(CLI::App& tool) {
       "feed", "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.");
   c->add_option("DATASET", a->dataset, "dataset (packed): a directory, or an http(s):// or s3:// URL")->required();
   c->add_option("--threads", a->threads, "decode threads (0: the CPU plan)")->check(CLI::Range(0, 4096))->capture_default_str();
-  c->add_option("--transform", a->transform, "image transform")->check(CLI::IsMember({"train", "eval", "none"}))
+  c->add_option("--transform", a->transform, "the first image field's transform, unless --field names it")
+      ->check(CLI::IsMember({"train", "eval", "none"}))
       ->capture_default_str();
+  c->add_option("--field", a->fields,
+                "a field's transform, repeatable: NAME (as stored), NAME=train[:SIZE], NAME=eval[:SIZE[:RESIZE]], "
+                "NAME=follow:LEADER[:nearest|antialiased][:1|3] (e.g. --field jpg=train:224 --field png=follow:jpg)")
+      ->check(field_spec())->allow_extra_args(false);
   c->add_option("--consumer-ms", a->consumer_ms, "a consumer taking this long per batch")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--batch", a->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();
@@ -351,6 +396,10 @@ void setup(CLI::App& tool) {
       ->check(named_by(on_error_from_name, "error|skip"))->capture_default_str();
   c->add_option("--limit-seconds", a->limit_seconds, "time spent measuring the in-memory limit")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_flag("--limit-interleaved", a->limit_interleaved,
+              "measure the limit in slices after each epoch (--limit-seconds / --epochs each, at least one pass in "
+              "all) instead of once after the feed: on a shared machine, load swings then weigh on both alike "
+              "(the peak RSS is then taken after the first epoch)");
   c->add_option("--limit-records", a->limit_records, "records held in memory for the limit")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))->capture_default_str();
   c->add_option("--report", a->report, "print the verdict as a JSON line on stderr every SECONDS")

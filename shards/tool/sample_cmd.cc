@@ -1,4 +1,4 @@
-// `stoker sample imagefolder|tokens`: synthetic inputs for demos, tests and benchmarks.
+// `stoker sample imagefolder|wds|tokens`: synthetic inputs for demos, tests and benchmarks.
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -35,6 +35,30 @@ int sample_imagefolder_cmd(const ImageFolderArgs& a) {
   return 0;
 }
 
+struct WdsArgs {
+  std::string out;
+  int64_t samples = 1000, per_tar = 250, classes = 10, features = 16, seed = 0, threads = 0;
+  int quality = 90;
+};
+
+int sample_wds_cmd(const WdsArgs& a) {
+  SampleWdsOptions o;
+  o.samples = static_cast<uint64_t>(a.samples);
+  o.per_tar = static_cast<uint64_t>(a.per_tar);
+  o.classes = static_cast<uint32_t>(a.classes);
+  o.features = static_cast<uint32_t>(a.features);
+  o.seed = static_cast<uint64_t>(a.seed);
+  o.quality = a.quality;
+  o.threads = static_cast<int>(a.threads);
+  o.progress = true;
+  PackSummary s = make_sample_wds(a.out, o);
+  const uint64_t tars = (o.samples + o.per_tar - 1) / o.per_tar;
+  std::printf("wrote %llu samples (jpg, png, cls, txt, npy) in %llu tars to %s: %s, %.2f s\n",
+              static_cast<unsigned long long>(s.records), static_cast<unsigned long long>(tars), a.out.c_str(),
+              format_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds);
+  return 0;
+}
+
 struct TokensArgs {
   std::string out, dtype = "uint16";
   int64_t tokens = 1 << 20, vocab = 50257, seed = 0;
@@ -54,7 +78,7 @@ int sample_tokens_cmd(const TokensArgs& a) {
 }
 
 void setup(CLI::App& tool) {
-  CLI::App* sample = group(tool, "sample", "Generate synthetic inputs (an ImageFolder of JPEGs, a token file).");
+  CLI::App* sample = group(tool, "sample", "Generate synthetic inputs (an ImageFolder of JPEGs, multi-field WebDataset tars, a token file).");
 
   auto im = std::make_shared<ImageFolderArgs>();
   CLI::App* c = sample->add_subcommand("imagefolder", "Generate an ImageNet-like synthetic ImageFolder of JPEGs (~85 KiB mean).");
@@ -67,6 +91,22 @@ void setup(CLI::App& tool) {
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   c->add_option("--threads", im->threads, "threads (0: every CPU)")->check(CLI::Range(0, 1024))->capture_default_str();
   on_run(c, [im] { return sample_imagefolder_cmd(*im); });
+
+  auto wd = std::make_shared<WdsArgs>();
+  c = sample->add_subcommand("wds",
+                             "Generate WebDataset tars of multi-field samples: .jpg image, .png mask, .cls class, "
+                             ".txt caption, .npy float32 features.");
+  c->add_option("OUT", wd->out, "directory to write (shard-000000.tar, ...)")->required();
+  c->add_option("--samples", wd->samples, "samples in all")->check(CLI::Range(int64_t{1}, kMax))->capture_default_str();
+  c->add_option("--per-tar", wd->per_tar, "samples per tar")->check(CLI::Range(int64_t{1}, kMax))->capture_default_str();
+  c->add_option("--classes", wd->classes, "class labels (mask values 1..classes)")->check(CLI::Range(1, 255))
+      ->capture_default_str();
+  c->add_option("--features", wd->features, "float32 features per sample (.npy)")->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  c->add_option("--seed", wd->seed, "same seed, byte-identical files")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--quality", wd->quality, "JPEG quality")->check(CLI::Range(1, 100))->capture_default_str();
+  c->add_option("--threads", wd->threads, "threads (0: every CPU)")->check(CLI::Range(0, 1024))->capture_default_str();
+  on_run(c, [wd] { return sample_wds_cmd(*wd); });
 
   auto tk = std::make_shared<TokensArgs>();
   c = sample->add_subcommand("tokens", "Generate a Zipf-like token stream (a flat nanoGPT-style token file).");

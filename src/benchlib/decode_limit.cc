@@ -4,11 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <system_error>
 #include <span>
 #include <thread>
 #include <vector>
 
+#include "pipeline/producer.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/order.h"
@@ -16,80 +19,151 @@
 
 namespace stoker::internal {
 
-DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& transform, unsigned threads,
-                                 double seconds, uint64_t max_records, uint64_t seed) {
-  auto ds = Dataset::open(path);
-  const Schema& schema = ds->schema();
-  int jpeg = -1;
-  for (size_t i = 0; i < schema.fields.size(); ++i)
-    if (schema.fields[i].kind == FieldKind::kJpeg) jpeg = static_cast<int>(i);
-  const uint64_t n = ds->record_count();
-  const uint64_t take = std::min<uint64_t>(n, std::max<uint64_t>(1, max_records));
+struct DecodeLimitMeter::Impl {
   struct Item {
     uint64_t index;
     std::span<const uint8_t> stored;  // what the loader reads
     RecordLocation loc;
     std::string where;
   };
+  LoaderOptions opt;
+  std::shared_ptr<Dataset> ds;
+  bool token_data = false;
+  Context ctx;
+  ImageFacts facts;
+  size_t sample_bytes = 0;
+  PageBuffer arena;
   std::vector<Item> items;
-  items.reserve(take);
+  uint64_t next = 0;  // records started over every run: passes continue across runs
   DecodeLimit out;
+};
+
+DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_records) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.opt = opt;
+  m.ds = Dataset::open(opt.path);
+  const Schema& schema = m.ds->schema();
+  const int tokens = schema.find("tokens");
+  m.token_data = tokens >= 0 && schema.fields[static_cast<size_t>(tokens)].kind == FieldKind::kTokens;
+  // Image data: the loader's plan of every field, and one sample's tensors (a batch of
+  // one, laid out as the loader lays out a slot).
+  m.ctx.opt = &m.opt;
+  m.ctx.order_opt = m.opt.order;
+  if (!m.token_data) {
+    m.facts = plan_image_fields(m.opt, schema, m.ctx);
+    for (auto& t : m.ctx.tensors) {
+      t.offset = m.sample_bytes;
+      m.sample_bytes += (t.sample_bytes + 255) / 256 * 256;
+    }
+  }
+  Dataset& ds = *m.ds;
+  const uint64_t n = ds.record_count();
+  const uint64_t take = std::min<uint64_t>(n, std::max<uint64_t>(1, max_records));
+  m.items.reserve(take);
   std::vector<uint64_t> picked(take);
   for (uint64_t i = 0; i < take; ++i) {
     picked[i] = take == n ? i : i * n / take;
-    auto [s, r] = ds->locate(picked[i]);
-    out.bytes_in_memory += ds->shard(s)->location(r).stored_size;
+    auto [s, r] = ds.locate(picked[i]);
+    m.out.bytes_in_memory += ds.shard(s)->location(r).stored_size;
   }
   // The records sit in memory as the loader's reads do: on huge pages where the kernel
   // has them (its IO slab), so the limit is not lowered by page walks the pipeline avoids.
-  const size_t arena_bytes = std::max<uint64_t>(1, out.bytes_in_memory);
-  PageBuffer arena;
+  const size_t arena_bytes = std::max<uint64_t>(1, m.out.bytes_in_memory);
   try {
-    arena = PageBuffer(arena_bytes);
+    m.arena = PageBuffer(arena_bytes);
   } catch (const std::system_error&) {
     throw Error(ErrorCode::kResourceExhausted, "cannot map " + std::to_string(arena_bytes) + " bytes for the decode limit's records");
   }
   size_t at = 0;
   for (uint64_t g : picked) {
-    auto [s, r] = ds->locate(g);
-    auto reader = ds->shard(s);
+    auto [s, r] = ds.locate(g);
+    auto reader = ds.shard(s);
     const std::vector<uint8_t> stored = reader->read_stored(r);
     if (stored.size() > arena_bytes - at)
-      throw Error(ErrorCode::kDataLoss, ds->shard_path(s) + ": record " + std::to_string(r) + " read back longer than its index says");
-    std::memcpy(arena.get() + at, stored.data(), stored.size());
-    items.push_back({g, {arena.get() + at, stored.size()}, reader->location(r), ds->shard_path(s)});
+      throw Error(ErrorCode::kDataLoss, ds.shard_path(s) + ": record " + std::to_string(r) + " read back longer than its index says");
+    std::memcpy(m.arena.get() + at, stored.data(), stored.size());
+    m.items.push_back({g, {m.arena.get() + at, stored.size()}, reader->location(r),
+                       ds.shard_path(s) + ": record " + std::to_string(r)});
     at += stored.size();
   }
-  out.records_in_memory = items.size();
+  m.out.records_in_memory = m.items.size();
+}
+
+DecodeLimitMeter::~DecodeLimitMeter() = default;
+
+const DecodeLimit& DecodeLimitMeter::result() const { return impl_->out; }
+
+void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
+  Impl& m = *impl_;
+  const Schema& schema = m.ds->schema();
+  const auto& items = m.items;
   threads = std::max(1u, threads);
-  std::atomic<uint64_t> next{0}, done{0}, raw_bytes{0};
+  // A full pass: until every record held has been started once, counting every run.
+  const uint64_t pass_end = full_pass ? std::max<uint64_t>(m.next, items.size()) : 0;
+  std::atomic<uint64_t> next{m.next}, done{0}, raw_bytes{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;  // a bad record ends the measurement with its error
+  std::mutex error_mu;
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + std::chrono::duration<double>(seconds);
-  auto worker = [&] {
+  auto work = [&] {
     ImageDecoder dec;
-    std::vector<uint8_t> raw, pixels(static_cast<size_t>(transform.size) * transform.size * 3);
+    std::vector<uint8_t> raw, pixels;
+    std::vector<DecodeResult> results;
+    PageBuffer mem(std::max<size_t>(1, m.sample_bytes));
+    Job job;
+    job.mem = mem.get();
+    job.var.assign(m.ctx.vars.size(), std::vector<std::vector<uint8_t>>(1));
     for (;;) {
       const uint64_t k = next++;
-      // At least one full pass, then until the deadline.
-      if (k >= items.size() && std::chrono::steady_clock::now() >= deadline) break;
-      const Item& it = items[k % items.size()];
-      raw.resize(it.loc.raw_size);
-      // The same checks and unpacking as the loader, then decode (images) or nothing more.
-      auto fields = unpack_record_into(schema, it.loc, it.stored, raw, it.where);
-      if (jpeg >= 0 && transform.kind != ImageTransform::Kind::kNone)
-        dec.decode(fields[jpeg], transform, sample_seed(seed, 0, it.index), pixels.data(), pixels.size());
+      if (failed || (k >= pass_end && std::chrono::steady_clock::now() >= deadline)) break;
+      const Impl::Item& it = items[k % items.size()];
+      if (m.token_data) {
+        raw.resize(it.loc.raw_size);
+        unpack_record_into(schema, it.loc, it.stored, raw, it.where);
+      } else {
+        // The same checks, slicing and per-field work as the loader's decode workers.
+        const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
+        try {
+          put_image_fields(m.ctx, m.facts, 0, job, 0, fields, it.index, dec, pixels, results);
+        } catch (const Error& e) {
+          std::string key;  // the record's source, as the loader names it
+          if (m.facts.key_field >= 0) {
+            const auto k = fields[static_cast<size_t>(m.facts.key_field)];
+            key = " (source '" + std::string(k.begin(), k.end()) + "')";
+          }
+          throw Error(e.code(), it.where + key + ": " + e.what());
+        }
+      }
       done++;
       raw_bytes += it.loc.raw_size;
+    }
+  };
+  auto worker = [&] {
+    try {
+      work();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!first_error) first_error = std::current_exception();
+      failed = true;
     }
   };
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.samples = done;
-  out.raw_bytes = raw_bytes;
-  out.samples_per_s = out.samples / std::max(out.seconds, 1e-9);
-  return out;
+  if (first_error) std::rethrow_exception(first_error);
+  // Each thread took one index past the last record it did.
+  m.next += done;
+  m.out.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.out.samples += done;
+  m.out.raw_bytes += raw_bytes;
+  m.out.samples_per_s = m.out.samples / std::max(m.out.seconds, 1e-9);
+}
+
+DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, double seconds, uint64_t max_records) {
+  DecodeLimitMeter m(opt, max_records);
+  m.run(threads, seconds, true);
+  return m.result();
 }
 
 }  // namespace stoker::internal

@@ -1,12 +1,13 @@
-// The in-memory decode limit: the loader's own decode+transform code over records
-// already in memory, on the same number of threads, with no IO and no batching. The
-// feed-rate benchmarks divide the pipeline's rate by it to show the pipeline overhead.
+// The in-memory decode limit: the loader's own per-record work over records already in
+// memory, on the same number of threads, with no IO and no batching. The feed-rate
+// benchmarks divide the pipeline's rate by it to show the pipeline overhead.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
-#include "stoker/image.h"
+#include "stoker/loader.h"
 
 namespace stoker::internal {
 
@@ -19,11 +20,37 @@ struct DecodeLimit {
   double seconds = 0;
 };
 
-/// Loads up to `max_records` records of the dataset at `path` (evenly spread), then runs
-/// `threads` threads decoding them round-robin for about `seconds` (at least one pass).
-/// Image datasets: ImageDecoder::decode with `transform` and per-sample seeds as the
-/// loader draws them (seed, epoch 0); token datasets: zstd decompression of the records.
-DecodeLimit measure_decode_limit(const std::string& path, const ImageTransform& transform, unsigned threads,
-                                 double seconds, uint64_t max_records, uint64_t seed);
+/// Loads up to `max_records` records of the dataset at `opt.path` (evenly spread), then
+/// runs `threads` threads working through them round-robin for about `seconds` (at least
+/// one pass).
+/// Image datasets: the whole record as the loader does it for `opt` — the fields planned
+/// by plan_image_fields (opt.fields, else opt.transform for the first image field), then
+/// per record the loader's record_fields and put_image_fields: every image decoded with
+/// its transform (JPEG ROI crop-decode, PNG/WebP decode + crop/resize), a Follow field
+/// given its leader's geometry, scalars and arrays copied, text and bytes gathered —
+/// with per-sample seeds as the loader draws them (opt.order.seed, epoch 0).
+/// Token datasets: zstd decompression of the records.
+/// kInvalidArgument for specs the loader refuses (the same messages).
+DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, double seconds, uint64_t max_records);
+
+/// The same measurement in slices (bench feed --limit-interleaved: a slice after each
+/// epoch, so that the load of a shared machine weighs on the feed and its limit alike).
+/// The constructor loads the records and plans the fields; each run() adds to result().
+class DecodeLimitMeter {
+ public:
+  DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_records);
+  ~DecodeLimitMeter();
+  DecodeLimitMeter(const DecodeLimitMeter&) = delete;
+  DecodeLimitMeter& operator=(const DecodeLimitMeter&) = delete;
+  /// `threads` threads for about `seconds`; with `full_pass`, also until every record
+  /// held has been done once over all runs so far. The records continue round-robin
+  /// from where the last run stopped. A bad record throws its error, named.
+  void run(unsigned threads, double seconds, bool full_pass);
+  const DecodeLimit& result() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace stoker::internal

@@ -1,10 +1,14 @@
-// Synthetic inputs: an ImageNet-like ImageFolder and a Zipf-like token stream.
+// Synthetic inputs: an ImageNet-like ImageFolder, WebDataset tars of multi-field samples
+// (image, mask, class, caption, features) and a Zipf-like token stream.
 //
 // Everything is drawn from splitmix64/xoshiro256** seeded from (seed, item index), never
 // from std:: distributions (whose output differs between standard libraries), so the
 // same seed gives byte-identical files everywhere and for any thread count. Images are
 // generated and encoded on worker threads.
 #include <fcntl.h>
+#include <archive.h>
+#include <archive_entry.h>
+#include <spng.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -12,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -155,6 +160,115 @@ void pick_size(Rng& rng, int& w, int& h) {
   h = shorter;
 }
 
+// Baseline (or progressive) 4:2:0 JPEG of `rgb`.
+std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& rgb, int w, int h, int quality, bool progressive) {
+  // TurboJPEG 2.1 leaves Huffman optimisation switched on in a handle that has
+  // written a progressive JPEG, so progressive files get a handle of their own:
+  // otherwise later baseline files would depend on which thread wrote what.
+  thread_local TjCompressor tj_baseline;
+  std::optional<TjCompressor> tj_progressive;
+  if (progressive) tj_progressive.emplace();
+  TjCompressor& tj = progressive ? *tj_progressive : tj_baseline;
+  if (!tj.h) throw_error(ErrorCode::kResourceExhausted, "cannot create a TurboJPEG compressor");
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  if (tjCompress2(tj.h, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &size, TJSAMP_420, quality,
+                  progressive ? TJFLAG_PROGRESSIVE : 0) != 0)
+    throw_error(ErrorCode::kInvalidArgument, std::string("JPEG encode failed: ") + tjGetErrorStr2(tj.h));
+  struct Free {
+    unsigned char* p;
+    ~Free() { tjFree(p); }
+  } guard{jpeg};
+  return std::vector<uint8_t>(jpeg, jpeg + size);
+}
+
+// An 8-bit gray PNG of `gray` (libspng's encoder).
+std::vector<uint8_t> encode_png_gray(const std::vector<uint8_t>& gray, int w, int h) {
+  struct Ctx {
+    spng_ctx* c = spng_ctx_new(SPNG_CTX_ENCODER);
+    ~Ctx() { spng_ctx_free(c); }
+  } enc;
+  if (!enc.c) throw_error(ErrorCode::kResourceExhausted, "cannot create a PNG encoder");
+  spng_set_option(enc.c, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<uint32_t>(w);
+  ihdr.height = static_cast<uint32_t>(h);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_GRAYSCALE;
+  int ret = spng_set_ihdr(enc.c, &ihdr);
+  if (ret == 0) ret = spng_encode_image(enc.c, gray.data(), gray.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE);
+  size_t len = 0;
+  void* buf = ret == 0 ? spng_get_png_buffer(enc.c, &len, &ret) : nullptr;
+  if (!buf) throw_error(ErrorCode::kInvalidArgument, std::string("PNG encode failed: ") + spng_strerror(ret));
+  std::vector<uint8_t> png(static_cast<uint8_t*>(buf), static_cast<uint8_t*>(buf) + len);
+  std::free(buf);
+  return png;
+}
+
+// A segmentation-like mask: background 0 and a few filled ellipses of class values.
+std::vector<uint8_t> synth_mask(int w, int h, uint32_t classes, Rng& rng) {
+  std::vector<uint8_t> m(static_cast<size_t>(w) * h, 0);
+  const int n = rng.range(1, 4);
+  for (int k = 0; k < n; ++k) {
+    const double cx = rng.uniform() * w, cy = rng.uniform() * h;
+    const double rx = (0.1 + rng.uniform() * 0.35) * w, ry = (0.1 + rng.uniform() * 0.35) * h;
+    const uint8_t v = static_cast<uint8_t>(1 + rng.next() % std::min<uint32_t>(classes, 255));
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        const double dx = (x - cx) / rx, dy = (y - cy) / ry;
+        if (dx * dx + dy * dy <= 1) m[static_cast<size_t>(y) * w + x] = v;
+      }
+  }
+  return m;
+}
+
+// A caption of 6-16 words from a small vocabulary.
+std::string synth_caption(Rng& rng) {
+  static const char* const kWords[] = {"a", "the", "small", "large", "red", "green", "blue", "dog", "cat", "car",
+                                       "tree", "house", "river", "road", "sits", "runs", "near", "under", "beside",
+                                       "on", "with", "two", "bright", "dark", "old", "new", "field", "sky", "café"};
+  constexpr int kN = sizeof kWords / sizeof kWords[0];
+  std::string out;
+  const int n = rng.range(6, 16);
+  for (int i = 0; i < n; ++i) {
+    if (i) out += ' ';
+    out += kWords[rng.next() % kN];
+  }
+  out += '.';
+  return out;
+}
+
+// A .npy (format 1.0) of float32 `v`, shape (v.size(),).
+std::vector<uint8_t> encode_npy_f32(const std::vector<float>& v) {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
+  // Magic (6), version (2), length (2), then the dict padded with spaces and a newline
+  // so that the data starts on a 64-byte boundary.
+  const size_t total = (10 + dict.size() + 1 + 63) / 64 * 64;
+  dict.append(total - 10 - dict.size() - 1, ' ');
+  dict += '\n';
+  std::vector<uint8_t> out(10 + dict.size() + 4 * v.size());
+  const uint8_t magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  std::memcpy(out.data(), magic, 8);
+  out[8] = static_cast<uint8_t>(dict.size() & 0xFF);
+  out[9] = static_cast<uint8_t>(dict.size() >> 8);
+  std::memcpy(out.data() + 10, dict.data(), dict.size());
+  uint8_t* p = out.data() + 10 + dict.size();
+  for (float f : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    put_u32(p, bits);
+    p += 4;
+  }
+  return out;
+}
+
+struct ArchiveWriter {
+  struct archive* a = archive_write_new();
+  ~ArchiveWriter() {
+    if (a) archive_write_free(a);
+  }
+};
+
 }  // namespace
 
 PackSummary make_sample_imagefolder(const std::string& out, const SampleImageFolderOptions& options) {
@@ -182,27 +296,11 @@ PackSummary make_sample_imagefolder(const std::string& out, const SampleImageFol
     pick_size(rng, w, h);
     const bool progressive = rng.uniform() < options.progressive_frac;
     std::vector<uint8_t> rgb = synth_image(w, h, rng);
-    // TurboJPEG 2.1 leaves Huffman optimisation switched on in a handle that has
-    // written a progressive JPEG, so progressive files get a handle of their own:
-    // otherwise later baseline files would depend on which thread wrote what.
-    thread_local TjCompressor tj_baseline;
-    std::optional<TjCompressor> tj_progressive;
-    if (progressive) tj_progressive.emplace();
-    TjCompressor& tj = progressive ? *tj_progressive : tj_baseline;
-    if (!tj.h) throw_error(ErrorCode::kResourceExhausted, "cannot create a TurboJPEG compressor");
-    unsigned char* jpeg = nullptr;
-    unsigned long size = 0;
-    if (tjCompress2(tj.h, rgb.data(), w, 0, h, TJPF_RGB, &jpeg, &size, TJSAMP_420, options.quality,
-                    progressive ? TJFLAG_PROGRESSIVE : 0) != 0)
-      throw_error(ErrorCode::kInvalidArgument, std::string("JPEG encode failed: ") + tjGetErrorStr2(tj.h));
-    struct Free {
-      unsigned char* p;
-      ~Free() { tjFree(p); }
-    } guard{jpeg};
+    const std::vector<uint8_t> jpeg = encode_jpeg(rgb, w, h, options.quality, progressive);
     char name[48];
     std::snprintf(name, sizeof name, "/img_%08llu.jpg", static_cast<unsigned long long>(i));
-    write_whole_file(dirs[i % options.classes] + name, std::span<const uint8_t>(jpeg, size));
-    return size;
+    write_whole_file(dirs[i % options.classes] + name, jpeg);
+    return jpeg.size();
   };
   PackSummary summary;
   ProgressReporter progress("sample imagefolder", options.images, 0, options.progress);
@@ -214,6 +312,91 @@ PackSummary make_sample_imagefolder(const std::string& out, const SampleImageFol
                                  });
   progress.finish();
   summary.records = options.images;
+  summary.bytes = summary.input_bytes;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
+PackSummary make_sample_wds(const std::string& out, const SampleWdsOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (options.samples == 0) throw_error(ErrorCode::kInvalidArgument, "--samples must be at least 1");
+  if (options.per_tar == 0) throw_error(ErrorCode::kInvalidArgument, "--per-tar must be at least 1");
+  if (options.classes == 0 || options.classes > 255) throw_error(ErrorCode::kInvalidArgument, "--classes must be 1..255");
+  if (options.features == 0 || options.features > 65536)
+    throw_error(ErrorCode::kInvalidArgument, "--features must be 1..65536");
+  if (options.quality < 1 || options.quality > 100) throw_error(ErrorCode::kInvalidArgument, "quality must be 1..100");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw_error(ErrorCode::kIoError, "create directory " + out + ": " + ec.message());
+
+  struct Member {
+    std::string ext;
+    std::vector<uint8_t> bytes;
+  };
+  auto produce = [&](size_t i) -> std::vector<Member> {
+    uint64_t s = options.seed * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xD1B54A32D192ED03ull;
+    Rng rng(splitmix64(s));
+    int w = 0, h = 0;
+    pick_size(rng, w, h);
+    const uint32_t cls = static_cast<uint32_t>(rng.next() % options.classes);
+    std::vector<Member> m;
+    m.push_back({"jpg", encode_jpeg(synth_image(w, h, rng), w, h, options.quality, false)});
+    m.push_back({"png", encode_png_gray(synth_mask(w, h, options.classes, rng), w, h)});
+    const std::string c = std::to_string(cls);
+    m.push_back({"cls", std::vector<uint8_t>(c.begin(), c.end())});
+    const std::string t = synth_caption(rng);
+    m.push_back({"txt", std::vector<uint8_t>(t.begin(), t.end())});
+    std::vector<float> f(options.features);
+    for (float& x : f) x = static_cast<float>(rng.uniform() * 2 - 1);
+    m.push_back({"npy", encode_npy_f32(f)});
+    return m;
+  };
+
+  PackSummary summary;
+  std::optional<ArchiveWriter> tar;
+  std::string tar_path;
+  auto close_tar = [&] {
+    if (tar && archive_write_close(tar->a) != ARCHIVE_OK)
+      throw_error(ErrorCode::kIoError, tar_path + ": " + archive_error_string(tar->a));
+    tar.reset();
+  };
+  ProgressReporter progress("sample wds", options.samples, 0, options.progress);
+  const int threads = resolve_threads(options.threads);
+  ordered_parallel_for<std::vector<Member>>(
+      options.samples, threads, static_cast<size_t>(threads) * 4, produce, [&](size_t i, std::vector<Member>&& m) {
+        if (i % options.per_tar == 0) {
+          close_tar();
+          char name[48];
+          std::snprintf(name, sizeof name, "/shard-%06llu.tar", static_cast<unsigned long long>(i / options.per_tar));
+          tar_path = out + name;
+          tar.emplace();
+          if (!tar->a || archive_write_set_format_ustar(tar->a) != ARCHIVE_OK ||
+              archive_write_open_filename(tar->a, tar_path.c_str()) != ARCHIVE_OK)
+            throw_error(ErrorCode::kIoError, "create " + tar_path + ": " +
+                                                 (tar->a ? archive_error_string(tar->a) : "no archive writer"));
+        }
+        char key[48];
+        std::snprintf(key, sizeof key, "sample_%08llu", static_cast<unsigned long long>(i));
+        for (const Member& x : m) {
+          const std::string path = std::string(key) + "." + x.ext;
+          struct Entry {
+            archive_entry* e = archive_entry_new();
+            ~Entry() { archive_entry_free(e); }
+          } e;
+          archive_entry_set_pathname(e.e, path.c_str());
+          archive_entry_set_filetype(e.e, AE_IFREG);
+          archive_entry_set_perm(e.e, 0644);
+          archive_entry_set_size(e.e, static_cast<la_int64_t>(x.bytes.size()));
+          if (archive_write_header(tar->a, e.e) != ARCHIVE_OK ||
+              archive_write_data(tar->a, x.bytes.data(), x.bytes.size()) != static_cast<la_ssize_t>(x.bytes.size()))
+            throw_error(ErrorCode::kIoError, tar_path + ": " + path + ": " + archive_error_string(tar->a));
+          summary.input_bytes += x.bytes.size();
+        }
+        progress.update(i + 1, summary.input_bytes);
+      });
+  close_tar();
+  progress.finish();
+  summary.records = options.samples;
   summary.bytes = summary.input_bytes;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

@@ -15,7 +15,6 @@
 
 #include "pipeline/producer.h"
 #include "pipeline/record_reads.h"
-#include "stoker/crc32c.h"
 #include "stoker/image.h"
 
 namespace stoker::internal {
@@ -68,8 +67,6 @@ class ImageProducer final : public Producer {
   void decode_main(unsigned id);
   void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels,
                std::vector<DecodeResult>& results);
-  void put_fields(Job& job, uint32_t j, const std::vector<std::span<const uint8_t>>& fields, uint64_t sample,
-                  ImageDecoder& dec, std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results);
 
   struct ReadCtx {
     std::shared_ptr<Job> job;
@@ -228,53 +225,6 @@ void ImageProducer::io_main() {
   pending_.clear();
 }
 
-void ImageProducer::put_fields(Job& job, uint32_t j, const std::vector<std::span<const uint8_t>>& fields,
-                               uint64_t sample, ImageDecoder& dec, std::vector<uint8_t>& pixels,
-                               std::vector<DecodeResult>& results) {
-  const LoaderOptions& opt = *ctx_.opt;
-  results.resize(f_.outs.size());
-  for (size_t x = 0; x < f_.outs.size(); ++x) {
-    const FieldOut& o = f_.outs[x];
-    const std::span<const uint8_t> bytes = fields[static_cast<size_t>(o.field)];
-    switch (o.how) {
-      case FieldOut::How::kImage: {
-        const TensorLayout& tl = ctx_.tensors[static_cast<size_t>(o.tensor)];
-        uint8_t* out = ctx_.tensor_ptr(job, o.tensor) + j * tl.sample_bytes;
-        // The first image field draws as it always has; others get draws of their own.
-        const uint64_t seed = sample_seed(ctx_.order_opt.seed + o.seed_salt * 0x9E3779B97F4A7C15ull, run_->epoch, sample);
-        if (opt.pixel_format == PixelFormat::kU8HWC) {
-          results[x] = dec.decode(bytes, o.transform, seed, out, tl.sample_bytes);
-        } else {
-          const int S = o.transform.size;
-          pixels.resize(static_cast<size_t>(S) * S * 3);
-          results[x] = dec.decode(bytes, o.transform, seed, pixels.data(), pixels.size());
-          convert_pixels(pixels.data(), S, S, opt.pixel_format, opt.mean, opt.std, out);
-        }
-        break;
-      }
-      case FieldOut::How::kFollow: {
-        const TensorLayout& tl = ctx_.tensors[static_cast<size_t>(o.tensor)];
-        results[x] = dec.decode_with(bytes, results[static_cast<size_t>(o.leader)].geometry, o.follow,
-                                     ctx_.tensor_ptr(job, o.tensor) + j * tl.sample_bytes, tl.sample_bytes);
-        break;
-      }
-      case FieldOut::How::kCopy:
-        // Stored little-endian, and so are the tensors on the hosts we build for.
-        std::memcpy(ctx_.tensor_ptr(job, o.tensor) + j * o.bytes, bytes.data(), o.bytes);
-        break;
-      case FieldOut::How::kVar:
-        job.var[static_cast<size_t>(o.var)][j].assign(bytes.begin(), bytes.end());
-        break;
-    }
-  }
-  if (f_.missing_label_t >= 0) {
-    const int64_t none = -1;
-    std::memcpy(ctx_.tensor_ptr(job, f_.missing_label_t) + j * 8, &none, 8);
-  }
-  const int64_t gi = static_cast<int64_t>(sample);
-  std::memcpy(ctx_.tensor_ptr(job, f_.index_t) + j * 8, &gi, 8);
-}
-
 void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
                             std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results) {
   Job& job = *t.job;
@@ -283,27 +233,11 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
   auto reader = ctx_.dataset->shard(t.shard);
   const RecordLocation& loc = reader->location(t.record);
   std::span<const uint8_t> stored(t.buf->data() + t.skip, loc.stored_size);
-  std::vector<std::span<const uint8_t>> fields;
-  if (loc.flags & kRecordZstd) {
-    scratch.resize(loc.raw_size);
-    fields = unpack_record_into(ctx_.dataset->schema(), loc, stored, scratch, where);
-  } else {
-    // Zero-copy: check the CRC and slice the fields out of the IO buffer.
-    const uint32_t crc = crc32c(stored.data(), stored.size());
-    if (crc != loc.crc) {
-      char b[96];
-      std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", loc.crc, crc);
-      throw Error(ErrorCode::kDataLoss, where + b);
-    }
-    size_t off = 0;
-    for (uint32_t fs : loc.field_sizes) {
-      fields.emplace_back(stored.data() + off, fs);
-      off += fs;
-    }
-  }
+  const std::vector<std::span<const uint8_t>> fields =
+      record_fields(ctx_.dataset->schema(), loc, stored, scratch, where);
   const uint64_t sample = job.samples[t.j];
   try {
-    put_fields(job, t.j, fields, sample, dec, pixels, results);
+    put_image_fields(ctx_, f_, run_->epoch, job, t.j, fields, sample, dec, pixels, results);
   } catch (const Error& e) {
     // The record's source (its `__key__`), so the user can find the file.
     std::string key;

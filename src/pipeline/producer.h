@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,21 @@ std::optional<ElemType> elem_type_of(DType d) noexcept;
 /// defaults); adds their tensors and variable-size outputs to `ctx`. kInvalidArgument
 /// names the field and the parameter of a spec that cannot be used.
 ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Context& ctx);
+
+/// A record's payloads in schema order, from its bytes as stored: zstd records unpacked
+/// into `scratch`, raw ones CRC-checked and sliced out of `stored` itself (no copy).
+/// kDataLoss naming `where` when the check fails.
+std::vector<std::span<const uint8_t>> record_fields(const Schema& schema, const RecordLocation& loc,
+                                                    std::span<const uint8_t> stored, std::vector<uint8_t>& scratch,
+                                                    const std::string& where);
+
+/// Writes sample `j` of `job` from a record's `fields` as `f` plans: images decoded and
+/// transformed (draws from ctx.order_opt.seed, `epoch`, `sample`), followers given their
+/// leader's geometry, scalars and arrays copied, variable-size fields gathered into
+/// job.var, then "index". `pixels` and `results` are the caller's scratch, reused.
+void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
+                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
+                      std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results);
 
 std::unique_ptr<Producer> make_image_producer(const Context& ctx, const ImageFacts& facts);
 std::unique_ptr<Producer> make_token_producer(const Context& ctx, const TokenFacts& facts);

@@ -1,0 +1,86 @@
+// One record of an image dataset into one sample of a batch: the record's fields sliced
+// out of what was read (record_fields), then every field's output written at its place
+// in the batch (put_image_fields) as plan_image_fields planned it. ImageProducer runs
+// these per sample; the in-memory decode limit (benchlib/decode_limit.h) runs the very
+// same two over records held in memory, so the limit is the loader's own work per record.
+#include <cstdio>
+#include <cstring>
+
+#include "pipeline/producer.h"
+#include "stoker/crc32c.h"
+#include "stoker/order.h"
+
+namespace stoker::internal {
+
+std::vector<std::span<const uint8_t>> record_fields(const Schema& schema, const RecordLocation& loc,
+                                                    std::span<const uint8_t> stored, std::vector<uint8_t>& scratch,
+                                                    const std::string& where) {
+  if (loc.flags & kRecordZstd) {
+    scratch.resize(loc.raw_size);
+    return unpack_record_into(schema, loc, stored, scratch, where);
+  }
+  // Zero-copy: check the CRC and slice the fields out of the buffer read.
+  const uint32_t crc = crc32c(stored.data(), stored.size());
+  if (crc != loc.crc) {
+    char b[96];
+    std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", loc.crc, crc);
+    throw Error(ErrorCode::kDataLoss, where + b);
+  }
+  std::vector<std::span<const uint8_t>> fields;
+  fields.reserve(loc.field_sizes.size());
+  size_t off = 0;
+  for (uint32_t fs : loc.field_sizes) {
+    fields.emplace_back(stored.data() + off, fs);
+    off += fs;
+  }
+  return fields;
+}
+
+void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
+                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
+                      std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results) {
+  const LoaderOptions& opt = *ctx.opt;
+  results.resize(f.outs.size());
+  for (size_t x = 0; x < f.outs.size(); ++x) {
+    const FieldOut& o = f.outs[x];
+    const std::span<const uint8_t> bytes = fields[static_cast<size_t>(o.field)];
+    switch (o.how) {
+      case FieldOut::How::kImage: {
+        const TensorLayout& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
+        uint8_t* out = ctx.tensor_ptr(job, o.tensor) + j * tl.sample_bytes;
+        // The first image field draws as it always has; others get draws of their own.
+        const uint64_t seed = sample_seed(ctx.order_opt.seed + o.seed_salt * 0x9E3779B97F4A7C15ull, epoch, sample);
+        if (opt.pixel_format == PixelFormat::kU8HWC) {
+          results[x] = dec.decode(bytes, o.transform, seed, out, tl.sample_bytes);
+        } else {
+          const int S = o.transform.size;
+          pixels.resize(static_cast<size_t>(S) * S * 3);
+          results[x] = dec.decode(bytes, o.transform, seed, pixels.data(), pixels.size());
+          convert_pixels(pixels.data(), S, S, opt.pixel_format, opt.mean, opt.std, out);
+        }
+        break;
+      }
+      case FieldOut::How::kFollow: {
+        const TensorLayout& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
+        results[x] = dec.decode_with(bytes, results[static_cast<size_t>(o.leader)].geometry, o.follow,
+                                     ctx.tensor_ptr(job, o.tensor) + j * tl.sample_bytes, tl.sample_bytes);
+        break;
+      }
+      case FieldOut::How::kCopy:
+        // Stored little-endian, and so are the tensors on the hosts we build for.
+        std::memcpy(ctx.tensor_ptr(job, o.tensor) + j * o.bytes, bytes.data(), o.bytes);
+        break;
+      case FieldOut::How::kVar:
+        job.var[static_cast<size_t>(o.var)][j].assign(bytes.begin(), bytes.end());
+        break;
+    }
+  }
+  if (f.missing_label_t >= 0) {
+    const int64_t none = -1;
+    std::memcpy(ctx.tensor_ptr(job, f.missing_label_t) + j * 8, &none, 8);
+  }
+  const int64_t gi = static_cast<int64_t>(sample);
+  std::memcpy(ctx.tensor_ptr(job, f.index_t) + j * 8, &gi, 8);
+}
+
+}  // namespace stoker::internal
