@@ -1,10 +1,20 @@
 // The Loader over a remote dataset (LoaderOptions::path a URL, read through the shard
 // cache) against nginx on loopback: the same batches as the local dataset, epoch after
-// epoch, and shards fetched once.
+// epoch, and shards fetched once when the cache holds the dataset; through a cache of a
+// shard or two, the same batches again, within the limit on disk, without a deadlock.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stoker/dataset.h"
@@ -62,6 +72,35 @@ int shard_requests(const Nginx& n) {
   for (const auto& [path, count] : n.requests())
     if (path.size() > 4 && path.compare(path.size() - 4, 4, ".stk") == 0) k += count;
   return k;
+}
+
+uint64_t largest_shard(const Manifest& m) {
+  uint64_t b = 0;
+  for (const ShardEntry& e : m.shards) b = std::max(b, e.file_size);
+  return b;
+}
+
+// Token rows of 16 uint16 tokens (and the next one, their target), 8 rows a zstd record,
+// in shards of ~8 KiB.
+Manifest write_tokens(const std::string& dir) {
+  DatasetWriterOptions wo;
+  wo.shard_size = 8 << 10;
+  wo.shard.compression = Compression::kZstd;
+  wo.shard.fsync = false;
+  const uint32_t L = 16;
+  DatasetWriter w(dir, Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, wo);
+  for (uint32_t r0 = 0; r0 < 2400; r0 += 8) {
+    std::vector<uint8_t> buf;
+    for (uint32_t r = r0; r < r0 + 8; ++r)  // a row: L tokens and the next one (its target)
+      for (uint32_t t = r * L; t <= r * L + L; ++t) {
+        const uint16_t v = static_cast<uint16_t>((t * 7919u) % 65521u);
+        buf.push_back(v & 0xFF);
+        buf.push_back(v >> 8);
+      }
+    std::vector<std::span<const uint8_t>> f{buf};
+    w.add(f);
+  }
+  return w.finish();
 }
 
 class RemoteLoader : public ::testing::Test {
@@ -128,24 +167,7 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
 
 // Token data needs every shard's index when the loader opens: all shards arrive then.
 TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
-  DatasetWriterOptions wo;
-  wo.shard_size = 8 << 10;
-  wo.shard.compression = Compression::kZstd;
-  wo.shard.fsync = false;
-  const uint32_t L = 16;
-  DatasetWriter w(root_.str("tok"), Schema{{Field{"tokens", FieldKind::kTokens, DType::kUint16, L}}}, wo);
-  for (uint32_t r0 = 0; r0 < 2400; r0 += 8) {
-    std::vector<uint8_t> buf;
-    for (uint32_t r = r0; r < r0 + 8; ++r)  // a row: L tokens and the next one (its target)
-      for (uint32_t t = r * L; t <= r * L + L; ++t) {
-        const uint16_t v = static_cast<uint16_t>((t * 7919u) % 65521u);
-        buf.push_back(v & 0xFF);
-        buf.push_back(v >> 8);
-      }
-    std::vector<std::span<const uint8_t>> f{buf};
-    w.add(f);
-  }
-  const Manifest m = w.finish();
+  const Manifest m = write_tokens(root_.str("tok"));
   ASSERT_GE(m.shards.size(), 3u);
   TempDir cache;
   LoaderOptions lo = options(root_.str("tok"));
@@ -180,7 +202,7 @@ TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
   }
 }
 
-TEST_F(RemoteLoader, ACacheTheDatasetCannotFitOrNoCacheIsANamedError) {
+TEST_F(RemoteLoader, NoCacheDirOrACacheBelowTheLargestShardIsANamedErrorAtOpen) {
   LoaderOptions o = options(nginx_.url());
   try {
     Loader l(o);
@@ -191,14 +213,206 @@ TEST_F(RemoteLoader, ACacheTheDatasetCannotFitOrNoCacheIsANamedError) {
   }
   TempDir cache;
   o.cache_dir = cache.str();
-  o.cache_limit = manifest_.total_bytes() / 2;
+  const uint64_t largest = largest_shard(manifest_);
+  o.cache_limit = largest - 1;
   try {
     Loader l(o);
-    FAIL() << "a cache_limit of half the dataset opened";
+    FAIL() << "a cache_limit below the largest shard opened";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("cache_limit"), std::string::npos) << e.what();
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cache_limit " + std::to_string(largest - 1)), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(largest) + " bytes"), std::string::npos) << m;
   }
+}
+
+// Samples the cache directory while a loader runs: the bytes of shard files (whole or
+// being downloaded) never exceed the limit, and no evicted shard stays open (an
+// unlinked file keeps its blocks on disk while a descriptor is open). A sample is taken
+// under the cache's space lock (no eviction or reservation meanwhile), and a shard seen
+// both as `.part` and renamed into place counts once: a directory listing is no snapshot.
+class CacheWatch {
+ public:
+  explicit CacheWatch(std::string dir) : dir_(std::move(dir)), t_([this] { run(); }) {}
+  ~CacheWatch() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (t_.joinable()) t_.join();
+  }
+  uint64_t samples = 0, max_bytes = 0, deleted_open = 0;
+  std::string worst;
+
+ private:
+  void sample(const std::filesystem::path& key_dir) {
+    namespace fs = std::filesystem;
+    const std::string lock_path = (key_dir / ".space.lock").string();
+    const int lock = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+    if (lock < 0) return;
+    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    std::map<std::string, uint64_t> shards;  // shard name -> bytes
+    std::error_code ec;
+    for (const auto& de : fs::directory_iterator(key_dir, ec)) {
+      std::string name = de.path().filename().string();
+      std::error_code e2;
+      if (name.find(".stk") == std::string::npos || !de.is_regular_file(e2)) continue;
+      const uint64_t size = de.file_size(e2);  // the file may have gone since it was listed
+      if (e2) continue;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".part") == 0) name.resize(name.size() - 5);
+      shards[name] = std::max(shards[name], size);
+    }
+    ::close(lock);
+    uint64_t bytes = 0;
+    for (const auto& [name, size] : shards) bytes += size;
+    max_bytes = std::max(max_bytes, bytes);
+    ++samples;
+  }
+  void run() {
+    namespace fs = std::filesystem;
+    while (!stop_) {
+      std::error_code ec;
+      for (const auto& de : fs::directory_iterator(dir_, ec))
+        if (de.is_directory(ec)) sample(de.path());
+      for (const auto& fd : fs::directory_iterator("/proc/self/fd", ec)) {
+        std::error_code e2;
+        const std::string target = fs::read_symlink(fd.path(), e2).string();
+        if (!e2 && target.rfind(dir_, 0) == 0 && target.find(" (deleted)") != std::string::npos) {
+          ++deleted_open;
+          worst = target;
+        }
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  std::string dir_;
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
+// Two epochs of `lo` and `ro` give the same batches while `ro`'s cache (a limit well
+// below the dataset) is watched.
+void expect_same_batches_in_a_small_cache(const LoaderOptions& lo, const LoaderOptions& ro) {
+  CacheWatch watch(ro.cache_dir);
+  {
+    Loader local(lo), remote(ro);
+    ASSERT_EQ(remote.num_batches(), local.num_batches());
+    for (uint64_t e = 0; e < 2; ++e) {
+      const auto want = epoch_digests(local, e);
+      const auto got = epoch_digests(remote, e);
+      ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
+      ASSERT_GT(got.size(), 0u);
+      for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
+    }
+  }
+  watch.stop();
+  EXPECT_GT(watch.samples, 0u);
+  EXPECT_LE(watch.max_bytes, ro.cache_limit) << "the cache held more shard bytes than its limit";
+  EXPECT_GT(watch.max_bytes, 0u);
+  EXPECT_EQ(watch.deleted_open, 0u) << "an evicted shard was still open: " << watch.worst;
+}
+
+TEST_F(RemoteLoader, ACacheOfTwoAndAHalfShardsGivesTheLocalBatchesForShardLocalAndGlobalOrders) {
+  const uint64_t limit = largest_shard(manifest_) * 5 / 2;
+  ASSERT_LT(limit, manifest_.total_bytes() / 2);
+  struct Kind {
+    const char* name;
+    OrderOptions order;
+  };
+  std::vector<Kind> kinds;
+  OrderOptions seq;
+  seq.kind = OrderKind::kSequential;
+  kinds.push_back({"sequential", seq});
+  OrderOptions chunks;
+  chunks.kind = OrderKind::kChunkLocal;
+  chunks.chunk_size = 10;
+  chunks.window_chunks = 3;
+  chunks.seed = 5;
+  kinds.push_back({"chunk_local", chunks});
+  OrderOptions shuffled;
+  shuffled.kind = OrderKind::kShuffled;
+  shuffled.seed = 7;
+  kinds.push_back({"shuffled", shuffled});
+  for (const Kind& k : kinds) {
+    SCOPED_TRACE(k.name);
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("ds"));
+    lo.order = k.order;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url();
+    ro.cache_dir = cache.str();
+    ro.cache_limit = limit;
+    ro.cache_prefetch = 4;  // more than the limit leaves room for: the window shrinks
+    ro.remote.part_bytes = 64 << 10;
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+}
+
+TEST_F(RemoteLoader, TokenRowsThroughACacheOfTwoAndAHalfShardsEqualTheLocalOnes) {
+  const Manifest m = write_tokens(root_.str("tok"));
+  ASSERT_GE(m.shards.size(), 6u);
+  for (OrderKind kind : {OrderKind::kSequential, OrderKind::kShuffled}) {
+    SCOPED_TRACE(order_kind_name(kind));
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("tok"));
+    lo.order.kind = kind;
+    lo.order.window_chunks = 8;
+    lo.targets = true;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url("tok");
+    ro.cache_dir = cache.str();
+    ro.cache_limit = largest_shard(m) * 5 / 2;
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+}
+
+// One decoder and room for a single shard, with a global shuffle whose every batch
+// draws from most shards: the loader must let its own reads finish before it can hold
+// the next shard, never wait for room it holds itself.
+TEST_F(RemoteLoader, OneThreadAndRoomForOneShardFinishesWithTheLocalBatches) {
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1200 && !done; ++i) std::this_thread::sleep_for(100ms);
+    if (!done) {
+      std::fprintf(stderr, "the loader made no progress in 120 s: deadlocked\n");
+      std::abort();
+    }
+  });
+  const Manifest tok = write_tokens(root_.str("tok"));
+  {
+    SCOPED_TRACE("images");
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("ds"));
+    lo.threads = 1;
+    lo.slots = 2;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url();
+    ro.cache_dir = cache.str();
+    ro.cache_limit = largest_shard(manifest_);
+    ro.remote.part_bytes = 64 << 10;
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+  {
+    SCOPED_TRACE("tokens");
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("tok"));
+    lo.threads = 1;
+    lo.targets = true;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url("tok");
+    ro.cache_dir = cache.str();
+    ro.cache_limit = largest_shard(tok);
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+  done = true;
+  watchdog.join();
 }
 
 }  // namespace

@@ -228,7 +228,14 @@ struct ShardCache::Impl {
       if (rep.ok()) {
         // Durable before it is visible under the shard's name.
         if (o.fsync && ::fdatasync(fd.get()) != 0) throw errno_error("fdatasync " + part, errno);
-        if (::rename(part.c_str(), final_path.c_str()) != 0) throw errno_error("rename " + part, errno);
+        // Under the space lock: a scan listing the directory while the part is renamed
+        // could see neither name, count too few bytes, and let a reservation past the limit.
+        {
+          UniqueFd space(::open(space_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+          if (!space) throw errno_error("open " + space_lock, errno);
+          flock_or_throw(space.get(), LOCK_EX, space_lock);
+          if (::rename(part.c_str(), final_path.c_str()) != 0) throw errno_error("rename " + part, errno);
+        }
         cleanup.armed = false;
         return true;
       }
@@ -406,7 +413,11 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
   bool hit = false;
   {
     std::unique_lock<std::mutex> lock(I.mu);
-    for (size_t p = I.cursor; p < I.order.size(); ++p)
+    // The next visit of s, looked for a little way ahead only: a shard acquired out of
+    // the sequence (read again while still held, or a sequence cut short) leaves the
+    // cursor where it is instead of costing a scan of the rest of a long sequence.
+    const size_t horizon = std::min(I.order.size(), I.cursor + 4 * size_t{I.window_shards} + 64);
+    for (size_t p = I.cursor; p < horizon; ++p)
       if (I.order[p] == s) {
         I.cursor = p + 1;
         break;
