@@ -349,6 +349,42 @@ TEST_F(RemoteLoader, ACacheOfTwoAndAHalfShardsGivesTheLocalBatchesForShardLocalA
   }
 }
 
+// What the README promises for a small cache: chunk_local with whole-shard chunks and a
+// room of W shards and one more fetches each shard once per epoch, like a sequential
+// read; a global shuffle through the same cache fetches far more.
+TEST_F(RemoteLoader, WholeShardChunksThroughASmallCacheFetchEachShardOncePerEpoch) {
+  const uint64_t limit = largest_shard(manifest_) * 3 + largest_shard(manifest_) / 2;
+  auto fetched_in_epoch_1 = [&](OrderOptions order) {
+    TempDir cache;
+    LoaderOptions ro = options(nginx_.url());
+    ro.order = order;
+    ro.rank = 0;
+    ro.world_size = 1;
+    ro.cache_dir = cache.str();
+    ro.cache_limit = limit;
+    ro.remote.part_bytes = 1 << 20;  // one GET per shard
+    Loader l(ro);
+    epoch_digests(l, 0);
+    const int before = shard_requests(nginx_);
+    epoch_digests(l, 1);
+    return shard_requests(nginx_) - before;
+  };
+  OrderOptions chunks;
+  chunks.kind = OrderKind::kChunkLocal;
+  chunks.chunk_size = 1000;  // more than a shard's records: a chunk is a whole shard
+  chunks.window_chunks = 2;
+  chunks.seed = 3;
+  const int shards = static_cast<int>(manifest_.shards.size());
+  // At most once each (shards epoch 0 left in the cache may not be fetched at all).
+  const int chunk_fetches = fetched_in_epoch_1(chunks);
+  EXPECT_LE(chunk_fetches, shards);
+  EXPECT_GE(chunk_fetches, shards - 3);
+  OrderOptions shuffled;
+  shuffled.kind = OrderKind::kShuffled;
+  shuffled.seed = 3;
+  EXPECT_GT(fetched_in_epoch_1(shuffled), 3 * shards);
+}
+
 TEST_F(RemoteLoader, TokenRowsThroughACacheOfTwoAndAHalfShardsEqualTheLocalOnes) {
   const Manifest m = write_tokens(root_.str("tok"));
   ASSERT_GE(m.shards.size(), 6u);

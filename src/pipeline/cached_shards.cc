@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 
 #include "stoker/error.h"
+#include "util/log.h"
 
 namespace stoker::internal {
 
@@ -31,13 +33,29 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
   co.prefetch = opt.cache_prefetch;
   auto c = std::make_shared<CachedShards>();
   c->cache_ = ShardCache::open(std::move(store), co);  // a limit below the largest shard throws, naming both
-  uint64_t largest = 0;
-  for (const ShardEntry& e : c->cache_->manifest().shards) largest = std::max(largest, e.file_size);
-  const uint64_t room = largest ? co.limit / largest : 1;
-  c->hard_ = static_cast<size_t>(std::max<uint64_t>(1, room));
-  const size_t window = c->cache_->stats().prefetch_window;
-  c->soft_ = c->hard_ > window ? c->hard_ - window : 1;
+  // The most shards that fit whichever they are: as many of the largest as the limit
+  // holds (at least one: ShardCache::open checked that the largest fits).
+  std::vector<uint64_t> sizes;
+  for (const ShardEntry& e : c->cache_->manifest().shards) sizes.push_back(e.file_size);
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  uint64_t sum = 0;
+  c->hard_ = 0;
+  while (c->hard_ < sizes.size() && sum + sizes[c->hard_] <= co.limit) sum += sizes[c->hard_++];
+  c->hard_ = std::max<size_t>(c->hard_, 1);
+  if (c->hard_ == sizes.size()) {
+    c->soft_ = c->hard_;  // the whole dataset fits: nothing held is in the way of the window
+  } else {
+    const size_t window = c->cache_->stats().prefetch_window;
+    c->soft_ = c->hard_ > window ? c->hard_ - window : 1;
+  }
   c->shards_.resize(c->cache_->manifest().shards.size());
+  if (c->hard_ < sizes.size() && opt.order.kind == OrderKind::kShuffled)
+    log_warn(redact_url(opt.path) + ": cache_limit " + std::to_string(co.limit) + " bytes holds " +
+             std::to_string(c->hard_) + " of the dataset's " + std::to_string(sizes.size()) +
+             " shards, and a global shuffle (order kind shuffled) draws every batch from most of them: "
+             "shards will be fetched again and again (about one fetch per record read). Use order kind "
+             "chunk_local with chunk_size = a shard's records (each shard fetched once per epoch; "
+             "sequential for token data), or a cache_limit that holds the dataset");
   return c;
 }
 

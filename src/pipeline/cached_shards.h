@@ -14,7 +14,8 @@
 // prefetch window (the shards needed next) and a few idle ones, and cache_limit needs
 // to hold only the largest shard (ShardCache::open checks that, naming both sizes).
 //
-// Room: `limit / largest shard` shards fit. The loader holds at most that many; the
+// Room: as many shards fit as the limit holds of the largest ones. The loader holds at
+// most that many (all of them when the whole dataset fits, idle ones never closed); the
 // prefetch window (ShardCache shrinks it to fit) gives its room up to an acquire that
 // needs it. When every shard the loader holds is in use and one more would not fit,
 // use() returns false: the reader thread submits what it planned, reaps, lets the
@@ -77,7 +78,7 @@ class CachedShards {
   /// over; its shards are idle.
   void end_run();
 
-  /// Shards the loader holds at most (limit / largest shard, at least 1).
+  /// Shards the loader holds at most (as many of the largest as fit, at least 1).
   size_t max_held() const noexcept { return hard_; }
   /// Shards held now (tests, stats).
   size_t held() const;

@@ -7,7 +7,10 @@
 // raw: the fields are sliced out of the IO buffer), decodes and transforms the image
 // straight into the batch's slot (converting to the pixel format when it is not uint8
 // HWC), writes the label and the sample index, and hands the sample over. An IO buffer
-// goes back to the engine when the last record in it is decoded.
+// goes back to the engine when the last record in it is decoded. A remote dataset's
+// shard is held from a record's planning to its decode (RecordReads::range / done);
+// when the cache has no room for the next shard, the reader thread submits what it has
+// planned and reaps until decoders free some, mid-batch if need be.
 #include <cstring>
 #include <deque>
 #include <thread>

@@ -12,7 +12,9 @@
 // window's records). Slots are claimed in batch order. A batch that straddles windows is
 // finished by the last of their workers. The reader ("stoker-io") reads the records of
 // the windows planned so far, in window order (O_DIRECT where it can: no copy on the
-// CPUs); a window is planned, and its reads queued, one ahead of the windows taken.
+// CPUs); a window is planned, and its reads queued, one ahead of the windows taken. A
+// remote dataset's shard is held from a record's read to its decompression: without
+// room for the next shard, the reader waits for the workers to decompress what arrived.
 //
 // Locking: the window state below is guarded by the ring's mutex, but for a kept
 // window's buffer, whose record r belongs to the worker that took it.

@@ -90,6 +90,10 @@ struct ShardCache::Impl {
   std::vector<std::thread> workers;
 
   std::atomic<uint64_t> hits{0}, misses{0}, downloads{0}, refetches{0}, evictions{0}, bytes_cached{0};
+  // acquire() calls waiting for room: the prefetch reserves none meanwhile, or it could
+  // take each bit of room the waiter frees (by dropping the window) before the waiter
+  // looks again, until the waiter gives up.
+  std::atomic<int> room_wanted{0};
 
   std::string shard_path(size_t s) const { return dir + "/" + manifest.shards[s].name; }
   std::string lock_path(const std::string& name) const { return lock_dir + "/" + name + ".lock"; }
@@ -159,7 +163,15 @@ struct ShardCache::Impl {
   UniqueFd reserve(size_t s, bool wait) {
     const ShardEntry& e = manifest.shards[s];
     const std::string part = e.name + kPartSuffix;
+    if (!wait && room_wanted > 0) return UniqueFd();  // a shard needed now comes first
     const auto deadline = Clock::now() + o.wait_for_room;
+    struct Wanting {
+      std::atomic<int>& n;
+      bool counted = false;
+      ~Wanting() {
+        if (counted) --n;
+      }
+    } wanting{room_wanted};
     UniqueFd space(::open(space_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (!space) throw errno_error("open " + space_lock, errno);
     for (;;) {
@@ -197,6 +209,10 @@ struct ShardCache::Impl {
                         " bytes are held by shards in use (pinned here or by another process sharing the cache); "
                         "raise cache_limit or release pins");
       // Our own prefetch window is the first thing to give up for a shard needed now.
+      if (!wanting.counted) {
+        ++room_wanted;
+        wanting.counted = true;
+      }
       {
         std::lock_guard<std::mutex> lock(mu);
         for (auto it = window.begin(); it != window.end();)
@@ -288,6 +304,10 @@ struct ShardCache::Impl {
   void worker() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
+      if (room_wanted > 0) {  // an acquire() waits for room: the window takes none now
+        cv.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
       size_t target = SIZE_MAX;
       for (size_t p = cursor; p < order.size() && p < cursor + window_shards; ++p) {
         const size_t s = order[p];
