@@ -366,14 +366,16 @@ std::shared_ptr<ShardCache> ShardCache::open(std::shared_ptr<RemoteStore> store,
   auto impl = std::make_unique<Impl>();
   impl->store = std::move(store);
   impl->manifest = impl->store->read_manifest();
+  std::string largest;
   for (size_t s = 0; s < impl->manifest.shards.size(); ++s) {
+    if (impl->manifest.shards[s].file_size > impl->max_shard) largest = impl->manifest.shards[s].name;
     impl->max_shard = std::max(impl->max_shard, impl->manifest.shards[s].file_size);
     impl->by_name[impl->manifest.shards[s].name] = s;
   }
   if (o.limit < impl->max_shard)
     throw_error(ErrorCode::kInvalidArgument,
                 "cache_limit " + std::to_string(o.limit) + " bytes is smaller than the largest shard of " +
-                    impl->store->display_url() + " (" + std::to_string(impl->max_shard) +
+                    impl->store->display_url() + " (" + largest + ", " + std::to_string(impl->max_shard) +
                     " bytes): the cache must hold at least one whole shard");
   // The window never takes the room the next acquire() needs.
   const uint64_t spare = impl->max_shard ? (o.limit - impl->max_shard) / impl->max_shard : o.prefetch;
