@@ -582,6 +582,56 @@ TEST_P(EachEngine, DestroyWithReadsInFlightLeaksNoDescriptor) {
   survivors.clear();
 }
 
+// A removed file's descriptors close (an evicted shard's blocks are freed), its id is
+// refused, and the next add_file reuses the id for another file, whose bytes it reads.
+TEST_P(EachEngine, RemovedFileClosesAndItsIdGoesToTheNextFile) {
+  const IoEngineKind kind = GetParam();
+  SKIP_IF_NO_URING(kind);
+  TempDir dir;
+  const auto a = testing::random_bytes(1u << 20, 21), b = testing::random_bytes(1u << 20, 22),
+             c = testing::random_bytes(3u << 20, 23);
+  testing::write_file(dir.str("a"), a);
+  testing::write_file(dir.str("b"), b);
+  testing::write_file(dir.str("c"), c);
+  for (bool direct : {true, false}) {
+    auto e = make_engine(kind, 16, direct);
+    const size_t fds_before = open_fd_count();
+    const uint32_t fa = e->add_file(dir.str("a"));
+    const uint32_t fb = e->add_file(dir.str("b"));
+    // An unaligned read of `a` opens its buffered descriptor too (direct engines).
+    std::vector<IoBuffer> bufs;
+    bufs.push_back(e->alloc(4096));
+    std::vector<ReadRequest> reqs{{fa, 1, 4095, bufs.back().data(), 0}};
+    ASSERT_EQ(run_all(*e, reqs)[0].result, 4095);
+    const size_t fds_open = open_fd_count();
+    e->remove_file(fa);
+    EXPECT_LT(open_fd_count(), fds_open);
+    reqs = {{fa, 0, 4096, bufs.back().data(), 1}};
+    EXPECT_THROW(e->submit(reqs), Error);
+    EXPECT_THROW(e->remove_file(fa), Error);
+    const uint32_t fc = e->add_file(dir.str("c"));
+    EXPECT_EQ(fc, fa);
+    EXPECT_EQ(e->file_size(fc), c.size());
+    EXPECT_EQ(e->file_path(fc), dir.str("c"));
+    bufs.clear();
+    reqs.clear();
+    for (uint64_t i = 0; i < 8; ++i) {
+      bufs.push_back(e->alloc(65536));
+      const bool from_c = i % 2 == 0;
+      reqs.push_back({from_c ? fc : fb, (2u << 20) * from_c + i * 65536, 65536, bufs.back().data(), i});
+    }
+    auto done = run_all(*e, reqs);
+    for (uint64_t i = 0; i < 8; ++i) {
+      ASSERT_EQ(done[i].result, 65536) << done[i].error;
+      const auto& src = i % 2 == 0 ? c : b;
+      EXPECT_EQ(0, std::memcmp(bufs[i].data(), src.data() + reqs[i].offset, 65536)) << i;
+    }
+    e->remove_file(fb);
+    e->remove_file(fc);
+    EXPECT_EQ(open_fd_count(), fds_before);
+  }
+}
+
 // Runs `body` in a child process; returns its exit code and what it wrote to `report`.
 template <typename Fn>
 int in_child(Fn body, std::string* report) {

@@ -1,12 +1,22 @@
 // The Loader over a remote dataset (LoaderOptions::path a URL, read through the shard
 // cache) against nginx on loopback: the same batches as the local dataset, epoch after
-// epoch, and shards fetched once.
+// epoch, and shards fetched once when the cache holds the dataset; through a cache of a
+// shard or two, the same batches again, within the limit on disk, without a deadlock.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stoker/dataset.h"
@@ -54,6 +64,20 @@ int shard_requests(const Nginx& n) {
   for (const auto& [path, count] : n.requests())
     if (path.size() > 4 && path.compare(path.size() - 4, 4, ".stk") == 0) k += count;
   return k;
+}
+
+uint64_t largest_shard(const Manifest& m) {
+  uint64_t b = 0;
+  for (const ShardEntry& e : m.shards) b = std::max(b, e.file_size);
+  return b;
+}
+
+// Token rows of 16 uint16 tokens (and the next one, their target), 8 rows a zstd record,
+// in shards of ~8 KiB.
+Manifest write_tokens(const std::string& dir) {
+  const uint32_t L = 16;
+  testing::write_token_dataset(dir, 2400 * L + 1, L, 8, true, 8 << 10);  // 2400 rows
+  return Dataset::open(dir)->manifest();
 }
 
 class RemoteLoader : public ::testing::Test {
@@ -120,9 +144,7 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
 
 // Token data needs every shard's index when the loader opens: all shards arrive then.
 TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
-  const uint32_t L = 16;
-  testing::write_token_dataset(root_.str("tok"), 2400 * L + 1, L, 8, true, 8 << 10);  // 2400 rows
-  const Manifest m = Dataset::open(root_.str("tok"))->manifest();
+  const Manifest m = write_tokens(root_.str("tok"));
   ASSERT_GE(m.shards.size(), 3u);
   TempDir cache;
   LoaderOptions lo = options(root_.str("tok"));
@@ -157,7 +179,7 @@ TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
   }
 }
 
-TEST_F(RemoteLoader, ACacheTheDatasetCannotFitOrNoCacheIsANamedError) {
+TEST_F(RemoteLoader, NoCacheDirOrACacheBelowTheLargestShardIsANamedErrorAtOpen) {
   LoaderOptions o = options(nginx_.url());
   try {
     Loader l(o);
@@ -168,13 +190,17 @@ TEST_F(RemoteLoader, ACacheTheDatasetCannotFitOrNoCacheIsANamedError) {
   }
   TempDir cache;
   o.cache_dir = cache.str();
-  o.cache_limit = manifest_.total_bytes() / 2;
+  const uint64_t largest = largest_shard(manifest_);
+  o.cache_limit = largest - 1;
   try {
     Loader l(o);
-    FAIL() << "a cache_limit of half the dataset opened";
+    FAIL() << "a cache_limit below the largest shard opened";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("cache_limit"), std::string::npos) << e.what();
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cache_limit " + std::to_string(largest - 1)), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(largest) + " bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find(".stk"), std::string::npos) << m;  // which shard
   }
 }
 
@@ -209,7 +235,7 @@ TEST_F(RemoteLoader, AColdEpochCountsWhatItFetchedAndAWarmOneHitsEveryShardWithN
   EXPECT_GE(n.requests, manifest_.shards.size());
   EXPECT_EQ(n.hits + n.misses, manifest_.shards.size()) << "each shard the epoch read counts once";
   EXPECT_GT(n.misses, 0u) << "an empty cache had shards in place";
-  EXPECT_EQ(n.cache_limit, manifest_.total_bytes() + 1);  // cache_limit 0: the dataset's size
+  EXPECT_EQ(n.cache_limit, manifest_.total_bytes());  // cache_limit 0: the dataset's size
   EXPECT_GE(n.cache_bytes, manifest_.total_bytes());
   EXPECT_LE(n.cache_bytes, n.cache_limit);
   EXPECT_NE(cold.summary().find("network fetched"), std::string::npos) << cold.summary();
@@ -280,6 +306,230 @@ TEST_F(RemoteLoader, BehindAThrottledServerTheVerdictNamesTheNetwork) {
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back().find("network bound"), std::string::npos) << lines.back();
+
+// Samples the cache directory while a loader runs: the bytes of shard files (whole or
+// being downloaded) never exceed the limit, and no evicted shard stays open (an
+// unlinked file keeps its blocks on disk while a descriptor is open). A sample is taken
+// under the cache's space lock (no eviction or reservation meanwhile), and a shard seen
+// both as `.part` and renamed into place counts once: a directory listing is no snapshot.
+class CacheWatch {
+ public:
+  explicit CacheWatch(std::string dir) : dir_(std::move(dir)), t_([this] { run(); }) {}
+  ~CacheWatch() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (t_.joinable()) t_.join();
+  }
+  uint64_t samples = 0, max_bytes = 0, deleted_open = 0;
+  std::string worst;
+
+ private:
+  void sample(const std::filesystem::path& key_dir) {
+    namespace fs = std::filesystem;
+    const std::string lock_path = (key_dir / ".space.lock").string();
+    const int lock = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+    if (lock < 0) return;
+    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    std::map<std::string, uint64_t> shards;  // shard name -> bytes
+    std::error_code ec;
+    for (const auto& de : fs::directory_iterator(key_dir, ec)) {
+      std::string name = de.path().filename().string();
+      std::error_code e2;
+      if (name.find(".stk") == std::string::npos || !de.is_regular_file(e2)) continue;
+      const uint64_t size = de.file_size(e2);  // the file may have gone since it was listed
+      if (e2) continue;
+      if (name.size() > 5 && name.compare(name.size() - 5, 5, ".part") == 0) name.resize(name.size() - 5);
+      shards[name] = std::max(shards[name], size);
+    }
+    ::close(lock);
+    uint64_t bytes = 0;
+    for (const auto& [name, size] : shards) bytes += size;
+    max_bytes = std::max(max_bytes, bytes);
+    ++samples;
+  }
+  void run() {
+    namespace fs = std::filesystem;
+    while (!stop_) {
+      std::error_code ec;
+      for (const auto& de : fs::directory_iterator(dir_, ec))
+        if (de.is_directory(ec)) sample(de.path());
+      for (const auto& fd : fs::directory_iterator("/proc/self/fd", ec)) {
+        std::error_code e2;
+        const std::string target = fs::read_symlink(fd.path(), e2).string();
+        if (!e2 && target.rfind(dir_, 0) == 0 && target.find(" (deleted)") != std::string::npos) {
+          ++deleted_open;
+          worst = target;
+        }
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  std::string dir_;
+  std::atomic<bool> stop_{false};
+  std::thread t_;
+};
+
+// Two epochs of `lo` and `ro` give the same batches while `ro`'s cache (a limit well
+// below the dataset) is watched.
+void expect_same_batches_in_a_small_cache(const LoaderOptions& lo, const LoaderOptions& ro) {
+  CacheWatch watch(ro.cache_dir);
+  {
+    Loader local(lo), remote(ro);
+    ASSERT_EQ(remote.num_batches(), local.num_batches());
+    for (uint64_t e = 0; e < 2; ++e) {
+      const auto want = epoch_digests(local, e);
+      const auto got = epoch_digests(remote, e);
+      ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
+      ASSERT_GT(got.size(), 0u);
+      for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
+    }
+  }
+  watch.stop();
+  EXPECT_GT(watch.samples, 0u);
+  EXPECT_LE(watch.max_bytes, ro.cache_limit) << "the cache held more shard bytes than its limit";
+  EXPECT_GT(watch.max_bytes, 0u);
+  EXPECT_EQ(watch.deleted_open, 0u) << "an evicted shard was still open: " << watch.worst;
+}
+
+TEST_F(RemoteLoader, ACacheOfTwoAndAHalfShardsGivesTheLocalBatchesForShardLocalAndGlobalOrders) {
+  const uint64_t limit = largest_shard(manifest_) * 5 / 2;
+  ASSERT_LT(limit, manifest_.total_bytes() / 2);
+  struct Kind {
+    const char* name;
+    OrderOptions order;
+  };
+  std::vector<Kind> kinds;
+  OrderOptions seq;
+  seq.kind = OrderKind::kSequential;
+  kinds.push_back({"sequential", seq});
+  OrderOptions chunks;
+  chunks.kind = OrderKind::kChunkLocal;
+  chunks.chunk_size = 10;
+  chunks.window_chunks = 3;
+  chunks.seed = 5;
+  kinds.push_back({"chunk_local", chunks});
+  OrderOptions shuffled;
+  shuffled.kind = OrderKind::kShuffled;
+  shuffled.seed = 7;
+  kinds.push_back({"shuffled", shuffled});
+  for (const Kind& k : kinds) {
+    SCOPED_TRACE(k.name);
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("ds"));
+    lo.order = k.order;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url();
+    ro.cache_dir = cache.str();
+    ro.cache_limit = limit;
+    ro.cache_prefetch = 4;  // more than the limit leaves room for: the window shrinks
+    ro.remote.part_bytes = 64 << 10;
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+}
+
+// What the README promises for a small cache: chunk_local with whole-shard chunks and a
+// room of W shards and one more fetches each shard once per epoch, like a sequential
+// read; a global shuffle through the same cache fetches far more.
+TEST_F(RemoteLoader, WholeShardChunksThroughASmallCacheFetchEachShardOncePerEpoch) {
+  const uint64_t limit = largest_shard(manifest_) * 3 + largest_shard(manifest_) / 2;
+  auto fetched_in_epoch_1 = [&](OrderOptions order) {
+    TempDir cache;
+    LoaderOptions ro = options(nginx_.url());
+    ro.order = order;
+    ro.rank = 0;
+    ro.world_size = 1;
+    ro.cache_dir = cache.str();
+    ro.cache_limit = limit;
+    ro.remote.part_bytes = 1 << 20;  // one GET per shard
+    Loader l(ro);
+    epoch_digests(l, 0);
+    const int before = shard_requests(nginx_);
+    epoch_digests(l, 1);
+    return shard_requests(nginx_) - before;
+  };
+  OrderOptions chunks;
+  chunks.kind = OrderKind::kChunkLocal;
+  chunks.chunk_size = 1000;  // more than a shard's records: a chunk is a whole shard
+  chunks.window_chunks = 2;
+  chunks.seed = 3;
+  const int shards = static_cast<int>(manifest_.shards.size());
+  // At most once each (shards epoch 0 left in the cache may not be fetched at all).
+  const int chunk_fetches = fetched_in_epoch_1(chunks);
+  EXPECT_LE(chunk_fetches, shards);
+  EXPECT_GE(chunk_fetches, shards - 3);
+  OrderOptions shuffled;
+  shuffled.kind = OrderKind::kShuffled;
+  shuffled.seed = 3;
+  EXPECT_GT(fetched_in_epoch_1(shuffled), 3 * shards);
+}
+
+TEST_F(RemoteLoader, TokenRowsThroughACacheOfTwoAndAHalfShardsEqualTheLocalOnes) {
+  const Manifest m = write_tokens(root_.str("tok"));
+  ASSERT_GE(m.shards.size(), 6u);
+  for (OrderKind kind : {OrderKind::kSequential, OrderKind::kShuffled}) {
+    SCOPED_TRACE(order_kind_name(kind));
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("tok"));
+    lo.order.kind = kind;
+    lo.order.window_chunks = 8;
+    lo.targets = true;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url("tok");
+    ro.cache_dir = cache.str();
+    ro.cache_limit = largest_shard(m) * 5 / 2;
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+}
+
+// One decoder and room for a single shard, with a global shuffle whose every batch
+// draws from most shards: the loader must let its own reads finish before it can hold
+// the next shard, never wait for room it holds itself.
+TEST_F(RemoteLoader, OneThreadAndRoomForOneShardFinishesWithTheLocalBatches) {
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1200 && !done; ++i) std::this_thread::sleep_for(100ms);
+    if (!done) {
+      std::fprintf(stderr, "the loader made no progress in 120 s: deadlocked\n");
+      std::abort();
+    }
+  });
+  const Manifest tok = write_tokens(root_.str("tok"));
+  {
+    SCOPED_TRACE("images");
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("ds"));
+    lo.threads = 1;
+    lo.slots = 2;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url();
+    ro.cache_dir = cache.str();
+    ro.cache_limit = largest_shard(manifest_);
+    ro.remote.part_bytes = 64 << 10;
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+  {
+    SCOPED_TRACE("tokens");
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("tok"));
+    lo.threads = 1;
+    lo.targets = true;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url("tok");
+    ro.cache_dir = cache.str();
+    ro.cache_limit = largest_shard(tok);
+    expect_same_batches_in_a_small_cache(lo, ro);
+  }
+  done = true;
+  watchdog.join();
 }
 
 }  // namespace

@@ -81,6 +81,10 @@ class Dataset {
   /// Opens (or returns the cached) reader of shard s and checks it against the
   /// manifest entry (record count, size, index CRC): a replaced shard is kDataLoss.
   std::shared_ptr<const ShardReader> shard(size_t s) const;
+  /// Forgets the cached reader of shard s: its descriptor closes once no caller holds
+  /// the reader, and the next shard(s) opens the file again. (A remote dataset's loader
+  /// does this before its cache may evict the shard.)
+  void close_shard(size_t s) const;
 
   Record read(uint64_t global) const;
 

@@ -149,9 +149,16 @@ class IoEngine {
   virtual ~IoEngine();
 
   /// Opens `path` read-only (O_DIRECT if asked and accepted) and registers it.
-  /// Returns its id (0, 1, 2, ... in call order). The file stays open until the engine
-  /// is destroyed. Throws kNotFound / kIoError / kResourceExhausted naming the path.
+  /// Returns its id: the lowest id a remove_file freed, else 0, 1, 2, ... in call order.
+  /// The file stays open until remove_file or the engine's destruction. Throws
+  /// kNotFound / kIoError / kResourceExhausted naming the path.
   virtual uint32_t add_file(const std::string& path) = 0;
+  /// Closes file `file` (an io_uring engine clears its registered slot first) and frees
+  /// its id for a later add_file. No read of it may be queued or in flight (reap them
+  /// first). A remote dataset's loader closes a shard this way before the cache may
+  /// evict it: an unlinked file keeps its blocks while a descriptor is open. Throws
+  /// kInvalidArgument for an unknown or removed id.
+  virtual void remove_file(uint32_t file) = 0;
   /// Size of file `file` when it was added.
   virtual uint64_t file_size(uint32_t file) const = 0;
   /// Path of file `file`.

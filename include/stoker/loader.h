@@ -91,10 +91,12 @@ struct LoaderOptions {
   std::string path;             ///< dataset directory, or an http(s):// / s3:// URL of one
   /// A URL is read through a node-local ShardCache (include/stoker/remote.h) under
   /// cache_dir (required with a URL): each run tells it this rank's shards in the order
-  /// they are first read, and a shard stays pinned while the loader has it open, which
-  /// is for the loader's lifetime (its readers and IO engine keep descriptors open).
-  /// So cache_limit must hold the whole dataset; 0: the dataset's size. A smaller
-  /// limit is kInvalidArgument at construction.
+  /// it reads them, and a shard stays pinned only while the loader reads or decodes
+  /// its records (plus idle ones while the room allows); the rest may be evicted, least
+  /// recently used first, and are fetched again when read again. cache_limit: bytes of
+  /// shards kept (0: the dataset's size); below the largest shard it is
+  /// kInvalidArgument at construction, and a limit below the prefetch window shrinks the
+  /// window. README "Remote datasets" says what each order kind costs with a small one.
   std::string cache_dir;
   uint64_t cache_limit = 0;
   unsigned cache_prefetch = 4;  ///< shards fetched ahead of the one being read

@@ -45,8 +45,10 @@
 //
 // Loader integration: the loader opens a ShardCache, tells it the shard sequence of the
 // epoch (prefetch(), a pure function of seed and epoch), opens Dataset on local_dir()
-// (its MANIFEST is the remote one) and wraps each shard's reads in acquire(s): the Pin
-// keeps the file in place while io_uring reads it.
+// (its MANIFEST is the remote one) and acquires a shard before reading it: the Pin
+// keeps the file in place while io_uring reads it and the records are decoded. It then
+// closes the shard's descriptors and lets the Pin go (keeping a few idle shards while
+// the room allows), so a cache_limit of a few shards serves a dataset of any size.
 //
 // Threading: RemoteStore, ShardCache and RemoteShard are safe to use from many threads.
 // A Pin may be released on any thread. Stats are snapshots.

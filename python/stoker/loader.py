@@ -184,8 +184,10 @@ class Loader:
         io_limit_mbps: throttle reads to this many MB/s (simulating slow storage).
         cache_dir: a URL's node-local shard cache (required with a URL; ranks on one
             node share it and fetch each shard once).
-        cache_limit: bytes the cache may hold; None: the dataset's size. The loader
-            keeps every shard it has read in the cache, so a smaller limit is an error.
+        cache_limit: bytes the cache may hold; None: the dataset's size. At least
+            the largest shard (else an error); the loader holds only the shards it
+            is reading, so a few shards suffice for order "sequential" or
+            "chunk_local" (README: what each order costs with a small cache).
         cache_prefetch: shards fetched ahead of the one being read.
         remote_connections: ranged GETs in flight at once; remote_profile: the S3
             credentials profile (None: $AWS_PROFILE or "default").

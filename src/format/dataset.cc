@@ -32,6 +32,12 @@ std::pair<size_t, uint64_t> Dataset::locate(uint64_t global) const {
   return {s, global - offsets_[s]};
 }
 
+void Dataset::close_shard(size_t s) const {
+  std::shared_ptr<const ShardReader> gone;  // destroyed after the lock is let go
+  std::lock_guard<std::mutex> lock(mu_);
+  gone = std::move(cache_.at(s));
+}
+
 std::shared_ptr<const ShardReader> Dataset::shard(size_t s) const {
   {
     std::lock_guard<std::mutex> lock(mu_);

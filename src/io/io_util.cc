@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -137,8 +138,25 @@ uint32_t FileTable::add(const std::string& path) {
     add_reason(msg);
     log_warn_once("odirect", msg);
   }
+  if (!free_ids_.empty()) {
+    // Reused: a long run that opens and closes shards keeps its ids (and an io_uring
+    // engine its registered slots) as few as the files open at once.
+    const auto lowest = std::min_element(free_ids_.begin(), free_ids_.end());
+    const uint32_t id = *lowest;
+    free_ids_.erase(lowest);
+    files_[id] = std::move(f);
+    return id;
+  }
   files_.push_back(std::move(f));
   return static_cast<uint32_t>(files_.size() - 1);
+}
+
+void FileTable::remove(uint32_t id) {
+  OpenFile& f = at(id);
+  f.fd.reset();
+  f.buffered_fd.reset();
+  f.removed = true;
+  free_ids_.push_back(id);
 }
 
 OpenFile& FileTable::at(uint32_t id) {
@@ -147,6 +165,9 @@ OpenFile& FileTable::at(uint32_t id) {
                 "read request names file id " + std::to_string(id) + " but only " +
                     std::to_string(files_.size()) + " files were added");
   }
+  if (files_[id].removed)
+    throw_error(ErrorCode::kInvalidArgument, "read request names file id " + std::to_string(id) + " (" +
+                                                 files_[id].path + "), which was removed");
   return files_[id];
 }
 

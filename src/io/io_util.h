@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "stoker/io.h"
 #include "util/huge_pages.h"
@@ -61,14 +62,19 @@ struct OpenFile {
   UniqueFd buffered_fd;  // opened on first unaligned request of a direct file
   bool direct = false;
   uint64_t size = 0;
+  bool removed = false;  // remove()d: its id waits for the next add()
 };
 
-/// The files an engine reads, in add_file order.
+/// The files an engine reads: ids in add order, a removed file's id reused by the next add.
 class FileTable {
  public:
   explicit FileTable(bool want_direct) : want_direct_(want_direct) {}
-  /// Opens and probes; returns the id. Throws errno_error naming the path.
+  /// Opens and probes; returns the id (the lowest removed one, else the next). Throws
+  /// errno_error naming the path.
   uint32_t add(const std::string& path);
+  /// Closes file `id`'s descriptors; kInvalidArgument for an unknown or removed id.
+  void remove(uint32_t id);
+  /// kInvalidArgument for an unknown or removed id.
   OpenFile& at(uint32_t id);
   const OpenFile& at(uint32_t id) const;
   size_t size() const noexcept { return files_.size(); }
@@ -86,6 +92,7 @@ class FileTable {
   bool direct_refused_ = false;
   std::string reasons_;
   std::deque<OpenFile> files_;
+  std::vector<uint32_t> free_ids_;  // removed ids, reused lowest first
 };
 
 /// "read PATH offset O length L: <strerror> (errno N)".

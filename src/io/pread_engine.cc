@@ -40,6 +40,8 @@ class PreadEngine final : public IoEngine {
   }
 
   uint32_t add_file(const std::string& path) override { return files_.add(path); }
+  // No job names the file (the caller's promise), so no worker holds its descriptor.
+  void remove_file(uint32_t file) override { files_.remove(file); }
   uint64_t file_size(uint32_t file) const override { return files_.at(file).size; }
   const std::string& file_path(uint32_t file) const override { return files_.at(file).path; }
 

@@ -149,9 +149,10 @@ class UringEngine final : public IoEngine {
     const uint32_t id = files_.add(path);
     OpenFile& f = files_.at(id);
     // Slot `id` holds our own descriptor, which stays open (and so cannot be reused for
-    // another file) until the ring, and with it the file table, is gone: a registered
-    // slot never points at a file it was not registered for. Unaligned requests of a
-    // direct file use its buffered descriptor, unregistered.
+    // another file) until remove_file, which clears the slot before closing it (no read
+    // of the file is in flight then): a registered slot never points at a file it was
+    // not registered for. Unaligned requests of a direct file use its buffered
+    // descriptor, unregistered.
     if (id < file_slots_) {
       int fd = f.fd.get();
       int r = io_uring_register_files_update(ring_.get(), id, &fd, 1);
@@ -161,6 +162,17 @@ class UringEngine final : public IoEngine {
       }
     }
     return id;
+  }
+
+  void remove_file(uint32_t file) override {
+    files_.at(file);  // validates the id
+    if (file < registered_.size() && registered_[file]) {
+      int none = -1;
+      const int r = io_uring_register_files_update(ring_.get(), file, &none, 1);
+      if (r < 0) throw errno_error("clearing io_uring file slot " + std::to_string(file), -r);
+      registered_[file] = false;
+    }
+    files_.remove(file);
   }
 
   uint64_t file_size(uint32_t file) const override { return files_.at(file).size; }

@@ -1,10 +1,20 @@
 #include "pipeline/cached_shards.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 
 #include "stoker/error.h"
+#include "util/log.h"
 
 namespace stoker::internal {
+
+namespace {
+// The shard sequence handed to the cache is cut here: past it, a run's reads are not
+// prefetched, which only a global shuffle of a huge dataset through a small cache
+// reaches (and there prefetching whole shards is the wrong tool anyway).
+constexpr size_t kMaxSequence = size_t{1} << 20;
+}  // namespace
 
 std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
   if (!is_remote_url(opt.path)) return nullptr;
@@ -12,45 +22,84 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
     throw_error(ErrorCode::kInvalidArgument,
                 redact_url(opt.path) + ": a remote dataset is read through a local cache: set cache_dir");
   auto store = RemoteStore::open(opt.path, opt.remote);
-  const Manifest m = store->read_manifest();
-  // Every shard stays pinned while the loader holds it open (see the header): the whole
-  // dataset must fit.
-  const uint64_t need = m.total_bytes() + 1;
-  if (opt.cache_limit != 0 && opt.cache_limit < need)
-    throw_error(ErrorCode::kInvalidArgument,
-                redact_url(opt.path) + ": cache_limit " + std::to_string(opt.cache_limit) +
-                    " bytes is below the dataset's " + std::to_string(m.total_bytes()) +
-                    ": the loader keeps every shard it has opened in the cache");
   CacheOptions co;
   co.dir = opt.cache_dir;
-  co.limit = opt.cache_limit ? opt.cache_limit : need;
+  if (opt.cache_limit == 0) {
+    const Manifest m = store->read_manifest();
+    co.limit = std::max<uint64_t>(m.total_bytes(), 1);  // room for the whole dataset
+  } else {
+    co.limit = opt.cache_limit;
+  }
   co.prefetch = opt.cache_prefetch;
   auto c = std::make_shared<CachedShards>();
-  c->cache_ = ShardCache::open(std::move(store), co);
-  c->pins_.resize(c->cache_->manifest().shards.size());
-  c->touched_.assign(c->pins_.size(), 0);
+  c->cache_ = ShardCache::open(std::move(store), co);  // a limit below the largest shard throws, naming both
+  // The most shards that fit whichever they are: as many of the largest as the limit
+  // holds (at least one: ShardCache::open checked that the largest fits).
+  std::vector<uint64_t> sizes;
+  for (const ShardEntry& e : c->cache_->manifest().shards) sizes.push_back(e.file_size);
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  uint64_t sum = 0;
+  c->hard_ = 0;
+  while (c->hard_ < sizes.size() && sum + sizes[c->hard_] <= co.limit) sum += sizes[c->hard_++];
+  c->hard_ = std::max<size_t>(c->hard_, 1);
+  if (c->hard_ == sizes.size()) {
+    c->soft_ = c->hard_;  // the whole dataset fits: nothing held is in the way of the window
+  } else {
+    const size_t window = c->cache_->stats().prefetch_window;
+    c->soft_ = c->hard_ > window ? c->hard_ - window : 1;
+  }
+  c->shards_.resize(c->cache_->manifest().shards.size());
+  if (c->hard_ < sizes.size() && opt.order.kind == OrderKind::kShuffled)
+    log_warn(redact_url(opt.path) + ": cache_limit " + std::to_string(co.limit) + " bytes holds " +
+             std::to_string(c->hard_) + " of the dataset's " + std::to_string(sizes.size()) +
+             " shards, and a global shuffle (order kind shuffled) draws every batch from most of them: "
+             "shards will be fetched again and again (about one fetch per record read). Use order kind "
+             "chunk_local with chunk_size = a shard's records (each shard fetched once per epoch; "
+             "sequential for token data), or a cache_limit that holds the dataset");
   return c;
 }
 
 void CachedShards::prefetch_run(const EpochOrder& order, const RankSchedule& sched, const Dataset& dataset,
                                 bool rows_of_records) {
   const size_t shards = dataset.shard_count();
-  std::vector<char> seen(shards, 0);
+  // When every shard fits, nothing read is evicted: each shard is listed once, in the
+  // order first read. Otherwise a shard is listed again when read again after others,
+  // but not on a return to one of the last `hard_` shards listed, which the loader most
+  // likely still holds (a batch of a windowed order alternates between a few shards).
+  const bool all_fit = hard_ >= shards;
   std::vector<size_t> seq;
-  std::vector<uint64_t> units;
-  const UnitLayout& layout = order.layout();
-  for (uint64_t k = 0; k < sched.num_batches() && seq.size() < shards; ++k) {
-    const uint64_t n = sched.batch_length(k);
-    units.resize(n);
-    order.at_strided(sched.position(k, 0), sched.world_size(), n, units.data());
-    for (uint64_t u : units) {
-      // Image data: groups are shards. Token data: groups are records.
-      const uint64_t group = layout.locate(u).first;
-      const size_t s = rows_of_records ? dataset.locate(group).first : group;
-      if (!seen[s]) {
-        seen[s] = 1;
-        seq.push_back(s);
+  std::vector<uint64_t> listed_at(shards, UINT64_MAX);  // seq.size() when last listed or read
+  auto visit = [&](size_t s) {
+    const uint64_t at = listed_at[s];
+    if (at != UINT64_MAX && (all_fit || seq.size() - at <= hard_)) {
+      if (!all_fit) listed_at[s] = seq.size();
+      return;
+    }
+    listed_at[s] = seq.size();
+    seq.push_back(s);
+  };
+  auto done = [&] { return seq.size() >= kMaxSequence || (all_fit && seq.size() == shards); };
+  if (rows_of_records) {
+    // Token data is read a record at a time, however many rows a record holds: walk
+    // records, not rows (windows: their records in the epoch's chunk order; sequential:
+    // storage order, from the record the rank starts in).
+    if (sched.num_batches() > 0) {
+      const uint64_t first = std::min<uint64_t>(sched.position(0, 0), order.size() - 1);
+      if (order.windowed()) {
+        for (uint64_t w = order.window_of(first); w < order.window_count() && !done(); ++w)
+          for (uint64_t chunk : order.window_chunks(w)) visit(dataset.locate(order.chunk_group(chunk)).first);
+      } else {
+        for (size_t s = dataset.locate(order.layout().locate(order.at(first)).first).first; s < shards && !done(); ++s)
+          visit(s);
       }
+    }
+  } else {
+    std::vector<uint64_t> units;
+    for (uint64_t k = 0; k < sched.num_batches() && !done(); ++k) {
+      const uint64_t n = sched.batch_length(k);
+      units.resize(n);
+      order.at_strided(sched.position(k, 0), sched.world_size(), n, units.data());
+      for (uint64_t u : units) visit(order.layout().locate(u).first);  // groups are shards
     }
   }
   {
@@ -61,19 +110,87 @@ void CachedShards::prefetch_run(const EpochOrder& order, const RankSchedule& sch
   cache_->prefetch(std::move(seq));
 }
 
-void CachedShards::hold(size_t s) {
+bool CachedShards::close_lru_idle_locked(size_t keep, const CloseFn& close) {
+  if (idle_ == 0) return false;
+  size_t at = held_.size();
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const Shard& h = shards_[held_[i]];
+    if (held_[i] == keep || h.uses > 0) continue;
+    if (at == held_.size() || h.idle_since < shards_[held_[at]].idle_since) at = i;
+  }
+  if (at == held_.size()) return false;
+  const size_t s = held_[at];
+  close(s);                // descriptors first ...
+  shards_[s].pin.reset();  // ... then the cache may evict it
+  held_[at] = held_.back();
+  held_.pop_back();
+  --idle_;
+  return true;
+}
+
+bool CachedShards::use(size_t s, const CloseFn& close) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Shard& sh = shards_.at(s);
+  const bool fresh = !sh.pin;
+  // Idle shards past the room the prefetch window leaves go first (for a fresh one, to
+  // leave it room too).
+  while (held_.size() + (fresh ? 1 : 0) > soft_ && close_lru_idle_locked(s, close)) {
+  }
+  if (fresh) {
+    if (held_.size() >= hard_) return false;  // all in use: the caller lets some finish
+    held_.push_back(s);  // reserved: only this thread holds shards
+    lock.unlock();
+    ShardCache::Pin pin;
+    try {
+      pin = cache_->acquire(s);  // may download: not under the lock
+    } catch (...) {
+      lock.lock();
+      held_.erase(std::find(held_.begin(), held_.end(), s));
+      throw;
+    }
+    lock.lock();
+    sh.pin = std::move(pin);
+  } else {
+    if (sh.uses == 0) --idle_;
+    if (sh.used_in_run != run_) ++held_hits_;  // served without asking the cache
+  }
+  sh.used_in_run = run_;
+  ++sh.uses;
+  return true;
+}
+
+void CachedShards::release(size_t s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pins_.at(s)) {
-      if (touched_[s] != run_) ++held_hits_;
-      touched_[s] = run_;
-      return;
+    Shard& sh = shards_.at(s);
+    if (sh.uses == 0) return;  // end_run() has counted it over already
+    if (--sh.uses == 0) {
+      ++idle_;
+      sh.idle_since = ++tick_;
     }
+    ++releases_;
   }
-  ShardCache::Pin pin = cache_->acquire(s);  // may download: not under the lock
+  released_.notify_all();
+}
+
+void CachedShards::wait_release(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t seen = releases_;
+  released_.wait_for(lock, timeout, [&] { return releases_ != seen; });
+}
+
+void CachedShards::end_run() {
   std::lock_guard<std::mutex> lock(mu_);
-  touched_[s] = run_;
-  if (!pins_[s]) pins_[s] = std::move(pin);
+  for (size_t s : held_) {
+    if (shards_[s].uses > 0) shards_[s].idle_since = ++tick_;
+    shards_[s].uses = 0;
+  }
+  idle_ = held_.size();
+}
+
+size_t CachedShards::held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_.size();
 }
 
 }  // namespace stoker::internal

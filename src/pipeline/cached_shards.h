@@ -1,18 +1,38 @@
 // A loader over a remote dataset (LoaderOptions::path an http(s):// or s3:// URL):
-// the dataset is opened on a ShardCache's local directory, and every shard the loader
-// reads is acquired from the cache first.
+// the dataset is opened on a ShardCache's local directory, and a shard is acquired from
+// the cache (downloaded first when it is not there) before the loader reads it.
 //
-// Pins: the loader's readers (Dataset's reader cache) and IO engine (add_file) keep a
-// shard's descriptors open for the loader's lifetime, and a file evicted under an open
-// descriptor keeps its blocks. So a shard, once acquired, stays pinned until the loader
-// goes, and the cache must hold the whole dataset (checked at open).
+// Holding: the loader holds a shard (a ShardCache::Pin, the Dataset's cached reader and
+// the IO engine's descriptor) only while it uses it, counted per record: use() when a
+// read of one of its records is planned, release() once that record is decoded (or
+// given up). A shard nobody uses is idle; idle shards stay held only while the room
+// the prefetch window does not need allows (they are the likeliest to be read again
+// soon), least recently used closed first. Closing a shard closes its descriptors
+// first (IoEngine::remove_file, Dataset::close_shard), then lets the Pin go: a file
+// evicted under an open descriptor would keep its blocks, and the cache would exceed
+// its limit on disk. So the cache may evict everything but the shards in use, the
+// prefetch window (the shards needed next) and a few idle ones, and cache_limit needs
+// to hold only the largest shard (ShardCache::open checks that, naming both sizes).
 //
-// Threading: hold() may be called from any thread; prefetch_run() by the consumer
-// thread at a run's start.
+// Room: as many shards fit as the limit holds of the largest ones. The loader holds at
+// most that many (all of them when the whole dataset fits, idle ones never closed); the
+// prefetch window (ShardCache shrinks it to fit) gives its room up to an acquire that
+// needs it. When every shard the loader holds is in use and one more would not fit,
+// use() returns false: the reader thread submits what it planned, reaps, lets the
+// decoders finish, and asks again (never waiting for room while its own reads hold it).
+// A shard read again later in the run (a shuffle) is acquired again, and downloaded
+// again when it was evicted meanwhile.
+//
+// Threading: use() and the close callbacks on the run's reader thread; release() on
+// any thread; prefetch_run() and end_run() by the consumer thread with no run thread
+// running; pin() at open.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,23 +47,45 @@ namespace stoker::internal {
 
 class CachedShards {
  public:
-  /// Null when opt.path is not a URL. Throws kInvalidArgument without cache_dir or with
-  /// a cache_limit below the dataset's size; what RemoteStore/ShardCache::open throw.
+  /// Null when opt.path is not a URL. Throws kInvalidArgument without cache_dir;
+  /// what RemoteStore/ShardCache::open throw (a cache_limit below the largest shard is
+  /// kInvalidArgument naming the limit and the shard's size).
   static std::shared_ptr<CachedShards> open(const LoaderOptions& opt);
 
   /// The dataset directory to open (MANIFEST, shards as they arrive).
   const std::string& local_dir() const { return cache_->local_dir(); }
 
-  /// Tells the cache this rank's shards in the order the run first reads them (each
-  /// once: a shard read before stays pinned). `rows_of_records`: the order's units are
-  /// rows of records (token data) rather than records.
+  /// Tells the cache this rank's shards in the order the run reads them (a shard read
+  /// again after others have been read since is listed again). `rows_of_records`: the
+  /// order's units are rows of records (token data) rather than records.
   void prefetch_run(const EpochOrder& order, const RankSchedule& sched, const Dataset& dataset, bool rows_of_records);
 
-  /// Shard s is in place, checked and pinned (downloaded first if it is not).
-  void hold(size_t s);
+  /// At open, outside any run: shard s in place and pinned while the Pin lives (close
+  /// the Dataset's reader of it before letting the Pin go).
+  ShardCache::Pin pin(size_t s) { return cache_->acquire(s); }
+
+  /// Closes a held shard's descriptors (the IO engine's file, the Dataset's reader).
+  using CloseFn = std::function<void(size_t shard)>;
+  /// One more use of shard s (a read of one of its records planned), holding it first
+  /// when it is not held; idle shards past the room are closed with `close` first. False
+  /// when s is not held and every shard held is in use at the most the limit allows:
+  /// let uses finish (release) and ask again. Throws what ShardCache::acquire throws.
+  bool use(size_t s, const CloseFn& close);
+  /// One use of shard s is over. Any thread.
+  void release(size_t s);
+  /// Waits until a release() or `timeout`.
+  void wait_release(std::chrono::milliseconds timeout);
+  /// No run thread running: uses a stopped run left (reads and decodes it dropped) are
+  /// over; its shards are idle.
+  void end_run();
+
+  /// Shards the loader holds at most (as many of the largest as fit, at least 1).
+  size_t max_held() const noexcept { return hard_; }
+  /// Shards held now (tests, stats).
+  size_t held() const;
 
   /// The cache's figures, with `hits` also counting, once per run, each shard a run
-  /// read that this loader held already (hold() then asks the cache nothing).
+  /// used that this loader held already (use() then asks the cache nothing).
   CacheStats stats() const {
     CacheStats s = cache_->stats();
     s.hits += held_hits_.load();
@@ -51,12 +93,27 @@ class CachedShards {
   }
 
  private:
+  struct Shard {
+    ShardCache::Pin pin;
+    uint64_t uses = 0;
+    uint64_t idle_since = 0;  // tick_ when its last use ended: least recently used first
+    uint64_t used_in_run = 0;  // run_ when last used
+  };
+  /// mu_ held: closes the least recently used idle shard other than `keep`; false when
+  /// there is none.
+  bool close_lru_idle_locked(size_t keep, const CloseFn& close);
+
   std::shared_ptr<ShardCache> cache_;
-  std::mutex mu_;
-  std::vector<ShardCache::Pin> pins_;
-  std::vector<uint64_t> touched_;  // the run that last read each shard
-  // The run in progress: bumped by each prefetch_run() but the first, so shards held
-  // while the loader opens (token data) count with its first run.
+  size_t soft_ = 1;  // held shards beyond which idle ones are closed (room less the window)
+  size_t hard_ = 1;  // held shards at most (room)
+  mutable std::mutex mu_;
+  std::condition_variable released_;
+  std::vector<Shard> shards_;
+  std::vector<size_t> held_;  // shards with a pin
+  size_t idle_ = 0;           // held shards with no use
+  uint64_t tick_ = 0;
+  uint64_t releases_ = 0;
+  // The run in progress: bumped by each prefetch_run() but the first.
   uint64_t run_ = 1;
   bool first_run_ = true;
   std::atomic<uint64_t> held_hits_{0};

@@ -7,7 +7,10 @@
 // raw: the fields are sliced out of the IO buffer), decodes and transforms the image
 // straight into the batch's slot (converting to the pixel format when it is not uint8
 // HWC), writes the label and the sample index, and hands the sample over. An IO buffer
-// goes back to the engine when the last record in it is decoded.
+// goes back to the engine when the last record in it is decoded. A remote dataset's
+// shard is held from a record's planning to its decode (RecordReads::range / done);
+// when the cache has no room for the next shard, the reader thread submits what it has
+// planned and reaps until decoders free some, mid-batch if need be.
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -64,6 +67,11 @@ class ImageProducer final : public Producer {
  private:
   void io_main();
   void start_job(uint64_t k, size_t slot);
+  /// Plans and submits the reads of the records gathered for `job` (cleared after).
+  void submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
+                    std::vector<std::pair<size_t, uint64_t>>& where, std::vector<uint32_t>& js);
+  /// Reaps completions into decode tasks and queues them; whether any arrived.
+  bool reap_some(size_t min_complete, std::chrono::milliseconds timeout);
   void decode_main(unsigned id);
   void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels,
                std::vector<DecodeResult>& results);
@@ -92,6 +100,7 @@ class ImageProducer final : public Producer {
   std::deque<DecodeTask> queue_;
   // The reader thread's own (no lock).
   std::unordered_map<uint64_t, ReadCtx> pending_;
+  std::vector<ReadCompletion> done_;
   uint64_t next_tag_ = 1;
 };
 
@@ -111,7 +120,15 @@ void ImageProducer::start_job(uint64_t k, size_t slot) {
   for (uint64_t j = 0; j < job->samples.size(); ++j) {
     auto [s, r] = ctx_.dataset->locate(job->samples[j]);
     try {
-      ranges.push_back(reads_.range(s, r));
+      std::optional<RecordRange> range;
+      while (!(range = reads_.range(s, r))) {
+        // A remote dataset's cache has no room for shard s until reads in use end: hand
+        // on what is planned and let reads and decodes finish (this thread reaps them).
+        submit_reads(job, ranges, where, js);
+        if (run.stop) return;
+        if (!reap_some(1, std::chrono::milliseconds(2)) && reads_.engine().inflight() == 0) reads_.wait_for_room();
+      }
+      ranges.push_back(*range);
       where.emplace_back(s, r);
       js.push_back(static_cast<uint32_t>(j));
     } catch (const Error& e) {
@@ -122,6 +139,12 @@ void ImageProducer::start_job(uint64_t k, size_t slot) {
       run.finish_one(*job);
     }
   }
+  submit_reads(job, ranges, where, js);
+}
+
+void ImageProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
+                                 std::vector<std::pair<size_t, uint64_t>>& where, std::vector<uint32_t>& js) {
+  if (ranges.empty()) return;
   IoEngine& engine = reads_.engine();
   ReadPlan plan = plan_reads(ranges, reads_.plan_options());
   std::vector<ReadRequest> reqs;
@@ -138,6 +161,45 @@ void ImageProducer::start_job(uint64_t k, size_t slot) {
     pending_.emplace(tag, std::move(rc));
   }
   engine.submit(reqs);
+  ranges.clear();
+  where.clear();
+  js.clear();
+}
+
+bool ImageProducer::reap_some(size_t min_complete, std::chrono::milliseconds timeout) {
+  IoEngine& engine = reads_.engine();
+  if (engine.inflight() == 0) return false;
+  Counters& c = run_->c;
+  std::vector<ReadCompletion>& done = done_;
+  done.clear();
+  auto w0 = Clock::now();
+  engine.reap(done, min_complete, timeout);
+  c.io_wait_ns += nanos(Clock::now() - w0);
+  std::vector<DecodeTask> tasks;
+  for (ReadCompletion& d : done) {
+    auto it = pending_.find(d.tag);
+    if (it == pending_.end()) continue;
+    ReadCtx rc = std::move(it->second);
+    pending_.erase(it);
+    if (d.result > 0) c.io_bytes += static_cast<uint64_t>(d.result);
+    for (const auto& r : rc.recs) {
+      DecodeTask t{rc.job, r.j, rc.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
+      if (auto bad = read_failure(d, r.skip + r.stored)) {
+        t.io_error = bad->what();
+        t.io_code = bad->code();
+      }
+      tasks.push_back(std::move(t));
+      c.io_records++;
+    }
+  }
+  if (!tasks.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      for (auto& t : tasks) queue_.push_back(std::move(t));
+    }
+    qcv_.notify_all();
+  }
+  return !done.empty();
 }
 
 void ImageProducer::io_main() {
@@ -146,17 +208,7 @@ void ImageProducer::io_main() {
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-io");
   if (!reads_.open(run)) return;
   IoEngine& engine = reads_.engine();
-  std::vector<ReadCompletion> done;
   const uint64_t nb = run.sched->num_batches();
-  auto push_tasks = [&](std::vector<DecodeTask>& tasks) {
-    if (tasks.empty()) return;
-    {
-      std::lock_guard<std::mutex> lock(qmu_);
-      for (auto& t : tasks) queue_.push_back(std::move(t));
-    }
-    tasks.clear();
-    qcv_.notify_all();
-  };
   try {
     while (!run.stop) {
       auto t0 = Clock::now();
@@ -182,29 +234,7 @@ void ImageProducer::io_main() {
         }
       }
       if (engine.inflight() > 0) {
-        done.clear();
-        auto w0 = Clock::now();
-        engine.reap(done, progressed ? 0 : 1, std::chrono::milliseconds(progressed ? 0 : 2));
-        c.io_wait_ns += nanos(Clock::now() - w0);
-        std::vector<DecodeTask> tasks;
-        for (ReadCompletion& d : done) {
-          auto it = pending_.find(d.tag);
-          if (it == pending_.end()) continue;
-          ReadCtx rc = std::move(it->second);
-          pending_.erase(it);
-          if (d.result > 0) c.io_bytes += static_cast<uint64_t>(d.result);
-          for (const auto& r : rc.recs) {
-            DecodeTask t{rc.job, r.j, rc.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
-            if (auto bad = read_failure(d, r.skip + r.stored)) {
-              t.io_error = bad->what();
-              t.io_code = bad->code();
-            }
-            tasks.push_back(std::move(t));
-            c.io_records++;
-          }
-        }
-        push_tasks(tasks);
-        progressed = progressed || !done.empty();
+        progressed = reap_some(progressed ? 0 : 1, std::chrono::milliseconds(progressed ? 0 : 2)) || progressed;
       } else if (!progressed) {
         if (run.next_start >= nb) break;  // everything submitted and read
         // Waiting for the consumer to hand back a slot.
@@ -276,6 +306,7 @@ void ImageProducer::decode_main(unsigned id) {
     } catch (...) {
       ctx_.sample_failed(run, *t.job, t.j, std::current_exception());
     }
+    reads_.done(t.shard);  // a remote shard may be closed once its records are decoded
     t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
     c.dec_busy_ns += nanos(Clock::now() - b0);
     if (t.job) run.finish_one(*t.job);

@@ -143,7 +143,18 @@ void Loader::Impl::setup() {
     tok.row_bytes = (static_cast<size_t>(tok.seq_len) + 1) * dtype_size(f.dtype);
     // Units are rows; groups are records (one per compressed chunk).
     for (size_t s = 0; s < dataset.shard_count(); ++s) {
-      if (ctx.cached) ctx.cached->hold(s);  // the record index of every shard is needed now
+      // A remote dataset: every shard's record index is needed now, one shard at a time
+      // in the cache (its reader closed before the pin goes: see cached_shards.h).
+      ShardCache::Pin pin;
+      if (ctx.cached) pin = ctx.cached->pin(s);
+      struct Close {
+        const Dataset& d;
+        size_t s;
+        bool remote;
+        ~Close() {
+          if (remote) d.close_shard(s);
+        }
+      } close{dataset, s, ctx.cached != nullptr};
       auto r = dataset.shard(s);
       for (uint64_t i = 0; i < r->record_count(); ++i) {
         const RecordLocation& loc = r->location(i);
@@ -286,6 +297,7 @@ void Loader::Impl::stop_run() {
     if (s->state == SlotRing::State::kFilling || s->state == SlotRing::State::kReady) s->state = SlotRing::State::kFree;
   run->jobs.clear();
   producer->clear();
+  if (ctx.cached) ctx.cached->end_run();  // the uses of reads and decodes the stop dropped
   running = false;
 }
 

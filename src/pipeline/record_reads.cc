@@ -23,13 +23,30 @@ bool RecordReads::open(Run& run) {
   }
 }
 
-RecordRange RecordReads::range(size_t shard, uint64_t record) {
-  if (ctx_.cached) ctx_.cached->hold(shard);  // a remote dataset: the shard in the cache, pinned
-  auto reader = ctx_.dataset->shard(shard);
-  if (file_ids_[shard] < 0) file_ids_[shard] = engine_->add_file(ctx_.dataset->shard_path(shard));
-  const uint32_t fid = static_cast<uint32_t>(file_ids_[shard]);
-  const RecordLocation& loc = reader->location(record);
-  return RecordRange{fid, loc.offset, loc.stored_size, engine_->file_size(fid)};
+std::optional<RecordRange> RecordReads::range(size_t shard, uint64_t record) {
+  // A remote dataset: the shard in the cache, held while the record is in use.
+  if (ctx_.cached && !ctx_.cached->use(shard, close_)) return std::nullopt;
+  try {
+    auto reader = ctx_.dataset->shard(shard);
+    if (file_ids_[shard] < 0) file_ids_[shard] = engine_->add_file(ctx_.dataset->shard_path(shard));
+    const uint32_t fid = static_cast<uint32_t>(file_ids_[shard]);
+    const RecordLocation& loc = reader->location(record);
+    return RecordRange{fid, loc.offset, loc.stored_size, engine_->file_size(fid)};
+  } catch (...) {
+    done(shard);
+    throw;
+  }
+}
+
+void RecordReads::close_shard(size_t shard) {
+  // No read of it is in flight: its uses are over, and a use lasts past its read.
+  if (engine_ && file_ids_[shard] >= 0) engine_->remove_file(static_cast<uint32_t>(file_ids_[shard]));
+  file_ids_[shard] = -1;
+  ctx_.dataset->close_shard(shard);
+}
+
+void RecordReads::wait_for_room() const {
+  if (ctx_.cached) ctx_.cached->wait_release(std::chrono::milliseconds(2));
 }
 
 PlanOptions RecordReads::plan_options() const {

@@ -21,13 +21,23 @@ namespace stoker::internal {
 class RecordReads {
  public:
   /// `slab_need`: bytes of reads the producer keeps in flight at most.
-  RecordReads(const Context& ctx, uint64_t slab_need) : ctx_(ctx), slab_need_(slab_need) {}
+  RecordReads(const Context& ctx, uint64_t slab_need)
+      : ctx_(ctx), slab_need_(slab_need), close_([this](size_t s) { close_shard(s); }) {}
   /// Opens the engine if it is not open; a failure goes to run.fail (returns false).
   bool open(Run& run);
   IoEngine& engine() { return *engine_; }
   /// The record's range in the engine's terms (opens the shard lazily, checking it
   /// against the manifest: a missing or replaced shard throws, naming it).
-  RecordRange range(size_t shard, uint64_t record);
+  /// A remote dataset's shard is held from here until done(shard) (CachedShards::use):
+  /// call it once the record is decoded or given up. nullopt when the shard cannot be
+  /// held until uses end: submit what is planned, reap, wait_for_room(), ask again.
+  std::optional<RecordRange> range(size_t shard, uint64_t record);
+  /// The use range() counted for a record of `shard` is over. Any thread.
+  void done(size_t shard) const {
+    if (ctx_.cached) ctx_.cached->release(shard);
+  }
+  /// Waits a little for a use to end (after range() said nullopt and nothing is in flight).
+  void wait_for_room() const;
   PlanOptions plan_options() const;
   void publish();
   /// End of a run on the reader thread: publishes the figures; a run stopped with reads
@@ -40,7 +50,9 @@ class RecordReads {
   const Context& ctx_;
   uint64_t slab_need_;
   std::unique_ptr<IoEngine> engine_;
+  void close_shard(size_t shard);  // CachedShards' close callback
   std::vector<int64_t> file_ids_;  // shard -> engine file id
+  CachedShards::CloseFn close_;
   mutable std::mutex stats_mu_;
   IoStats stats_;
 };

@@ -12,7 +12,9 @@
 // window's records). Slots are claimed in batch order. A batch that straddles windows is
 // finished by the last of their workers. The reader ("stoker-io") reads the records of
 // the windows planned so far, in window order (O_DIRECT where it can: no copy on the
-// CPUs); a window is planned, and its reads queued, one ahead of the windows taken.
+// CPUs); a window is planned, and its reads queued, one ahead of the windows taken. A
+// remote dataset's shard is held from a record's read to its decompression: without
+// room for the next shard, the reader waits for the workers to decompress what arrived.
 //
 // Locking: the window state below is guarded by the ring's mutex, but for a kept
 // window's buffer, whose record r belongs to the worker that took it.
@@ -388,6 +390,9 @@ void TokenProducer::unpack_window_record(TokenWindow& win, uint32_t r, uint8_t* 
     }
   }
   rec.stored.reset();  // the read buffer goes back to the engine's slab
+  // Its shard's use (RecordReads::range) is over: a remote shard may be closed now. A
+  // record whose shard could not be opened has none.
+  if (rec.failed_shard < 0) reads_.done(ctx_.dataset->locate(rec.record).first);
 }
 
 bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, const uint8_t* record) {
@@ -481,11 +486,15 @@ void TokenProducer::token_io_main() {
       uint64_t waited = 0;
       finished.clear();  // read, or failed (the record's error set)
       std::vector<ReadRequest> reqs;
-      for (auto& [win, r] : batch) {
+      size_t started = 0;  // of `batch`; the rest wait for room in a remote dataset's cache
+      for (; started < batch.size(); ++started) {
+        auto& [win, r] = batch[started];
         TokenWindow::Rec& rec = win->recs[r];
         auto [s, rr] = ctx_.dataset->locate(rec.record);
         try {
-          const RecordRange range = reads_.range(s, rr);  // opens the shard lazily, checked against the manifest
+          const std::optional<RecordRange> held = reads_.range(s, rr);  // opens the shard lazily, checked against the manifest
+          if (!held) break;  // no room to hold shard s until records in use are unpacked
+          const RecordRange& range = *held;
           const ReadPlan plan = plan_reads({&range, 1}, reads_.plan_options());
           const auto& rd = plan.reads.at(0);
           Pending pd{win, r, std::make_shared<IoBuffer>(reads_.engine().alloc(rd.length)), plan.records.at(0).skip, 0};
@@ -501,8 +510,13 @@ void TokenProducer::token_io_main() {
           finished.emplace_back(win, r);
         }
       }
+      const bool blocked = started < batch.size();
       if (!reqs.empty()) reads_.engine().submit(reqs);
-      if (reads_.engine().inflight() > 0) {
+      if (blocked && reads_.engine().inflight() == 0) {
+        const auto w0 = Clock::now();
+        reads_.wait_for_room();  // the workers unpack what has arrived, ending uses
+        waited = nanos(Clock::now() - w0);
+      } else if (reads_.engine().inflight() > 0) {
         done.clear();
         const auto w0 = Clock::now();
         // Nothing new to submit: wait a little for a completion (new work is noticed
@@ -531,6 +545,9 @@ void TokenProducer::token_io_main() {
       const uint64_t spent = nanos(Clock::now() - t0);
       run_->c.io_busy_ns += spent - std::min(waited, spent);
       lock.lock();
+      // Not started for want of room: first in line again, in their order.
+      to_read.insert(to_read.begin(), std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(started)),
+                     std::make_move_iterator(batch.end()));
       if (finished.empty()) continue;
       // The token IO thread lives until the run stops, past the epoch's last read: its
       // engine's figures are published with every read handed on, so stats() taken at

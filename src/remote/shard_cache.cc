@@ -91,6 +91,10 @@ struct ShardCache::Impl {
   std::vector<std::thread> workers;
 
   std::atomic<uint64_t> hits{0}, misses{0}, downloads{0}, refetches{0}, evictions{0}, bytes_cached{0}, wait_ns{0};
+  // acquire() calls waiting for room: the prefetch reserves none meanwhile, or it could
+  // take each bit of room the waiter frees (by dropping the window) before the waiter
+  // looks again, until the waiter gives up.
+  std::atomic<int> room_wanted{0};
 
   std::string shard_path(size_t s) const { return dir + "/" + manifest.shards[s].name; }
   std::string lock_path(const std::string& name) const { return lock_dir + "/" + name + ".lock"; }
@@ -176,7 +180,15 @@ struct ShardCache::Impl {
   UniqueFd reserve(size_t s, bool wait) {
     const ShardEntry& e = manifest.shards[s];
     const std::string part = e.name + kPartSuffix;
+    if (!wait && room_wanted > 0) return UniqueFd();  // a shard needed now comes first
     const auto deadline = Clock::now() + o.wait_for_room;
+    struct Wanting {
+      std::atomic<int>& n;
+      bool counted = false;
+      ~Wanting() {
+        if (counted) --n;
+      }
+    } wanting{room_wanted};
     UniqueFd space(::open(space_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
     if (!space) throw errno_error("open " + space_lock, errno);
     for (;;) {
@@ -214,6 +226,10 @@ struct ShardCache::Impl {
                         " bytes are held by shards in use (pinned here or by another process sharing the cache); "
                         "raise cache_limit or release pins");
       // Our own prefetch window is the first thing to give up for a shard needed now.
+      if (!wanting.counted) {
+        ++room_wanted;
+        wanting.counted = true;
+      }
       {
         std::lock_guard<std::mutex> lock(mu);
         for (auto it = window.begin(); it != window.end();)
@@ -245,7 +261,14 @@ struct ShardCache::Impl {
       if (rep.ok()) {
         // Durable before it is visible under the shard's name.
         if (o.fsync && ::fdatasync(fd.get()) != 0) throw errno_error("fdatasync " + part, errno);
-        if (::rename(part.c_str(), final_path.c_str()) != 0) throw errno_error("rename " + part, errno);
+        // Under the space lock: a scan listing the directory while the part is renamed
+        // could see neither name, count too few bytes, and let a reservation past the limit.
+        {
+          UniqueFd space(::open(space_lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+          if (!space) throw errno_error("open " + space_lock, errno);
+          flock_or_throw(space.get(), LOCK_EX, space_lock);
+          if (::rename(part.c_str(), final_path.c_str()) != 0) throw errno_error("rename " + part, errno);
+        }
         cleanup.armed = false;
         return true;
       }
@@ -298,6 +321,10 @@ struct ShardCache::Impl {
   void worker() {
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
+      if (room_wanted > 0) {  // an acquire() waits for room: the window takes none now
+        cv.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
       size_t target = SIZE_MAX;
       for (size_t p = cursor; p < order.size() && p < cursor + window_shards; ++p) {
         const size_t s = order[p];
@@ -357,14 +384,16 @@ std::shared_ptr<ShardCache> ShardCache::open(std::shared_ptr<RemoteStore> store,
   auto impl = std::make_unique<Impl>();
   impl->store = std::move(store);
   impl->manifest = impl->store->read_manifest();
+  std::string largest;
   for (size_t s = 0; s < impl->manifest.shards.size(); ++s) {
+    if (impl->manifest.shards[s].file_size > impl->max_shard) largest = impl->manifest.shards[s].name;
     impl->max_shard = std::max(impl->max_shard, impl->manifest.shards[s].file_size);
     impl->by_name[impl->manifest.shards[s].name] = s;
   }
   if (o.limit < impl->max_shard)
     throw_error(ErrorCode::kInvalidArgument,
                 "cache_limit " + std::to_string(o.limit) + " bytes is smaller than the largest shard of " +
-                    impl->store->display_url() + " (" + std::to_string(impl->max_shard) +
+                    impl->store->display_url() + " (" + largest + ", " + std::to_string(impl->max_shard) +
                     " bytes): the cache must hold at least one whole shard");
   // The window never takes the room the next acquire() needs.
   const uint64_t spare = impl->max_shard ? (o.limit - impl->max_shard) / impl->max_shard : o.prefetch;
@@ -426,7 +455,11 @@ ShardCache::Pin ShardCache::acquire(size_t s) {
   bool waited = false;
   {
     std::unique_lock<std::mutex> lock(I.mu);
-    for (size_t p = I.cursor; p < I.order.size(); ++p)
+    // The next visit of s, looked for a little way ahead only: a shard acquired out of
+    // the sequence (read again while still held, or a sequence cut short) leaves the
+    // cursor where it is instead of costing a scan of the rest of a long sequence.
+    const size_t horizon = std::min(I.order.size(), I.cursor + 4 * size_t{I.window_shards} + 64);
+    for (size_t p = I.cursor; p < horizon; ++p)
       if (I.order[p] == s) {
         I.cursor = p + 1;
         break;

@@ -44,6 +44,7 @@ class FaultyEngine final : public IoEngine {
   }
 
   uint32_t add_file(const std::string& path) override { return inner_->add_file(path); }
+  void remove_file(uint32_t f) override { inner_->remove_file(f); }
   uint64_t file_size(uint32_t f) const override { return inner_->file_size(f); }
   const std::string& file_path(uint32_t f) const override { return inner_->file_path(f); }
 
