@@ -495,6 +495,7 @@ TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
   size_t left = 0;
   for (const auto& e : fs::recursive_directory_iterator(out)) left += e.is_regular_file();
   EXPECT_EQ(left, 0u) << msg;  // no .tmp, no shard, no MANIFEST
+}
 
 TEST(CliCommands, BenchCompareShowsAFastCropPackBesideThePlainOne) {
   if (std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") != 0)

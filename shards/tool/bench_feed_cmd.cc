@@ -195,19 +195,22 @@ int run_feed(const FeedArgs& a) {
   uint64_t rss = 0;
   // The loader's options for the in-memory limit. A URL: the local copy given, else the
   // cache's (the loader fills it), so the limit measures decode, not the network.
-  auto limit_options = [&] {
+  std::optional<LoaderOptions> limit_opts;
+  auto limit_options = [&]() -> const LoaderOptions& {
+    if (limit_opts) return *limit_opts;
     LoaderOptions lo = loader.options();
-    if (!remote) return lo;
-    lo.path = a.local;
-    if (lo.path.empty()) {
-      CacheOptions co;
-      co.dir = o.cache_dir;
-      co.limit = std::numeric_limits<uint64_t>::max();
-      co.prefetch = 0;
-      lo.path = ShardCache::open(RemoteStore::open(o.path, o.remote), co)->local_dir();
+    if (remote) {
+      lo.path = a.local;
+      if (lo.path.empty()) {
+        CacheOptions co;
+        co.dir = o.cache_dir;
+        co.limit = std::numeric_limits<uint64_t>::max();
+        co.prefetch = 0;
+        lo.path = ShardCache::open(RemoteStore::open(o.path, o.remote), co)->local_dir();
+      }
+      lo.cache_dir.clear();
     }
-    lo.cache_dir.clear();
-    return lo;
+    return *(limit_opts = std::move(lo));
   };
   const auto run_t0 = std::chrono::steady_clock::now();
   bool out_of_time = false;
@@ -284,7 +287,7 @@ int run_feed(const FeedArgs& a) {
   std::string unit = "samples";
   if (tokens) {
     // Token samples are rows; the limit decompresses whole records.
-    auto ds = Dataset::open(limit_path);
+    auto ds = Dataset::open(limit_options().path);
     const Field& f = ds->schema().fields[static_cast<size_t>(ds->schema().find("tokens"))];
     const double row_bytes = (f.seq_len + 1.0) * dtype_size(f.dtype);
     limit_rate = limit.raw_bytes / std::max(limit.seconds, 1e-9) / row_bytes;
