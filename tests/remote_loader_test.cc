@@ -306,6 +306,7 @@ TEST_F(RemoteLoader, BehindAThrottledServerTheVerdictNamesTheNetwork) {
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back().find("network bound"), std::string::npos) << lines.back();
+}
 
 // Samples the cache directory while a loader runs: the bytes of shard files (whole or
 // being downloaded) never exceed the limit, and no evicted shard stays open (an
