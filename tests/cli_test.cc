@@ -66,6 +66,16 @@ Result stoker(const std::string& args) {
 
 std::string shown(const Result& r) { return "rc " + std::to_string(r.rc) + "\nstdout:\n" + r.out + "\nstderr:\n" + r.err; }
 
+// `stoker ARGS` exits 0 (a failed expectation otherwise, with what it printed).
+bool ok(const std::string& args) {
+  const Result r = stoker(args);
+  EXPECT_EQ(r.rc, 0) << args << "\n" << shown(r);
+  return r.rc == 0;
+}
+
+// bench compare plots through Debian's python3 with matplotlib and numpy.
+bool python_can_plot() { return std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") == 0; }
+
 // ---- help and version ---------------------------------------------------------------------
 
 TEST(CliHelp, ToolHelpGoesToStdoutWithExitZero) {
@@ -340,14 +350,8 @@ TEST(CliCommands, BenchFeedTakesFieldSpecsOfAMultiFieldDataset) {
 }
 
 TEST(CliCommands, BenchCompareWritesJsonMarkdownAndPlot) {
-  if (std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
+  if (!python_can_plot()) GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
   TempDir d;
-  auto ok = [](const std::string& args) {
-    const Result r = stoker(args);
-    EXPECT_EQ(r.rc, 0) << args << "\n" << shown(r);
-    return r.rc == 0;
-  };
   ASSERT_TRUE(ok("sample imagefolder " + d.str("imgs") + " --images 48 --classes 3 --seed 2"));
   ASSERT_TRUE(ok("pack imagefolder " + d.str("imgs") + " " + d.str("ds")));
   ASSERT_TRUE(ok("sample tokens " + d.str("tokens.bin") + " --tokens 300000 --vocab 1000"));
@@ -498,14 +502,8 @@ TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
 }
 
 TEST(CliCommands, BenchCompareShowsAFastCropPackBesideThePlainOne) {
-  if (std::system("/usr/bin/python3 -c 'import matplotlib, numpy' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
+  if (!python_can_plot()) GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
   TempDir d;
-  auto ok = [](const std::string& args) {
-    const Result r = stoker(args);
-    EXPECT_EQ(r.rc, 0) << args << "\n" << shown(r);
-    return r.rc == 0;
-  };
   ASSERT_TRUE(ok("sample imagefolder " + d.str("imgs") + " --images 16 --classes 2 --seed 4"));
   ASSERT_TRUE(ok("pack imagefolder " + d.str("imgs") + " " + d.str("plain")));
   ASSERT_TRUE(ok("pack imagefolder " + d.str("imgs") + " " + d.str("fast") + " --fast-crop"));

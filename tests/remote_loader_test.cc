@@ -102,6 +102,15 @@ class RemoteLoader : public ::testing::Test {
   Nginx nginx_;
 };
 
+// Epoch `e` of `remote` gives the batches of `local`'s, batch for batch.
+void expect_same_epoch(Loader& local, Loader& remote, uint64_t e) {
+  const auto want = epoch_digests(local, e);
+  const auto got = epoch_digests(remote, e);
+  ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
+  ASSERT_GT(got.size(), 0u);
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
+}
+
 // Three epochs of `lo` (local) and `ro` (the URL) give the same batches; opening and the
 // first epoch fetch every one of `shards` shards, the later epochs ask the server for none.
 void expect_same_batches(const LoaderOptions& lo, const LoaderOptions& ro, const Nginx& nginx, size_t shards) {
@@ -110,11 +119,8 @@ void expect_same_batches(const LoaderOptions& lo, const LoaderOptions& ro, const
   ASSERT_EQ(remote.num_batches(), local.num_batches());
   int after_first = 0;
   for (uint64_t e = 0; e < 3; ++e) {
-    const auto want = epoch_digests(local, e);
-    const auto got = epoch_digests(remote, e);
-    ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
-    ASSERT_GT(got.size(), 0u);
-    for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
+    expect_same_epoch(local, remote, e);
+    if (::testing::Test::HasFatalFailure()) return;
     const int fetched = shard_requests(nginx) - before;
     if (e == 0) {
       // Every shard arrived, each by one or more ranged GETs (parts of 64 KiB).
@@ -378,13 +384,7 @@ void expect_same_batches_in_a_small_cache(const LoaderOptions& lo, const LoaderO
   {
     Loader local(lo), remote(ro);
     ASSERT_EQ(remote.num_batches(), local.num_batches());
-    for (uint64_t e = 0; e < 2; ++e) {
-      const auto want = epoch_digests(local, e);
-      const auto got = epoch_digests(remote, e);
-      ASSERT_EQ(got.size(), want.size()) << "epoch " << e;
-      ASSERT_GT(got.size(), 0u);
-      for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "epoch " << e << " batch " << k;
-    }
+    for (uint64_t e = 0; e < 2; ++e) expect_same_epoch(local, remote, e);
   }
   watch.stop();
   EXPECT_GT(watch.samples, 0u);
