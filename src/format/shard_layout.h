@@ -19,6 +19,18 @@ inline constexpr size_t kEntryFixed = 24;  // offset u64, stored u32, raw u32, c
 
 inline size_t entry_size(const Schema& s) { return kEntryFixed + 4 * s.fields.size(); }
 
+// A record's fields as spans of its raw (uncompressed, checked) bytes, in schema order.
+inline std::vector<std::span<const uint8_t>> slice_fields(const uint8_t* raw, const RecordLocation& loc) {
+  std::vector<std::span<const uint8_t>> fields;
+  fields.reserve(loc.field_sizes.size());
+  size_t off = 0;
+  for (uint32_t size : loc.field_sizes) {
+    fields.emplace_back(raw + off, size);
+    off += size;
+  }
+  return fields;
+}
+
 struct Trailer {
   uint64_t index_offset = 0;
   uint64_t index_size = 0;

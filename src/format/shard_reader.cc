@@ -183,14 +183,7 @@ std::vector<std::span<const uint8_t>> unpack_record_into(const Schema& schema, c
     if (stored.size() != loc.raw_size) throw_error(ErrorCode::kDataLoss, where + ": stored size != raw size");
     std::memcpy(out.data(), stored.data(), stored.size());
   }
-  std::vector<std::span<const uint8_t>> fields;
-  fields.reserve(loc.field_sizes.size());
-  size_t off = 0;
-  for (uint32_t fs : loc.field_sizes) {
-    fields.emplace_back(out.data() + off, fs);
-    off += fs;
-  }
-  return fields;
+  return internal::slice_fields(out.data(), loc);
 }
 
 Record unpack_record(const Schema& schema, const RecordLocation& loc, std::span<const uint8_t> stored,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "format/shard_layout.h"
 #include "pipeline/producer.h"
 #include "stoker/crc32c.h"
 #include "stoker/order.h"
@@ -26,14 +27,7 @@ std::vector<std::span<const uint8_t>> record_fields(const Schema& schema, const 
     std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", loc.crc, crc);
     throw Error(ErrorCode::kDataLoss, where + b);
   }
-  std::vector<std::span<const uint8_t>> fields;
-  fields.reserve(loc.field_sizes.size());
-  size_t off = 0;
-  for (uint32_t fs : loc.field_sizes) {
-    fields.emplace_back(stored.data() + off, fs);
-    off += fs;
-  }
-  return fields;
+  return slice_fields(stored.data(), loc);
 }
 
 void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
