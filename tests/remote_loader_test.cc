@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "stoker/dataset.h"
@@ -96,6 +97,18 @@ class RemoteLoader : public ::testing::Test {
     o.threads = 2;
     return o;
   }
+  // The token dataset under root_/tok read locally (first) and by URL through `cache`:
+  // rows with their targets, one rank.
+  std::pair<LoaderOptions, LoaderOptions> token_options(const TempDir& cache) const {
+    LoaderOptions lo = options(root_.str("tok"));
+    lo.targets = true;
+    lo.rank = 0;
+    lo.world_size = 1;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url("tok");
+    ro.cache_dir = cache.str();
+    return {lo, ro};
+  }
 
   TempDir root_;
   Manifest manifest_;
@@ -153,13 +166,7 @@ TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
   const Manifest m = write_tokens(root_.str("tok"));
   ASSERT_GE(m.shards.size(), 3u);
   TempDir cache;
-  LoaderOptions lo = options(root_.str("tok"));
-  lo.targets = true;
-  lo.rank = 0;
-  lo.world_size = 1;
-  LoaderOptions ro = lo;
-  ro.path = nginx_.url("tok");
-  ro.cache_dir = cache.str();
+  const auto [lo, ro] = token_options(cache);
   expect_same_batches(lo, ro, nginx_, m.shards.size());
 }
 
@@ -475,15 +482,9 @@ TEST_F(RemoteLoader, TokenRowsThroughACacheOfTwoAndAHalfShardsEqualTheLocalOnes)
   for (OrderKind kind : {OrderKind::kSequential, OrderKind::kShuffled}) {
     SCOPED_TRACE(order_kind_name(kind));
     TempDir cache;
-    LoaderOptions lo = options(root_.str("tok"));
-    lo.order.kind = kind;
-    lo.order.window_chunks = 8;
-    lo.targets = true;
-    lo.rank = 0;
-    lo.world_size = 1;
-    LoaderOptions ro = lo;
-    ro.path = nginx_.url("tok");
-    ro.cache_dir = cache.str();
+    auto [lo, ro] = token_options(cache);
+    lo.order.kind = ro.order.kind = kind;
+    lo.order.window_chunks = ro.order.window_chunks = 8;
     ro.cache_limit = largest_shard(m) * 5 / 2;
     expect_same_batches_in_a_small_cache(lo, ro);
   }
@@ -520,14 +521,8 @@ TEST_F(RemoteLoader, OneThreadAndRoomForOneShardFinishesWithTheLocalBatches) {
   {
     SCOPED_TRACE("tokens");
     TempDir cache;
-    LoaderOptions lo = options(root_.str("tok"));
-    lo.threads = 1;
-    lo.targets = true;
-    lo.rank = 0;
-    lo.world_size = 1;
-    LoaderOptions ro = lo;
-    ro.path = nginx_.url("tok");
-    ro.cache_dir = cache.str();
+    auto [lo, ro] = token_options(cache);
+    lo.threads = ro.threads = 1;
     ro.cache_limit = largest_shard(tok);
     expect_same_batches_in_a_small_cache(lo, ro);
   }
