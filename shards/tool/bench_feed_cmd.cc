@@ -71,22 +71,6 @@ void add_network(NetworkStats& all, const NetworkStats& n) {
   all.cache_limit = n.cache_limit;
 }
 
-internal::Json network_json(const NetworkStats& n, double wall_s) {
-  if (!n.remote) return nullptr;
-  return {{"bytes_fetched", n.bytes_fetched},
-          {"bytes_per_s", internal::figure(n.bytes_per_s(wall_s))},
-          {"requests", n.requests},
-          {"requests_per_s", internal::figure(n.requests_per_s(wall_s))},
-          {"retries", n.retries},
-          {"requests_in_flight_avg", internal::figure(n.mean_in_flight(wall_s))},
-          {"fetch_wait_s", internal::figure(n.fetch_wait_s)},
-          {"hits", n.hits},
-          {"misses", n.misses},
-          {"hit_rate", n.hits + n.misses ? internal::Json(internal::figure(n.hit_rate())) : internal::Json(nullptr)},
-          {"cache_bytes", n.cache_bytes},
-          {"cache_limit", n.cache_limit}};
-}
-
 int run_feed(const FeedArgs& a) {
   LoaderOptions o;
   o.path = a.dataset;
@@ -259,7 +243,7 @@ int run_feed(const FeedArgs& a) {
                          {"samples_per_s", internal::figure(last.samples / std::max(w, 1e-9))},
                          {"bottleneck", last.bottleneck},
                          {"evidence", last.evidence},
-                         {"network", network_json(last.network, w)}});
+                         {"network", internal::to_json_value(last.network, w, FeedFigures::from(last).fetch_wait_frac())}});
     if (!json)
       std::fprintf(stderr, "epoch %d: %s\n", e, last.summary().c_str());
     if (a.limit_interleaved) {
@@ -350,7 +334,7 @@ int run_feed(const FeedArgs& a) {
                     {"io_engine", last.io_engine.engine},
                     {"io_direct", last.io_engine.direct},
                     {"slots", last.slots},
-                    {"network", network_json(net_total, wall)},
+                    {"network", internal::to_json_value(net_total, wall, all.fetch_wait_frac())},
                     {"per_epoch", per_epoch},
                     {"bottleneck", bottleneck_name(verdict.bottleneck)},
                     {"verdict", internal::to_json_value(verdict)},

@@ -108,14 +108,8 @@ std::string LoaderStats::to_json() const {
   j["io_fallback"] = io_engine.fallback_reason;
   if (network.remote) {
     internal::Json n = internal::to_json_value(network, wall_s, FeedFigures::from(*this).fetch_wait_frac());
-    n["bytes_fetched"] = network.bytes_fetched;
-    n["requests"] = network.requests;
-    n["retries"] = network.retries;
     n["requests_in_flight"] = network.requests_in_flight;
     n["busy_frac"] = figure(wall_s > 0 ? std::min(1.0, network.busy_s / wall_s) : 0);
-    n["fetch_wait_s"] = figure(network.fetch_wait_s);
-    n["hits"] = network.hits;
-    n["misses"] = network.misses;
     j["network"] = std::move(n);
   } else {
     j["network"] = nullptr;

@@ -350,10 +350,16 @@ Json to_json_value(const Verdict& v) {
 
 Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait) {
   if (!n.remote) return Json(nullptr);
-  return Json{{"bytes_per_s", figure(n.bytes_per_s(wall_s))},
+  return Json{{"bytes_fetched", n.bytes_fetched},
+              {"bytes_per_s", figure(n.bytes_per_s(wall_s))},
+              {"requests", n.requests},
               {"requests_per_s", figure(n.requests_per_s(wall_s))},
+              {"retries", n.retries},
               {"requests_in_flight_avg", figure(n.mean_in_flight(wall_s))},
+              {"fetch_wait_s", figure(n.fetch_wait_s)},
               {"fetch_wait_frac", figure(fetch_wait)},
+              {"hits", n.hits},
+              {"misses", n.misses},
               {"hit_rate", n.hits + n.misses ? Json(figure(n.hit_rate())) : Json(nullptr)},
               {"cache_bytes", n.cache_bytes},
               {"cache_limit", n.cache_limit}};
