@@ -124,16 +124,7 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
       } else {
         // The same checks, slicing and per-field work as the loader's decode workers.
         const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
-        try {
-          put_image_fields(m.ctx, m.facts, 0, job, 0, fields, it.index, dec, pixels, results);
-        } catch (const Error& e) {
-          std::string key;  // the record's source, as the loader names it
-          if (m.facts.key_field >= 0) {
-            const auto k = fields[static_cast<size_t>(m.facts.key_field)];
-            key = " (source '" + std::string(k.begin(), k.end()) + "')";
-          }
-          throw Error(e.code(), it.where + key + ": " + e.what());
-        }
+        put_image_fields(m.ctx, m.facts, 0, job, 0, fields, it.index, dec, pixels, results, it.where);
       }
       done++;
       raw_bytes += it.loc.raw_size;

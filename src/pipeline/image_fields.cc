@@ -30,9 +30,11 @@ std::vector<std::span<const uint8_t>> record_fields(const Schema& schema, const 
   return slice_fields(stored.data(), loc);
 }
 
-void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
-                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
-                      std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results) {
+namespace {
+
+void put_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
+                const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
+                std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results) {
   const LoaderOptions& opt = *ctx.opt;
   results.resize(f.outs.size());
   for (size_t x = 0; x < f.outs.size(); ++x) {
@@ -75,6 +77,23 @@ void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, J
   }
   const int64_t gi = static_cast<int64_t>(sample);
   std::memcpy(ctx.tensor_ptr(job, f.index_t) + j * 8, &gi, 8);
+}
+
+}  // namespace
+
+void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
+                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
+                      std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results, const std::string& where) {
+  try {
+    put_fields(ctx, f, epoch, job, j, fields, sample, dec, pixels, results);
+  } catch (const Error& e) {
+    std::string key;
+    if (f.key_field >= 0) {
+      const auto k = fields[static_cast<size_t>(f.key_field)];
+      key = " (source '" + std::string(k.begin(), k.end()) + "')";
+    }
+    throw Error(e.code(), where + key + ": " + e.what());
+  }
 }
 
 }  // namespace stoker::internal

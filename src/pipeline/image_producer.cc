@@ -266,17 +266,7 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
   const std::vector<std::span<const uint8_t>> fields =
       record_fields(ctx_.dataset->schema(), loc, stored, scratch, where);
   const uint64_t sample = job.samples[t.j];
-  try {
-    put_image_fields(ctx_, f_, run_->epoch, job, t.j, fields, sample, dec, pixels, results);
-  } catch (const Error& e) {
-    // The record's source (its `__key__`), so the user can find the file.
-    std::string key;
-    if (f_.key_field >= 0) {
-      const auto k = fields[static_cast<size_t>(f_.key_field)];
-      key = " (source '" + std::string(k.begin(), k.end()) + "')";
-    }
-    throw Error(e.code(), where + key + ": " + e.what());
-  }
+  put_image_fields(ctx_, f_, run_->epoch, job, t.j, fields, sample, dec, pixels, results, where);
   job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 

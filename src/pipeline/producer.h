@@ -165,10 +165,12 @@ std::vector<std::span<const uint8_t>> record_fields(const Schema& schema, const 
 /// Writes sample `j` of `job` from a record's `fields` as `f` plans: images decoded and
 /// transformed (draws from ctx.order_opt.seed, `epoch`, `sample`), followers given their
 /// leader's geometry, scalars and arrays copied, variable-size fields gathered into
-/// job.var, then "index". `pixels` and `results` are the caller's scratch, reused.
+/// job.var, then "index". `pixels` and `results` are the caller's scratch, reused. An
+/// error is rethrown naming `where` and the record's source (its `__key__`), so the
+/// user can find the file.
 void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& job, uint32_t j,
                       const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
-                      std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results);
+                      std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results, const std::string& where);
 
 std::unique_ptr<Producer> make_image_producer(const Context& ctx, const ImageFacts& facts);
 std::unique_ptr<Producer> make_token_producer(const Context& ctx, const TokenFacts& facts);
