@@ -7,8 +7,13 @@
 #       machine the steadier figure, as both runs feed the same samples); medians of the
 #       per-round A/B samples/s and B/A CPU seconds.
 #   a2. the same dataset against its own in-memory limit: `bench feed --limit-interleaved`
-#       (a limit slice after each epoch, so load swings weigh on both), median
-#       pipeline/limit over the rounds.
+#       (a limit slice after each epoch, so load swings weigh on both; one warm-up epoch
+#       first, as the 1,000-record epochs would otherwise make the start-up a few per
+#       cent of the run), median pipeline/limit over the rounds.
+#   a3. a2 with one decode thread fewer than THREADS (when THREADS > 1): a core left to
+#       the IO and consumer threads, as on any machine with more cores than decode
+#       threads; at THREADS decode threads on THREADS cores those threads' CPU is
+#       taken from decode.
 #   b.  multi-field: the same on jpg + png mask (Follow) + cls + txt + npy records
 #       (`stoker sample wds`, `pack wds`).
 #   c.  `bench compare PLAIN --fast-crop-dataset FAST`: fast-crop / plain for train and
@@ -58,7 +63,7 @@ $(awk '/^limit:/ {print $NF}' "$tmp")"
 }
 
 FEED_ONLY=(--epochs "$EPOCHS" --limit-records 1 --limit-seconds 0.001)
-INTERLEAVED=(--epochs $((2 * EPOCHS)) --limit-interleaved --limit-seconds $((2 * EPOCHS)))
+INTERLEAVED=(--epochs $((2 * EPOCHS)) --warmup-epochs 1 --limit-interleaved --limit-seconds $((2 * EPOCHS)))
 
 if [[ $PARTS == *a* && -n $OLD ]]; then
   echo "== a1. JPEG train path: $STOKER (A) vs $OLD (B), $W/plain, $THREADS threads, $EPOCHS epochs, feed only"
@@ -85,7 +90,10 @@ interleaved() {  # NAME DATASET ARGS...: pipeline/limit per round and the median
   done
   echo "$name: median pipeline/limit $(printf '%s\n' "${ratios[@]}" | median) (rounds: ${ratios[*]})"
 }
-if [[ $PARTS == *a* ]]; then interleaved a2 "$W/plain"; fi
+if [[ $PARTS == *a* ]]; then
+  interleaved a2 "$W/plain"
+  if ((THREADS > 1)); then THREADS=$((THREADS - 1)) interleaved a3 "$W/plain"; fi
+fi
 if [[ $PARTS == *b* ]]; then interleaved b "$W/multi" "${FIELDS[@]}"; fi
 
 if [[ $PARTS == *c* ]]; then

@@ -173,11 +173,14 @@ TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
 TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
   testing::Proxy proxy;
   ASSERT_TRUE(proxy.start(nginx_.url(""), {"--corrupt-first", "100000"}));
+  for (RemoteReads reads : {RemoteReads::kShards, RemoteReads::kRecords}) {
+  SCOPED_TRACE(remote_reads_name(reads));
   TempDir cache;
   LoaderOptions o = options(proxy.url());
   o.cache_dir = cache.str();
   o.remote.part_bytes = 64 << 10;
   o.remote.backoff_base = std::chrono::milliseconds(5);
+  o.remote_reads = reads;
   try {
     Loader l(o);
     while (l.next()) {
@@ -189,6 +192,7 @@ TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
     EXPECT_NE(m.find("127.0.0.1:" + std::to_string(proxy.port)), std::string::npos) << m;
     EXPECT_NE(m.find(".stk"), std::string::npos) << m;
     EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
+  }
   }
 }
 
@@ -420,7 +424,7 @@ TEST_F(RemoteLoader, ACacheOfTwoAndAHalfShardsGivesTheLocalBatchesForShardLocalA
   OrderOptions shuffled;
   shuffled.kind = OrderKind::kShuffled;
   shuffled.seed = 7;
-  kinds.push_back({"shuffled", shuffled});
+  kinds.push_back({"shuffled", shuffled});  // whole shards, forced (auto reads records)
   for (const Kind& k : kinds) {
     SCOPED_TRACE(k.name);
     TempDir cache;
@@ -434,8 +438,86 @@ TEST_F(RemoteLoader, ACacheOfTwoAndAHalfShardsGivesTheLocalBatchesForShardLocalA
     ro.cache_limit = limit;
     ro.cache_prefetch = 4;  // more than the limit leaves room for: the window shrinks
     ro.remote.part_bytes = 64 << 10;
+    ro.remote_reads = RemoteReads::kShards;
     expect_same_batches_in_a_small_cache(lo, ro);
   }
+}
+
+// The small-cache global shuffle: auto reads each record by a ranged GET, the
+// same batches as the local dataset for every rank, each record fetched once an epoch
+// (no shard downloaded whole, nothing but the MANIFEST in the cache), the shards'
+// indexes fetched once for the loader's life.
+TEST_F(RemoteLoader, AGlobalShuffleThroughACacheTooSmallReadsEachRecordOnceAnEpochByARangedGet) {
+  const uint64_t limit = largest_shard(manifest_) * 5 / 2;
+  const int shards = static_cast<int>(manifest_.shards.size());
+  for (const auto& [rank, world] : {std::pair{0, 1}, std::pair{1, 2}}) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world));
+    TempDir cache;
+    LoaderOptions lo = options(root_.str("ds"));
+    lo.rank = rank;
+    lo.world_size = world;
+    LoaderOptions ro = lo;
+    ro.path = nginx_.url();
+    ro.cache_dir = cache.str();
+    ro.cache_limit = limit;
+    Loader local(lo), remote(ro);
+    ASSERT_EQ(remote.num_batches(), local.num_batches());
+    uint64_t samples = 0;
+    for (uint64_t e = 0; e < 2; ++e) {
+      const int before = shard_requests(nginx_);
+      expect_same_epoch(local, remote, e);
+      if (HasFatalFailure()) return;
+      const LoaderStats st = remote.stats();
+      EXPECT_TRUE(st.network.record_reads) << "epoch " << e;
+      EXPECT_EQ(st.network.hits + st.network.misses, 0u);
+      samples = st.samples;
+      const int asked = shard_requests(nginx_) - before;
+      // A GET per record read (two records next to each other in a shard and in a batch
+      // may share one), plus, in the first epoch, three small ones per shard's index.
+      const int indexes = e == 0 ? 3 * shards : 0;
+      EXPECT_LE(asked, static_cast<int>(samples) + indexes) << "epoch " << e;
+      EXPECT_GE(asked, static_cast<int>(samples) / 2) << "epoch " << e;
+      // Record bytes and little more: nothing was downloaded whole.
+      EXPECT_LE(st.network.bytes_fetched, st.record_bytes + (e == 0 ? 64u * 1024 * shards : 0)) << "epoch " << e;
+    }
+    EXPECT_GT(samples, 0u);
+    for (const auto& de : std::filesystem::recursive_directory_iterator(cache.str()))
+      EXPECT_EQ(de.path().string().find(".stk"), std::string::npos) << de.path() << " was cached";
+  }
+}
+
+TEST_F(RemoteLoader, RemoteReadsSaysWhichWayRecordsComeAndRecordsOfTokenDataIsANamedError) {
+  auto reads = [&](RemoteReads r, OrderKind kind, uint64_t limit) {
+    TempDir cache;
+    LoaderOptions ro = options(nginx_.url());
+    ro.cache_dir = cache.str();
+    ro.cache_limit = limit;
+    ro.order.kind = kind;
+    ro.remote_reads = r;
+    Loader l(ro);
+    EXPECT_TRUE(l.next().has_value());
+    return l.stats().network.record_reads;
+  };
+  const uint64_t small = largest_shard(manifest_) * 2;
+  EXPECT_TRUE(reads(RemoteReads::kAuto, OrderKind::kShuffled, small));
+  EXPECT_FALSE(reads(RemoteReads::kAuto, OrderKind::kShuffled, 0));  // the dataset fits
+  EXPECT_FALSE(reads(RemoteReads::kAuto, OrderKind::kChunkLocal, small));
+  EXPECT_FALSE(reads(RemoteReads::kShards, OrderKind::kShuffled, small));
+  EXPECT_TRUE(reads(RemoteReads::kRecords, OrderKind::kSequential, 0));
+  write_tokens(root_.str("tok"));
+  TempDir cache;
+  auto [lo, ro] = token_options(cache);
+  ro.remote_reads = RemoteReads::kRecords;
+  try {
+    Loader l(ro);
+    FAIL() << "remote_reads records opened token data";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("remote_reads"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(remote_reads_from_name("records"), RemoteReads::kRecords);
+  EXPECT_STREQ(remote_reads_name(RemoteReads::kShards), "shards");
+  EXPECT_THROW(remote_reads_from_name("ranged"), Error);
 }
 
 // What the README promises for a small cache: chunk_local with whole-shard chunks and a
@@ -452,6 +534,7 @@ TEST_F(RemoteLoader, WholeShardChunksThroughASmallCacheFetchEachShardOncePerEpoc
     ro.cache_dir = cache.str();
     ro.cache_limit = limit;
     ro.remote.part_bytes = 1 << 20;  // one GET per shard
+    ro.remote_reads = RemoteReads::kShards;  // whole shards, as the comparison is about
     Loader l(ro);
     epoch_digests(l, 0);
     const int before = shard_requests(nginx_);
@@ -516,6 +599,7 @@ TEST_F(RemoteLoader, OneThreadAndRoomForOneShardFinishesWithTheLocalBatches) {
     ro.cache_dir = cache.str();
     ro.cache_limit = largest_shard(manifest_);
     ro.remote.part_bytes = 64 << 10;
+    ro.remote_reads = RemoteReads::kShards;  // whole shards: records hold none
     expect_same_batches_in_a_small_cache(lo, ro);
   }
   {

@@ -53,6 +53,11 @@ enum class OnError {
   kError,  ///< stop: next() throws the error, naming shard, record and reason (default)
   kSkip,   ///< drop it, count it (stats().skipped), log it once, keep batches full
 };
+/// How a remote dataset's records are fetched (LoaderOptions::remote_reads).
+enum class RemoteReads { kAuto, kShards, kRecords };
+const char* remote_reads_name(RemoteReads r) noexcept;  ///< "auto", "shards", "records"
+RemoteReads remote_reads_from_name(const std::string& s);  ///< throws kInvalidArgument
+
 const char* on_error_name(OnError e) noexcept;
 OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"
 
@@ -101,6 +106,14 @@ struct LoaderOptions {
   uint64_t cache_limit = 0;
   unsigned cache_prefetch = 4;  ///< shards fetched ahead of the one being read
   RemoteOptions remote;         ///< connections, part size, S3 profile, retries
+  /// How a URL's records reach the loader. kShards: whole shards through the cache, as
+  /// above. kRecords: each record by its own ranged GET (io.queue_depth of them in
+  /// flight), nothing but the shard indexes kept (in memory): a global shuffle of a
+  /// dataset the cache cannot hold then fetches each record once per epoch instead of
+  /// about a shard per record. Datasets of records only (token data: kInvalidArgument).
+  /// kAuto: kRecords when the order kind is shuffled, the data is records and
+  /// cache_limit holds fewer than all of the dataset's shards; kShards otherwise.
+  RemoteReads remote_reads = RemoteReads::kAuto;
   /// A weighted mixture instead of `path`: these datasets, drawn in proportion to
   /// `weights` (one each, > 0) as MixtureOrder (stoker/mixture.h) says — per seed and
   /// epoch, the same sequence for every world size, resumable from state(). An epoch is
@@ -241,6 +254,9 @@ struct NetworkStats {
   double startup_fetch_wait_s = 0;
   uint64_t hits = 0;    ///< shards the run read that were in place (in the cache, or held already)
   uint64_t misses = 0;  ///< shards the run read that it had to wait for
+  /// Records come by their own ranged GETs (LoaderOptions::remote_reads), not shards
+  /// through the cache: hits and misses stay 0.
+  bool record_reads = false;
   uint64_t cache_bytes = 0;  ///< bytes of this dataset in the cache directory (last scanned)
   uint64_t cache_limit = 0;  ///< the cache's limit in bytes
   /// hits / (hits + misses); 0 when the run read no shard.

@@ -392,6 +392,7 @@ class PyLoader {
       g["requests_in_flight"] = n.requests_in_flight;
       g["requests_in_flight_avg"] = n.mean_in_flight(s.wall_s);
       g["fetch_wait_s"] = n.fetch_wait_s;
+      g["reads"] = n.record_reads ? "records" : "shards";
       g["hits"] = n.hits;
       g["misses"] = n.misses;
       g["hit_rate"] = n.hits + n.misses ? py::object(py::float_(n.hit_rate())) : py::object(py::none());

@@ -67,6 +67,9 @@ void init_loader_options(py::module_& m) {
           "cache_prefetch", [](const PyLoaderOptions& x) { return x.o.cache_prefetch; },
           [](PyLoaderOptions& x, unsigned v) { x.o.cache_prefetch = v; })
       .def_property(
+          "remote_reads", [](const PyLoaderOptions& x) { return std::string(remote_reads_name(x.o.remote_reads)); },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.remote_reads = remote_reads_from_name(v); })
+      .def_property(
           "remote_connections", [](const PyLoaderOptions& x) { return x.o.remote.connections; },
           [](PyLoaderOptions& x, unsigned v) { x.o.remote.connections = v; })
       .def_property(

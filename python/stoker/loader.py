@@ -189,6 +189,11 @@ class Loader:
             is reading, so a few shards suffice for order "sequential" or
             "chunk_local" (README: what each order costs with a small cache).
         cache_prefetch: shards fetched ahead of the one being read.
+        remote_reads: "auto", "shards" or "records": whole shards through the cache,
+            or each record by its own ranged GET with nothing cached (records only;
+            not token data). "auto": records for order "shuffled" when cache_limit
+            holds fewer than all shards, which would otherwise fetch about a shard
+            per record read.
         remote_connections: ranged GETs in flight at once; remote_profile: the S3
             credentials profile (None: $AWS_PROFILE or "default").
         device_slots: device="cuda": batches in the device ring. Holding all but one of
@@ -218,7 +223,7 @@ class Loader:
                  direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
-                 remote_connections=None, remote_profile=None, _stage=None):
+                 remote_reads="auto", remote_connections=None, remote_profile=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -316,6 +321,7 @@ class Loader:
         if cache_limit is not None:
             o.cache_limit = int(cache_limit)
         o.cache_prefetch = int(cache_prefetch)
+        o.remote_reads = _choice("remote_reads", remote_reads, ("auto", "shards", "records"))
         if remote_connections is not None:
             o.remote_connections = int(remote_connections)
         if remote_profile is not None:

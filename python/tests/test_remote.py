@@ -115,3 +115,23 @@ def test_stats_carry_the_network_stage(nginx, image_dataset, tmp_path):
     local = stoker.Loader(image_dataset[0], **kw)
     _epoch(local, 0)
     assert local.stats()["network"] is None
+
+
+def test_remote_reads_records_gives_the_local_batches_with_nothing_cached(nginx, image_dataset, tmp_path):
+    url, log = nginx
+    kw = dict(batch_size=8, transform="eval", size=32, seed=5, threads=2)
+    local = stoker.Loader(image_dataset[0], **kw)
+    remote = stoker.Loader(url, cache_dir=tmp_path / "cache", remote_reads="records", **kw)
+    for e in range(2):
+        want, got = _epoch(local, e), _epoch(remote, e)
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            for k in w:
+                if isinstance(w[k], torch.Tensor):
+                    assert torch.equal(g[k], w[k]), (e, k)
+                else:
+                    assert g[k] == w[k], (e, k)
+        assert remote.stats()["network"]["reads"] == "records"
+    assert not [p for p in (tmp_path / "cache").rglob("*.stk")], "records mode cached a shard"
+    with pytest.raises(ValueError, match="remote_reads"):
+        stoker.Loader(url, cache_dir=tmp_path / "cache", remote_reads="ranged", **kw)

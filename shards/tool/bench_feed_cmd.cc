@@ -42,12 +42,12 @@ uint64_t peak_rss_bytes() {
 struct FeedArgs {
   std::string dataset, transform = "train", order = "shuffled", engine = "auto", on_error = "error";
   int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
-          epochs = 1, limit_records = 2000;
+          epochs = 1, warmup_epochs = 0, limit_records = 2000;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
   // A URL: the shard cache, how it is fetched, and a local copy for the limit.
-  std::string cache_dir, cache_limit, local;
+  std::string cache_dir, cache_limit, local, remote_reads = "auto";
   int64_t prefetch = LoaderOptions{}.cache_prefetch;
   RemoteArgs remote;
   std::vector<std::string> fields;  // --field values (field_spec.h)
@@ -58,6 +58,7 @@ struct FeedArgs {
 void add_network(NetworkStats& all, const NetworkStats& n) {
   if (!n.remote) return;
   all.remote = true;
+  all.record_reads = n.record_reads;
   all.bytes_fetched += n.bytes_fetched;
   all.requests += n.requests;
   all.retries += n.retries;
@@ -104,6 +105,7 @@ int run_feed(const FeedArgs& a) {
     o.cache_dir = a.cache_dir;
     o.cache_limit = a.cache_limit.empty() ? 0 : parse_size(a.cache_limit);
     o.cache_prefetch = static_cast<unsigned>(a.prefetch);
+    o.remote_reads = remote_reads_from_name(a.remote_reads);
     o.remote = a.remote.options();
   }
   const double io_limit_mbps = a.io_limit_mbps;
@@ -196,12 +198,21 @@ int run_feed(const FeedArgs& a) {
     }
     return *(limit_opts = std::move(lo));
   };
+  // Warm-up epochs: the run's start-up (threads, first reads, slot pages) out of the
+  // figures, as a long epoch would make it; the measured epochs carry on from them.
+  const int warmup = static_cast<int>(a.warmup_epochs);
+  for (int e = 0; e < warmup; ++e) {
+    loader.set_epoch(static_cast<uint64_t>(e));
+    while (loader.next()) {
+    }
+    if (e == 0) first_batch = loader.stats().first_batch_s;
+  }
   const auto run_t0 = std::chrono::steady_clock::now();
   bool out_of_time = false;
   int epochs_run = 0;
   for (int e = 0; e < epochs && !out_of_time; ++e) {
     ++epochs_run;
-    loader.set_epoch(static_cast<uint64_t>(e));
+    loader.set_epoch(static_cast<uint64_t>(warmup + e));
     auto t0 = std::chrono::steady_clock::now();
     auto next_snapshot = t0 + std::chrono::duration<double>(snapshot_s);
     while (auto b = loader.next()) {
@@ -223,7 +234,7 @@ int run_feed(const FeedArgs& a) {
     tracker.update(last);
     add_epoch(FeedFigures::from(last));
     if (e == 0) run_startup = FeedFigures::from(last).startup_s;
-    if (e == 0) first_batch = last.first_batch_s;
+    if (e == 0 && warmup == 0) first_batch = last.first_batch_s;
     wall += w;
     samples += last.samples;
     bytes += last.record_bytes;
@@ -238,14 +249,14 @@ int run_feed(const FeedArgs& a) {
     dec_total.items += last.decode.items;
     add_network(net_total, last.network);
     // The epoch's own verdict (stats(): the whole epoch, its start included).
-    per_epoch.push_back({{"epoch", e},
+    per_epoch.push_back({{"epoch", warmup + e},
                          {"wall_s", internal::figure(w)},
                          {"samples_per_s", internal::figure(last.samples / std::max(w, 1e-9))},
                          {"bottleneck", last.bottleneck},
                          {"evidence", last.evidence},
                          {"network", internal::to_json_value(last.network, w, FeedFigures::from(last).fetch_wait_frac())}});
     if (!json)
-      std::fprintf(stderr, "epoch %d: %s\n", e, last.summary().c_str());
+      std::fprintf(stderr, "epoch %d: %s\n", warmup + e, last.summary().c_str());
     if (a.limit_interleaved) {
       if (!meter) {
         rss = peak_rss_bytes();
@@ -319,6 +330,7 @@ int run_feed(const FeedArgs& a) {
                     {"batch", o.batch_size},
                     {"size", o.transform.size},
                     {"epochs", epochs_run},
+                    {"warmup_epochs", warmup},
                     {"consumer_ms", internal::figure(consumer_ms)},
                     {"unit", unit},
                     {"samples", samples},
@@ -366,6 +378,9 @@ void setup(CLI::App& tool) {
   c->add_option("--batch", a->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();
   c->add_option("--size", a->size, "output image side")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   c->add_option("--epochs", a->epochs, "epochs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  c->add_option("--warmup-epochs", a->warmup_epochs,
+                "epochs run first and left out of every figure (the run's start-up, as in a long epoch)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   c->add_option("--order", a->order, "sample order")->check(named_by(parse_order_kind, "shuffled|sequential|chunk_local"))
       ->capture_default_str();
   c->add_option("--seed", a->seed, "order seed")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -400,12 +415,17 @@ void setup(CLI::App& tool) {
   c->add_option("--cache-limit", a->cache_limit, "URL: cache size (default: the dataset's size)")->check(byte_size());
   c->add_option("--prefetch", a->prefetch, "URL: shards fetched ahead")->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  c->add_option("--remote-reads", a->remote_reads,
+                "URL: whole shards through the cache, or each record by a ranged GET (auto: records for a "
+                "shuffle whose shards the cache cannot all hold)")
+      ->check(named_by(remote_reads_from_name, "auto|shards|records"))
+      ->capture_default_str();
   c->add_option("--local", a->local, "URL: a local copy to measure the in-memory limit on (default: the cache's)");
   add_remote_options(c, a->remote);
   c->add_flag("--json", a->json, "a JSON object after the text");
   on_run(c, [a, c] {
     if (!is_remote_url(a->dataset))
-      reject_options(c, {"--cache-dir", "--cache-limit", "--prefetch", "--local", "--connections", "--part", "--profile"},
+      reject_options(c, {"--cache-dir", "--cache-limit", "--prefetch", "--remote-reads", "--local", "--connections", "--part", "--profile"},
                      "without a URL");
     return run_feed(*a);
   });

@@ -315,10 +315,13 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
 std::string NetworkStats::summary(double wall_s) const {
   std::string s = "fetched " + fmt("%.1f MB/s", bytes_per_s(wall_s) / 1e6) + ", " +
                   fmt("%.1f requests/s", requests_per_s(wall_s)) + ", " +
-                  fmt("%.1f requests in flight", mean_in_flight(wall_s)) + ", cache hit rate ";
-  s += hits + misses ? pct(hit_rate()) + " (" + std::to_string(hits) + " of " + std::to_string(hits + misses) +
-                           " shards in place)"
-                     : std::string("- (no shard read)");
+                  fmt("%.1f requests in flight", mean_in_flight(wall_s));
+  if (record_reads)
+    s += ", records by ranged GET (no shard cached)";
+  else
+    s += ", cache hit rate " + (hits + misses ? pct(hit_rate()) + " (" + std::to_string(hits) + " of " +
+                                                    std::to_string(hits + misses) + " shards in place)"
+                                              : std::string("- (no shard read)"));
   s += ", cache " + fmt("%.1f MB", cache_bytes / 1e6) + " of " + fmt("%.1f MB", cache_limit / 1e6);
   return s;
 }
@@ -358,6 +361,7 @@ Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait) {
               {"requests_in_flight_avg", figure(n.mean_in_flight(wall_s))},
               {"fetch_wait_s", figure(n.fetch_wait_s)},
               {"fetch_wait_frac", figure(fetch_wait)},
+              {"reads", n.record_reads ? "records" : "shards"},
               {"hits", n.hits},
               {"misses", n.misses},
               {"hit_rate", n.hits + n.misses ? Json(figure(n.hit_rate())) : Json(nullptr)},

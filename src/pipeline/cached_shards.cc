@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <functional>
 
+#include <map>
+
+#include "remote/record_engine.h"
 #include "stoker/error.h"
 #include "util/log.h"
 
@@ -32,6 +35,8 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
   }
   co.prefetch = opt.cache_prefetch;
   auto c = std::make_shared<CachedShards>();
+  c->store_ = store;
+  c->reader_opt_.max_record_bytes = opt.max_record_bytes;
   c->cache_ = ShardCache::open(std::move(store), co);  // a limit below the largest shard throws, naming both
   // The most shards that fit whichever they are: as many of the largest as the limit
   // holds (at least one: ShardCache::open checked that the largest fits).
@@ -49,18 +54,66 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
     c->soft_ = c->hard_ > window ? c->hard_ - window : 1;
   }
   c->shards_.resize(c->cache_->manifest().shards.size());
-  if (c->hard_ < sizes.size() && opt.order.kind == OrderKind::kShuffled)
-    log_warn(redact_url(opt.path) + ": cache_limit " + std::to_string(co.limit) + " bytes holds " +
-             std::to_string(c->hard_) + " of the dataset's " + std::to_string(sizes.size()) +
-             " shards, and a global shuffle (order kind shuffled) draws every batch from most of them: "
-             "shards will be fetched again and again (about one fetch per record read). Use order kind "
-             "chunk_local with chunk_size = a shard's records (each shard fetched once per epoch; "
-             "sequential for token data), or a cache_limit that holds the dataset");
+  c->indexes_.resize(c->shards_.size());
+  c->warn_small_shuffle_ = c->hard_ < sizes.size() && opt.order.kind == OrderKind::kShuffled;
   return c;
+}
+
+void CachedShards::choose_reads(const LoaderOptions& opt, bool tokens) {
+  const std::string url = redact_url(opt.path);
+  if (opt.remote_reads == RemoteReads::kRecords && tokens)
+    throw_error(ErrorCode::kInvalidArgument,
+                url + ": remote_reads records reads records of a dataset of records one by one; token data is "
+                      "read a window of shards at a time: use remote_reads auto or shards");
+  // Token data's shuffle reads a window of shards at a time (kTokenWindow), which
+  // whole shards serve.
+  if (tokens) warn_small_shuffle_ = false;
+  records_ = opt.remote_reads == RemoteReads::kRecords ||
+             (opt.remote_reads == RemoteReads::kAuto && warn_small_shuffle_);
+  const std::string holds = "cache_limit " + std::to_string(cache_->stats().limit) + " bytes holds " +
+                            std::to_string(hard_) + " of the dataset's " + std::to_string(shards_.size()) + " shards";
+  if (records_ && warn_small_shuffle_) {
+    log_info(url + ": " + holds + ", and a global shuffle draws every batch from most of them: records are read "
+                   "one by one by ranged GETs (remote_reads records; nothing cached, each record fetched once "
+                   "per epoch). Order kind chunk_local with chunk_size = a shard's records fetches whole shards "
+                   "once per epoch instead, and a cache_limit that holds the dataset fetches it once");
+  } else if (!records_ && warn_small_shuffle_) {
+    log_warn(url + ": " + holds + ", and a global shuffle (order kind shuffled) draws every batch from most of "
+                   "them: shards will be fetched again and again (about one fetch per record read). Use "
+                   "remote_reads auto or records (a ranged GET per record), order kind chunk_local with "
+                   "chunk_size = a shard's records (each shard fetched once per epoch; sequential for token "
+                   "data), or a cache_limit that holds the dataset");
+  }
+}
+
+const RecordLocation& CachedShards::location(size_t s, uint64_t r) {
+  std::shared_ptr<const RemoteShard> index;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    index = indexes_.at(s);
+  }
+  if (!index) {
+    // Fetched outside the lock (a few round trips); two threads may both fetch it, and
+    // the first stored is kept.
+    auto fresh = RemoteShard::open(store_, cache_->manifest().shards.at(s), reader_opt_);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    if (!indexes_[s]) indexes_[s] = std::move(fresh);
+    index = indexes_[s];
+  }
+  if (r >= index->record_count())
+    throw_error(ErrorCode::kInvalidArgument, shard_url(s) + ": record " + std::to_string(r) + " does not exist");
+  return index->location(r);  // the index lives as long as this object
+}
+
+std::unique_ptr<IoEngine> CachedShards::make_record_engine(unsigned queue_depth) const {
+  std::map<std::string, uint64_t> sizes;
+  for (const ShardEntry& e : cache_->manifest().shards) sizes[e.name] = e.file_size;
+  return make_remote_record_engine(store_, std::move(sizes), queue_depth, record_wait_ns_);
 }
 
 void CachedShards::prefetch_run(const EpochOrder& order, const RankSchedule& sched, const Dataset& dataset,
                                 bool rows_of_records) {
+  if (records_) return;  // no shard is fetched whole
   const size_t shards = dataset.shard_count();
   // When every shard fits, nothing read is evicted: each shard is listed once, in the
   // order first read. Otherwise a shard is listed again when read again after others,
@@ -129,6 +182,7 @@ bool CachedShards::close_lru_idle_locked(size_t keep, const CloseFn& close) {
 }
 
 bool CachedShards::use(size_t s, const CloseFn& close) {
+  if (records_) return true;  // nothing held: the record's own GET reads it
   std::unique_lock<std::mutex> lock(mu_);
   Shard& sh = shards_.at(s);
   const bool fresh = !sh.pin;
@@ -160,6 +214,7 @@ bool CachedShards::use(size_t s, const CloseFn& close) {
 }
 
 void CachedShards::release(size_t s) {
+  if (records_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Shard& sh = shards_.at(s);

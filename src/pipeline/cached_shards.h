@@ -23,9 +23,15 @@
 // A shard read again later in the run (a shuffle) is acquired again, and downloaded
 // again when it was evicted meanwhile.
 //
-// Threading: use() and the close callbacks on the run's reader thread; release() on
-// any thread; prefetch_run() and end_run() by the consumer thread with no run thread
-// running; pin() at open.
+// Records by ranged GET (LoaderOptions::remote_reads, chosen once the schema is known):
+// no shard is held or prefetched; use() and release() do nothing; the reader thread
+// reads through make_record_engine() and takes record locations from location(), each
+// shard's index fetched (header, trailer, index: three small GETs) on its first use and
+// kept for the loader's life.
+//
+// Threading: use() and the close callbacks on the run's reader thread; release() and
+// location() on any thread; prefetch_run() and end_run() by the consumer thread with no
+// run thread running; pin() and choose_reads() at open.
 #pragma once
 
 #include <atomic>
@@ -54,6 +60,19 @@ class CachedShards {
 
   /// The dataset directory to open (MANIFEST, shards as they arrive).
   const std::string& local_dir() const { return cache_->local_dir(); }
+
+  /// Whole shards or records by ranged GET, as opt.remote_reads says for a dataset of
+  /// records (`tokens` false) or token data. kInvalidArgument: kRecords for token data.
+  void choose_reads(const LoaderOptions& opt, bool tokens);
+  bool record_reads() const noexcept { return records_; }
+  /// Records by ranged GET: where record r of shard s lies (its index fetched on first
+  /// use). Throws what RemoteShard::open throws (named URL, shard, reason).
+  const RecordLocation& location(size_t s, uint64_t r);
+  /// Records by ranged GET: an IO engine whose files are the dataset's shard objects
+  /// (add_file takes a shard's manifest name).
+  std::unique_ptr<IoEngine> make_record_engine(unsigned queue_depth) const;
+  /// Shard s as errors name it: its URL.
+  std::string shard_url(size_t s) const { return store_->object_url(cache_->manifest().shards.at(s).name); }
 
   /// Tells the cache this rank's shards in the order the run reads them (a shard read
   /// again after others have been read since is listed again). `rows_of_records`: the
@@ -89,6 +108,7 @@ class CachedShards {
   CacheStats stats() const {
     CacheStats s = cache_->stats();
     s.hits += held_hits_.load();
+    s.wait_s += static_cast<double>(record_wait_ns_->load()) / 1e9;
     return s;
   }
 
@@ -103,7 +123,16 @@ class CachedShards {
   /// there is none.
   bool close_lru_idle_locked(size_t keep, const CloseFn& close);
 
+  std::shared_ptr<RemoteStore> store_;
   std::shared_ptr<ShardCache> cache_;
+  bool warn_small_shuffle_ = false;  // a global shuffle through a cache that holds only some shards
+  ShardReaderOptions reader_opt_;
+  // Records by ranged GET: the shard indexes fetched so far (index_mu_), and the time the
+  // reader blocked on record fetches (the fetch wait of stats()).
+  bool records_ = false;
+  mutable std::mutex index_mu_;
+  std::vector<std::shared_ptr<const RemoteShard>> indexes_;
+  std::shared_ptr<std::atomic<uint64_t>> record_wait_ns_ = std::make_shared<std::atomic<uint64_t>>(0);
   size_t soft_ = 1;  // held shards beyond which idle ones are closed (room less the window)
   size_t hard_ = 1;  // held shards at most (room)
   mutable std::mutex mu_;

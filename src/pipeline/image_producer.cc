@@ -260,8 +260,7 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
   Job& job = *t.job;
   const std::string where = ctx_.record_name(t.shard, t.record);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
-  auto reader = ctx_.dataset->shard(t.shard);
-  const RecordLocation& loc = reader->location(t.record);
+  const RecordLocation& loc = ctx_.location(t.shard, t.record);
   std::span<const uint8_t> stored(t.buf->data() + t.skip, loc.stored_size);
   const std::vector<std::span<const uint8_t>> fields =
       record_fields(ctx_.dataset->schema(), loc, stored, scratch, where);

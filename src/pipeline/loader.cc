@@ -27,7 +27,14 @@ namespace stoker {
 
 namespace {
 constexpr internal::EnumName<OnError> kOnErrorNames[] = {{OnError::kError, "error"}, {OnError::kSkip, "skip"}};
+constexpr internal::EnumName<RemoteReads> kRemoteReadsNames[] = {
+    {RemoteReads::kAuto, "auto"}, {RemoteReads::kShards, "shards"}, {RemoteReads::kRecords, "records"}};
 }  // namespace
+
+const char* remote_reads_name(RemoteReads r) noexcept { return internal::enum_name(kRemoteReadsNames, r, "auto"); }
+RemoteReads remote_reads_from_name(const std::string& s) {
+  return internal::enum_from_name(kRemoteReadsNames, s, "remote_reads");
+}
 
 const char* on_error_name(OnError e) noexcept { return internal::enum_name(kOnErrorNames, e, "error"); }
 OnError on_error_from_name(const std::string& s) { return internal::enum_from_name(kOnErrorNames, s, "on_error"); }
@@ -117,6 +124,7 @@ void Loader::Impl::setup() {
   for (size_t i = 0; i < schema.fields.size(); ++i)
     if (schema.fields[i].kind == FieldKind::kTokens && tok.field < 0) tok.field = static_cast<int>(i);
   tokens = tok.field >= 0;
+  if (ctx.cached) ctx.cached->choose_reads(opt, tokens);
   if (!tokens && opt.targets)
     throw_error(ErrorCode::kInvalidArgument, "targets: next-token targets need token data, and " + opt.path +
                                                  " holds records (schema " + schema.to_string() + ")");
@@ -579,6 +587,7 @@ LoaderStats Loader::Impl::snapshot() const {
     auto sub = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
     NetworkStats& n = s.network;
     n.remote = true;
+    n.record_reads = ctx.cached->record_reads();
     n.bytes_fetched = sub(now.remote.bytes_fetched, base.remote.bytes_fetched);
     n.requests = sub(now.remote.requests, base.remote.requests);
     n.retries = sub(now.remote.retries, base.remote.retries);

@@ -76,7 +76,15 @@ struct Context {
   }
   uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
   std::string record_name(size_t shard, uint64_t rec) const {
-    return dataset->shard_path(shard) + ": record " + std::to_string(rec);
+    return (cached && cached->record_reads() ? cached->shard_url(shard) : dataset->shard_path(shard)) + ": record " +
+           std::to_string(rec);
+  }
+  /// Where record `rec` of `shard` lies: from the shard's reader (opened on first use),
+  /// or for records fetched by ranged GET from the shard's remote index. Valid while the
+  /// shard is in use (a local dataset's readers stay open).
+  const RecordLocation& location(size_t shard, uint64_t rec) const {
+    if (cached && cached->record_reads()) return cached->location(shard, rec);
+    return dataset->shard(shard)->location(rec);
   }
   /// A sample could not be read, checked or decoded: fail its batch (kError) or drop it
   /// (kSkip: counted in run.c.skipped, each distinct reason logged once). Past the run's

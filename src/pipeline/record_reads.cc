@@ -12,7 +12,8 @@ bool RecordReads::open(Run& run) {
     if (!engine_) {
       IoOptions io = ctx_.opt->io;
       io.slab_bytes = static_cast<size_t>(std::min<uint64_t>(io.slab_bytes, std::max<uint64_t>(slab_need_, 4u << 20)));
-      engine_ = make_io_engine(io);
+      engine_ = ctx_.cached && ctx_.cached->record_reads() ? ctx_.cached->make_record_engine(io.queue_depth)
+                                                          : make_io_engine(io);
       if (ctx_.opt->wrap_io) engine_ = ctx_.opt->wrap_io(std::move(engine_));
       file_ids_.assign(ctx_.dataset->shard_count(), -1);
     }
@@ -27,10 +28,12 @@ std::optional<RecordRange> RecordReads::range(size_t shard, uint64_t record) {
   // A remote dataset: the shard in the cache, held while the record is in use.
   if (ctx_.cached && !ctx_.cached->use(shard, close_)) return std::nullopt;
   try {
-    auto reader = ctx_.dataset->shard(shard);
-    if (file_ids_[shard] < 0) file_ids_[shard] = engine_->add_file(ctx_.dataset->shard_path(shard));
+    const RecordLocation& loc = ctx_.location(shard, record);
+    if (file_ids_[shard] < 0)
+      file_ids_[shard] = engine_->add_file(ctx_.cached && ctx_.cached->record_reads()
+                                               ? ctx_.dataset->manifest().shards.at(shard).name
+                                               : ctx_.dataset->shard_path(shard));
     const uint32_t fid = static_cast<uint32_t>(file_ids_[shard]);
-    const RecordLocation& loc = reader->location(record);
     return RecordRange{fid, loc.offset, loc.stored_size, engine_->file_size(fid)};
   } catch (...) {
     done(shard);
@@ -52,6 +55,9 @@ void RecordReads::wait_for_room() const {
 PlanOptions RecordReads::plan_options() const {
   PlanOptions po;
   po.alignment = engine_->direct() ? kDirectAlignment : 1;
+  // Records by ranged GET: a hole between two records would cross the network to be
+  // thrown away; only records that touch share a request.
+  if (ctx_.cached && ctx_.cached->record_reads()) po.max_gap_bytes = 0;
   return po;
 }
 
