@@ -8,6 +8,9 @@
 #   throttled  `bench feed PROXY_URL --cache-dir FRESH` behind tests/fault_proxy.py
 #              --rate RATE (one token bucket over every body): against what RATE allows,
 #              RATE / (dataset bytes / images) images/s
+#   records    the throttled run through a cache of two shards: a global shuffle then
+#              reads each record by a ranged GET (remote_reads auto), against the same
+#              allowance (RF_ORDER shuffled only; "-" otherwise)
 # Servers on loopback: nginx-light serving the dataset, the fault proxy in front of it.
 #   bash bench/remote_feed.sh [ROUNDS]     (build/stoker built; nginx and /usr/bin/python3)
 # Environment: RF_DIR (/tmp/stoker-rfeed), RF_IMAGES (400), RF_SHARD (4MiB), RF_RATE
@@ -100,7 +103,7 @@ ratios=$dir/ratios.txt
 : >"$ratios"
 allowed=$(awk "BEGIN{print $rate / ($bytes / $images)}")
 for r in $(seq "$rounds"); do
-  rm -rf "$dir/cache" "$dir/cache2" "$dir/cache3"
+  rm -rf "$dir/cache" "$dir/cache2" "$dir/cache3" "$dir/cache4"
   read -r la1 _ _ _ _ _ lcpu < <(feed "$dir/www/ds")
   # shellcheck disable=SC2086
   read -r cold _ cold_b cold_bps cold_rps cold_hr cold_cpu < <(feed "$url" --cache-dir "$dir/cache" $extra)
@@ -110,6 +113,12 @@ for r in $(seq "$rounds"); do
   read -r _ ep2 _ _ _ _ _ < <(feed "$url" --cache-dir "$dir/cache2" --epochs 2 $extra)
   # shellcheck disable=SC2086
   read -r slow _ slow_b slow_bps _ _ _ < <(feed "$slow_url" --cache-dir "$dir/cache3" $extra)
+  rec=- rec_b=- rt=-
+  if [ "$order" = shuffled ]; then
+    # shellcheck disable=SC2086
+    read -r rec _ rec_b _ _ _ _ < <(feed "$slow_url" --cache-dir "$dir/cache4" --cache-limit "$((2 * $(numfmt --from=auto "${shard%B}")))" $extra)
+    rt=$(div "$rec" "$allowed")
+  fi
   read -r lb1 l2 _ _ _ _ _ < <(feed "$dir/www/ds" --epochs 2)
   l1=$(awk "BEGIN{print ($la1 + $lb1) / 2}")
   c=$(div "$cold" "$l1"); w=$(div "$warm" "$l1"); e=$(div "$ep2" "$l2"); t=$(div "$slow" "$allowed")
@@ -118,13 +127,14 @@ for r in $(seq "$rounds"); do
   echo "round $r: local $la1/$lb1 img/s (epoch 2: $l2) | cold $cold img/s = $c of local, CPU/image $cc of local's (fetched $(mb "$cold_bps") MB/s," \
        "$cold_rps req/s, hit rate $cold_hr, verdict $cold_b) | warm $warm = $w, CPU/image $wc ($warm_rps req/s, hit rate $warm_hr)" \
        "| epoch 2 $ep2 = $e of local's epoch 2 | throttled $slow img/s = $t of the $(awk "BEGIN{printf \"%.1f\", $allowed}")" \
-       "allowed (fetched $(mb "$slow_bps") MB/s = $bw of the rate, verdict $slow_b)"
-  echo "$c $w $e $t $bw $cc $wc" >>"$ratios"
+       "allowed (fetched $(mb "$slow_bps") MB/s = $bw of the rate, verdict $slow_b) | records $rec img/s = $rt of it (verdict $rec_b)"
+  echo "$c $w $e $t $bw $cc $wc $rt" >>"$ratios"
 done
 /usr/bin/python3 - "$ratios" <<'EOF'
 import statistics, sys
-rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
-names = ["cold/local", "warm/local", "epoch2/local", "throttled/allowed", "throttled fetch/rate", "cold local/remote CPU per image", "warm local/remote CPU per image"]
+rows = [[float(x) if x != "-" else None for x in l.split()] for l in open(sys.argv[1]) if l.strip()]
+names = ["cold/local", "warm/local", "epoch2/local", "throttled/allowed", "throttled fetch/rate", "cold local/remote CPU per image", "warm local/remote CPU per image", "throttled records/allowed"]
+cols = [[x for x in c if x is not None] for c in zip(*rows)]
 print("medians: " + ", ".join("%s %.3f (%.3f-%.3f)" % (n, statistics.median(c), min(c), max(c))
-                              for n, c in zip(names, zip(*rows))))
+                              for n, c in zip(names, cols) if c))
 EOF

@@ -11,7 +11,8 @@ Forwards GETs (headers verbatim, Host included, so S3 signatures still verify) t
   --corrupt-first N              the first N answers of each (path, Range) get one byte
                                  flipped
   --slow                         bodies trickle out in 16 KiB pieces, 2 ms apart
-  --rate B                       a token bucket of B bytes/s over all bodies
+  --rate B                       B bytes/s over all bodies, shared in 16 KiB pieces in
+                                 the order they come (no body starves)
 Prints "PORT <n>" once listening on 127.0.0.1. GET /__stats answers a JSON object
 {path: requests} and POST-less GET /__reset clears it. Exits when stdin closes.
 """
@@ -28,23 +29,22 @@ args = None
 lock = threading.Lock()
 seen = {}      # (path, range) -> requests so far
 per_path = {}  # path -> requests
-bucket = {"tokens": 0.0, "t": time.monotonic()}
+pacer = {"next": time.monotonic()}
 
 
 def take(n):
-    """Blocks until the token bucket grants n bytes."""
+    """Blocks until n bytes may go out at the --rate. Each call books the next n / rate
+    seconds of the link in call order (a burst of up to 0.1 s of rate when idle), so the
+    bodies in flight share the rate chunk by chunk, first come first served, as flows
+    on a shared link do, and none starves."""
     if not args.rate:
         return
-    while True:
-        with lock:
-            now = time.monotonic()
-            bucket["tokens"] = min(args.rate * 0.1, bucket["tokens"] + (now - bucket["t"]) * args.rate)
-            bucket["t"] = now
-            if bucket["tokens"] >= n or bucket["tokens"] >= args.rate * 0.1:
-                bucket["tokens"] -= n
-                return
-            need = (n - bucket["tokens"]) / args.rate
-        time.sleep(min(need, 0.05))
+    with lock:
+        now = time.monotonic()
+        start = max(pacer["next"], now - 0.1)
+        pacer["next"] = start + n / args.rate
+    if start > now:
+        time.sleep(start - now)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -143,6 +143,9 @@ def main():
     p.add_argument("--rate", type=float, default=0)
     p.add_argument("--stall-s", type=float, default=5)
     args = p.parse_args()
+    # A loader opens tens of connections at once; socketserver's backlog of 5 would
+    # leave the rest half-open, their requests unanswered until a client timeout.
+    ThreadingHTTPServer.request_queue_size = 256
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     print("PORT", srv.server_address[1], flush=True)

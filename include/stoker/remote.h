@@ -56,6 +56,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -134,6 +135,9 @@ class RemoteStore {
     uint64_t offset = 0;
     std::span<uint8_t> dst;
     std::string what;
+    /// Called on the calling thread as soon as this range's bytes are all in (before
+    /// read_many returns or throws): a caller may use them while others still arrive.
+    std::function<void()> on_done;
   };
   virtual void read_many(std::span<const Range> ranges) = 0;
   /// Writes bytes [0, size) of object `name` into `fd` (at the same offsets) by

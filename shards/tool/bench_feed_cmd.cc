@@ -181,6 +181,10 @@ int run_feed(const FeedArgs& a) {
   uint64_t rss = 0;
   // The loader's options for the in-memory limit. A URL: the local copy given, else the
   // cache's (the loader fills it), so the limit measures decode, not the network.
+  // The cache's shards that hold the limit's records, pinned while it runs (the loader
+  // may have evicted them, or, reading records by ranged GET, never fetched them).
+  std::shared_ptr<ShardCache> limit_cache;
+  std::vector<ShardCache::Pin> limit_pins;
   std::optional<LoaderOptions> limit_opts;
   auto limit_options = [&]() -> const LoaderOptions& {
     if (limit_opts) return *limit_opts;
@@ -192,7 +196,15 @@ int run_feed(const FeedArgs& a) {
         co.dir = o.cache_dir;
         co.limit = std::numeric_limits<uint64_t>::max();
         co.prefetch = 0;
-        lo.path = ShardCache::open(RemoteStore::open(o.path, o.remote), co)->local_dir();
+        limit_cache = ShardCache::open(RemoteStore::open(o.path, o.remote), co);
+        lo.path = limit_cache->local_dir();
+        const auto ds = Dataset::open(lo.path);
+        std::vector<bool> pinned(ds->shard_count());
+        for (uint64_t g : internal::decode_limit_records(ds->record_count(), static_cast<uint64_t>(a.limit_records))) {
+          const size_t s = ds->locate(g).first;
+          if (!pinned[s]) limit_pins.push_back(limit_cache->acquire(s));
+          pinned[s] = true;
+        }
       }
       lo.cache_dir.clear();
     }

@@ -19,6 +19,13 @@
 
 namespace stoker::internal {
 
+std::vector<uint64_t> decode_limit_records(uint64_t records, uint64_t max_records) {
+  const uint64_t take = std::min<uint64_t>(records, std::max<uint64_t>(1, max_records));
+  std::vector<uint64_t> picked(take);
+  for (uint64_t i = 0; i < take; ++i) picked[i] = take == records ? i : i * records / take;
+  return picked;
+}
+
 struct DecodeLimitMeter::Impl {
   struct Item {
     uint64_t index;
@@ -57,13 +64,10 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
     }
   }
   Dataset& ds = *m.ds;
-  const uint64_t n = ds.record_count();
-  const uint64_t take = std::min<uint64_t>(n, std::max<uint64_t>(1, max_records));
-  m.items.reserve(take);
-  std::vector<uint64_t> picked(take);
-  for (uint64_t i = 0; i < take; ++i) {
-    picked[i] = take == n ? i : i * n / take;
-    auto [s, r] = ds.locate(picked[i]);
+  const std::vector<uint64_t> picked = decode_limit_records(ds.record_count(), max_records);
+  m.items.reserve(picked.size());
+  for (uint64_t g : picked) {
+    auto [s, r] = ds.locate(g);
     m.out.bytes_in_memory += ds.shard(s)->location(r).stored_size;
   }
   // The records sit in memory as the loader's reads do: on huge pages where the kernel

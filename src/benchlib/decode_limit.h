@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "stoker/loader.h"
 
@@ -31,6 +32,10 @@ struct DecodeLimit {
 /// with per-sample seeds as the loader draws them (opt.order.seed, epoch 0).
 /// Token datasets: zstd decompression of the records.
 /// kInvalidArgument for specs the loader refuses (the same messages).
+/// The records (global indices) the limit holds of a dataset of `records`: up to
+/// `max_records` of them, evenly spread.
+std::vector<uint64_t> decode_limit_records(uint64_t records, uint64_t max_records);
+
 DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, double seconds, uint64_t max_records);
 
 /// The same measurement in slices (bench feed --limit-interleaved: a slice after each

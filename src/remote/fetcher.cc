@@ -382,6 +382,7 @@ void Fetcher::run(std::vector<Part>& parts) {
       if (status >= 200 && status <= 299) {
         if (p.whole || t->got == p.length) {
           ++finished;
+          if (p.on_done) p.on_done();
           return;
         }
         why = "body cut at " + std::to_string(t->got) + " of " + std::to_string(p.length) + " bytes";

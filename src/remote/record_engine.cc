@@ -162,19 +162,12 @@ class RemoteRecordEngine final : public IoEngine {
         in_flight_ += batch.size();
         stats_.max_inflight = std::max<unsigned>(stats_.max_inflight, static_cast<unsigned>(in_flight_));
       }
-      std::vector<ReadCompletion> done = fetch(batch);
+      fetch(batch);
       {
         std::lock_guard<std::mutex> lock(mu_);
         in_flight_ -= batch.size();
         if (in_flight_ == 0) busy_s_ += std::chrono::duration<double>(Clock::now() - busy_since_).count();
-        for (ReadCompletion& c : done) {
-          ++stats_.requests;
-          if (c.result < 0) ++stats_.errors;
-          else stats_.bytes += static_cast<uint64_t>(c.result);
-          done_.push_back(std::move(c));
-        }
       }
-      done_cv_.notify_all();
       batch.clear();
     }
   }
@@ -185,35 +178,54 @@ class RemoteRecordEngine final : public IoEngine {
     return p.req.offset >= p.size ? 0 : std::min<uint64_t>(p.req.length, p.size - p.req.offset);
   }
 
-  std::vector<ReadCompletion> fetch(const std::vector<Pending>& batch) const {
-    std::vector<ReadCompletion> out;
-    out.reserve(batch.size());
+  // Hands a read's completion to reap() at once (the others of its batch may still be
+  // arriving).
+  void complete(const Pending& p, int64_t result, std::string error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.requests;
+      if (result < 0) ++stats_.errors;
+      else stats_.bytes += static_cast<uint64_t>(result);
+      done_.push_back(ReadCompletion{p.req.tag, result, std::move(error)});
+    }
+    done_cv_.notify_all();
+  }
+
+  void fetch(const std::vector<Pending>& batch) {
     auto range_of = [](const Pending& p) {
       return RemoteStore::Range{p.name, p.req.offset, std::span<uint8_t>(static_cast<uint8_t*>(p.req.buf), readable(p)),
-                                "shard " + p.name};
+                                "shard " + p.name, {}};
     };
+    std::vector<bool> done(batch.size());
     std::vector<RemoteStore::Range> ranges;
-    for (const Pending& p : batch)
-      if (readable(p) > 0) ranges.push_back(range_of(p));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (readable(batch[i]) == 0) {
+        complete(batch[i], 0, {});
+        done[i] = true;
+        continue;
+      }
+      ranges.push_back(range_of(batch[i]));
+      ranges.back().on_done = [this, &batch, &done, i] {
+        complete(batch[i], static_cast<int64_t>(readable(batch[i])), {});
+        done[i] = true;
+      };
+    }
     try {
       store_->read_many(ranges);
-      for (const Pending& p : batch) out.push_back(ReadCompletion{p.req.tag, static_cast<int64_t>(readable(p)), {}});
-      return out;
+      return;
     } catch (const std::exception&) {
-      // One failure cancels the whole call: find which reads it was.
+      // One failure cancels the others of the call: find which reads it was.
     }
-    for (const Pending& p : batch) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (done[i]) continue;
       try {
-        if (readable(p) > 0) {
-          const RemoteStore::Range r = range_of(p);
-          store_->read(r.name, r.offset, r.dst, r.what);
-        }
-        out.push_back(ReadCompletion{p.req.tag, static_cast<int64_t>(readable(p)), {}});
+        const RemoteStore::Range r = range_of(batch[i]);
+        store_->read(r.name, r.offset, r.dst, r.what);
+        complete(batch[i], static_cast<int64_t>(readable(batch[i])), {});
       } catch (const std::exception& e) {
-        out.push_back(ReadCompletion{p.req.tag, -EIO, e.what()});
+        complete(batch[i], -EIO, e.what());
       }
     }
-    return out;
   }
 
   std::shared_ptr<RemoteStore> store_;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string_view>
 #include <memory>
@@ -56,6 +57,8 @@ struct Part {
   int fd = -1;
   bool whole = false;
   std::string* out = nullptr;
+  /// Called (on run()'s thread) once the part's bytes are all in, before run() returns.
+  std::function<void()> on_done;
 };
 
 /// The curl side: a share handle (connections, DNS, TLS sessions) reused across calls,

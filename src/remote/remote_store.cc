@@ -37,7 +37,17 @@ class CurlStore final : public RemoteStore {
 
   void read_many(std::span<const Range> ranges) override {
     std::vector<internal::Part> parts;
-    for (const Range& r : ranges) split(r.name, r.what, r.offset, r.dst.size(), r.dst.data(), -1, parts);
+    for (const Range& r : ranges) {
+      const size_t first = parts.size();
+      split(r.name, r.what, r.offset, r.dst.size(), r.dst.data(), -1, parts);
+      if (!r.on_done || parts.size() == first) continue;
+      // Done when its last part is.
+      auto left = std::make_shared<size_t>(parts.size() - first);
+      for (size_t i = first; i < parts.size(); ++i)
+        parts[i].on_done = [left, done = r.on_done] {
+          if (--*left == 0) done();
+        };
+    }
     fetcher_.run(parts);
   }
 
