@@ -561,9 +561,10 @@ TEST_F(RemoteS3, TheLoadersStatsAndReportsNameNoCredential) {
   EnvVar a("AWS_ACCESS_KEY_ID", key_), b("AWS_SECRET_ACCESS_KEY", secret), c("AWS_ENDPOINT_URL", endpoint()),
       d("AWS_REGION", "us-east-1"), e("AWS_SESSION_TOKEN", token);
   for (bool json : {false, true}) {
-    SCOPED_TRACE(json ? "JSON reports" : "text reports");
+    SCOPED_TRACE(json ? "JSON reports, whole shards" : "text reports, records by ranged GET");
     TempDir cache;
     LoaderOptions o;
+    o.remote_reads = json ? RemoteReads::kShards : RemoteReads::kRecords;
     o.path = "s3://stoker-bucket/train/ds";
     o.cache_dir = cache.str();
     o.batch_size = 8;
@@ -581,7 +582,9 @@ TEST_F(RemoteS3, TheLoadersStatsAndReportsNameNoCredential) {
     ASSERT_GT(batches, 0u);
     const LoaderStats st = l.stats();
     ASSERT_TRUE(st.network.remote);
-    EXPECT_GE(st.network.bytes_fetched, manifest_.total_bytes());
+    EXPECT_EQ(st.network.record_reads, !json);
+    // Whole shards, or every record (signed GETs all the same).
+    EXPECT_GE(st.network.bytes_fetched, json ? manifest_.total_bytes() : st.record_bytes);
     ASSERT_FALSE(texts.empty()) << "no report";
     texts.push_back(st.to_json());
     texts.push_back(st.summary());

@@ -49,6 +49,9 @@
 // keeps the file in place while io_uring reads it and the records are decoded. It then
 // closes the shard's descriptors and lets the Pin go (keeping a few idle shards while
 // the room allows), so a cache_limit of a few shards serves a dataset of any size.
+// With LoaderOptions::remote_reads records (auto: a global shuffle whose shards the
+// cache cannot all hold) it reads each record by its own ranged GET through the same
+// RemoteStore instead, and the cache holds only the MANIFEST.
 //
 // Threading: RemoteStore, ShardCache and RemoteShard are safe to use from many threads.
 // A Pin may be released on any thread. Stats are snapshots.
