@@ -486,6 +486,63 @@ TEST_F(RemoteLoader, AGlobalShuffleThroughACacheTooSmallReadsEachRecordOnceAnEpo
   }
 }
 
+// Records by ranged GET behind a proxy that corrupts the first answer to every request
+// (each index part and each record): every record is fetched again once and the
+// batches are the local ones, byte for byte.
+TEST_F(RemoteLoader, ARecordCorruptOnItsFirstFetchIsFetchedAgainAndTheBatchesAreRight) {
+  testing::Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--corrupt-first", "1"}));
+  TempDir cache;
+  LoaderOptions lo = options(root_.str("ds"));
+  lo.rank = 0;
+  lo.world_size = 1;
+  LoaderOptions ro = lo;
+  ro.path = proxy.url();
+  ro.cache_dir = cache.str();
+  ro.remote_reads = RemoteReads::kRecords;
+  Loader local(lo), remote(ro);
+  expect_same_epoch(local, remote, 0);
+  const LoaderStats st = remote.stats();
+  EXPECT_EQ(st.skipped, 0u);
+  // Each record twice (its first copy corrupt), and a little more for the indexes.
+  EXPECT_GE(st.network.bytes_fetched, 2 * st.record_bytes);
+}
+
+// A mixture of two remote datasets: its network stage is both sources' fetches.
+TEST_F(RemoteLoader, AMixtureOfTwoUrlsCountsTheFetchesOfBoth) {
+  const Manifest second = write_dataset(root_.str("ds2"), 3);
+  TempDir cache;
+  LoaderOptions o = options(nginx_.url());
+  o.sources = {nginx_.url(), nginx_.url("ds2")};
+  o.weights = {1, 1};
+  o.samples_per_epoch = 64;  // a few of each source's records: neither starts over
+  o.cache_dir = cache.str();
+  o.remote.part_bytes = 1 << 20;  // a GET per shard
+  o.rank = 0;
+  o.world_size = 1;
+  const auto before = nginx_.requests();
+  Loader l(o);
+  l.set_epoch(0);
+  while (l.next()) {
+  }
+  const NetworkStats n = l.stats().network;
+  ASSERT_TRUE(n.remote);
+  // The shards the server sent, of both datasets.
+  uint64_t sent[2] = {0, 0};
+  for (const auto& [ds, m] : {std::pair<int, const Manifest*>{0, &manifest_}, {1, &second}})
+    for (const ShardEntry& e : m->shards) {
+      const std::string path = std::string(ds ? "/ds2/" : "/ds/") + e.name;
+      const auto it = before.find(path);
+      const auto now = nginx_.requests();
+      const auto at = now.find(path);
+      if (at != now.end() && (it == before.end() || at->second > it->second)) sent[ds] += e.file_size;
+    }
+  ASSERT_GT(sent[0], 0u);
+  ASSERT_GT(sent[1], 0u);
+  EXPECT_GE(n.bytes_fetched, sent[0] + sent[1]);
+  EXPECT_EQ(n.cache_limit, manifest_.total_bytes() + second.total_bytes());
+}
+
 TEST_F(RemoteLoader, RemoteReadsSaysWhichWayRecordsComeAndRecordsOfTokenDataIsANamedError) {
   auto reads = [&](RemoteReads r, OrderKind kind, uint64_t limit) {
     TempDir cache;

@@ -268,6 +268,11 @@ struct NetworkStats {
   double bytes_per_s(double wall_s) const noexcept { return wall_s > 0 ? bytes_fetched / wall_s : 0; }
   double requests_per_s(double wall_s) const noexcept { return wall_s > 0 ? requests / wall_s : 0; }
   double mean_in_flight(double wall_s) const noexcept { return wall_s > 0 ? request_s / wall_s : 0; }
+  /// Adds the counts of `n` (a later run, another source of a mixture): bytes,
+  /// requests, retries, busy and request seconds, fetch waits, hits, misses; `remote`
+  /// and `record_reads` when n has them. The values that are "now" (requests in flight,
+  /// cache bytes and limit) are the caller's to set.
+  void add_counts(const NetworkStats& n) noexcept;
   /// "fetched 48.1 MB/s, 12.0 requests/s, 6.0 requests in flight, cache hit rate 12% (3
   /// of 25 shards in place), cache 120.0 MB of 1000.0 MB", the rates over `wall_s`.
   std::string summary(double wall_s) const;

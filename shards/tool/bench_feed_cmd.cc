@@ -53,20 +53,11 @@ struct FeedArgs {
   std::vector<std::string> fields;  // --field values (field_spec.h)
 };
 
-// The network figures of several runs (epochs) together: counters summed, the values
+// The network figures of several runs (epochs) together: counts summed, the values
 // that are "now" (in flight, cache fill) from the last.
 void add_network(NetworkStats& all, const NetworkStats& n) {
   if (!n.remote) return;
-  all.remote = true;
-  all.record_reads = n.record_reads;
-  all.bytes_fetched += n.bytes_fetched;
-  all.requests += n.requests;
-  all.retries += n.retries;
-  all.busy_s += n.busy_s;
-  all.request_s += n.request_s;
-  all.fetch_wait_s += n.fetch_wait_s;
-  all.hits += n.hits;
-  all.misses += n.misses;
+  all.add_counts(n);
   all.requests_in_flight = n.requests_in_flight;
   all.cache_bytes = n.cache_bytes;
   all.cache_limit = n.cache_limit;

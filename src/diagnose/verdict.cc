@@ -312,6 +312,21 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   return v;
 }
 
+void NetworkStats::add_counts(const NetworkStats& n) noexcept {
+  if (!n.remote) return;
+  remote = true;
+  record_reads = record_reads || n.record_reads;
+  bytes_fetched += n.bytes_fetched;
+  requests += n.requests;
+  retries += n.retries;
+  busy_s += n.busy_s;
+  request_s += n.request_s;
+  fetch_wait_s += n.fetch_wait_s;
+  startup_fetch_wait_s += n.startup_fetch_wait_s;
+  hits += n.hits;
+  misses += n.misses;
+}
+
 std::string NetworkStats::summary(double wall_s) const {
   std::string s = "fetched " + fmt("%.1f MB/s", bytes_per_s(wall_s) / 1e6) + ", " +
                   fmt("%.1f requests/s", requests_per_s(wall_s)) + ", " +

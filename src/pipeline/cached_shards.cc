@@ -105,6 +105,14 @@ const RecordLocation& CachedShards::location(size_t s, uint64_t r) {
   return index->location(r);  // the index lives as long as this object
 }
 
+std::vector<uint8_t> CachedShards::fetch_record(size_t s, uint64_t r) {
+  const RecordLocation& loc = location(s, r);
+  std::vector<uint8_t> stored(loc.stored_size);
+  const std::string& name = cache_->manifest().shards.at(s).name;
+  store_->read(name, loc.offset, stored, "shard " + name + " record " + std::to_string(r));
+  return stored;
+}
+
 std::unique_ptr<IoEngine> CachedShards::make_record_engine(unsigned queue_depth) const {
   std::map<std::string, uint64_t> sizes;
   for (const ShardEntry& e : cache_->manifest().shards) sizes[e.name] = e.file_size;

@@ -68,6 +68,9 @@ class CachedShards {
   /// Records by ranged GET: where record r of shard s lies (its index fetched on first
   /// use). Throws what RemoteShard::open throws (named URL, shard, reason).
   const RecordLocation& location(size_t s, uint64_t r);
+  /// Records by ranged GET: record r of shard s's stored bytes fetched again, on their
+  /// own (the first copy failed its checksum). Throws what RemoteStore::read throws.
+  std::vector<uint8_t> fetch_record(size_t s, uint64_t r);
   /// Records by ranged GET: an IO engine whose files are the dataset's shard objects
   /// (add_file takes a shard's manifest name).
   std::unique_ptr<IoEngine> make_record_engine(unsigned queue_depth) const;

@@ -262,8 +262,18 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
   const RecordLocation& loc = ctx_.location(t.shard, t.record);
   std::span<const uint8_t> stored(t.buf->data() + t.skip, loc.stored_size);
-  const std::vector<std::span<const uint8_t>> fields =
-      record_fields(ctx_.dataset->schema(), loc, stored, scratch, where);
+  std::vector<uint8_t> again;
+  std::vector<std::span<const uint8_t>> fields;
+  try {
+    fields = record_fields(ctx_.dataset->schema(), loc, stored, scratch, where);
+  } catch (const Error& e) {
+    // A record fetched by ranged GET that fails its check is fetched once more (a proxy
+    // or cache in between may have served a bad copy), then reported as the shard
+    // cache does for whole shards.
+    if (e.code() != ErrorCode::kDataLoss || !ctx_.cached || !ctx_.cached->record_reads()) throw;
+    again = ctx_.cached->fetch_record(t.shard, t.record);
+    fields = record_fields(ctx_.dataset->schema(), loc, again, scratch, where + " (fetched twice)");
+  }
   const uint64_t sample = job.samples[t.j];
   put_image_fields(ctx_, f_, run_->epoch, job, t.j, fields, sample, dec, pixels, results, where);
   job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);

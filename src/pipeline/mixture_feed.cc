@@ -373,6 +373,11 @@ LoaderStats MixtureFeed::stats() const {
     s.io.busy_s += t.io.busy_s;
     s.io.wait_s += t.io.wait_s;
     s.io.items += t.io.items;
+    // Remote sources: the fetches of all of them, each through its own cache.
+    s.network.add_counts(t.network);
+    s.network.requests_in_flight += t.network.requests_in_flight;
+    s.network.cache_bytes += t.network.cache_bytes;
+    s.network.cache_limit += t.network.cache_limit;
   }
   s.batches = impl_->batches_out;
   s.samples = impl_->samples_out;

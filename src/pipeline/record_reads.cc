@@ -55,9 +55,10 @@ void RecordReads::wait_for_room() const {
 PlanOptions RecordReads::plan_options() const {
   PlanOptions po;
   po.alignment = engine_->direct() ? kDirectAlignment : 1;
-  // Records by ranged GET: a hole between two records would cross the network to be
-  // thrown away; only records that touch share a request.
-  if (ctx_.cached && ctx_.cached->record_reads()) po.max_gap_bytes = 0;
+  // Records by ranged GET: one request per record, its exact bytes (a hole between two
+  // records would cross the network to be thrown away, and a record that fails its
+  // check is fetched again on its own).
+  if (ctx_.cached && ctx_.cached->record_reads()) po.max_request_bytes = 0;
   return po;
 }
 
