@@ -14,8 +14,9 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 
 echo "== tsan build (pipeline, IO, staging)"
 # The loader's suites: the image path, token workers and kept windows, the skip policy,
-# and stats() read from another thread while epochs run.
-tsan_tests=(loader_test loader_tokens_test loader_skip_test loader_report_test io_test)
+# and stats() read from another thread while epochs run; a remote dataset's shards held
+# and released across threads, and records fetched by the ranged-GET engine's workers.
+tsan_tests=(loader_test loader_tokens_test loader_skip_test loader_report_test io_test remote_loader_test)
 [ -f tests/stage_test.cc ] && tsan_tests+=(stage_test)
 cmake -S . -B build-tsan "${common[@]}" -DSTOKER_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" >/dev/null
