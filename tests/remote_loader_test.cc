@@ -97,6 +97,18 @@ class RemoteLoader : public ::testing::Test {
     o.threads = 2;
     return o;
   }
+  // The image dataset read locally (first) and by `url` through `cache`, as rank `rank`
+  // of `world`.
+  std::pair<LoaderOptions, LoaderOptions> rank_options(const TempDir& cache, int rank = 0, int world = 1,
+                                                       const std::string& url = "") const {
+    LoaderOptions lo = options(root_.str("ds"));
+    lo.rank = rank;
+    lo.world_size = world;
+    LoaderOptions ro = lo;
+    ro.path = url.empty() ? nginx_.url() : url;
+    ro.cache_dir = cache.str();
+    return {lo, ro};
+  }
   // The token dataset under root_/tok read locally (first) and by URL through `cache`:
   // rows with their targets, one rank.
   std::pair<LoaderOptions, LoaderOptions> token_options(const TempDir& cache) const {
@@ -149,13 +161,7 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
   for (const auto& [rank, world] : {std::pair{0, 1}, std::pair{1, 2}}) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world));
     TempDir cache;
-    LoaderOptions lo = options(root_.str("ds"));
-    lo.rank = rank;
-    lo.world_size = world;
-    LoaderOptions ro = options(nginx_.url());
-    ro.rank = rank;
-    ro.world_size = world;
-    ro.cache_dir = cache.str();
+    auto [lo, ro] = rank_options(cache, rank, world);
     ro.remote.part_bytes = 64 << 10;  // several ranged GETs per shard
     expect_same_batches(lo, ro, nginx_, manifest_.shards.size());
   }
@@ -453,12 +459,7 @@ TEST_F(RemoteLoader, AGlobalShuffleThroughACacheTooSmallReadsEachRecordOnceAnEpo
   for (const auto& [rank, world] : {std::pair{0, 1}, std::pair{1, 2}}) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world));
     TempDir cache;
-    LoaderOptions lo = options(root_.str("ds"));
-    lo.rank = rank;
-    lo.world_size = world;
-    LoaderOptions ro = lo;
-    ro.path = nginx_.url();
-    ro.cache_dir = cache.str();
+    auto [lo, ro] = rank_options(cache, rank, world);
     ro.cache_limit = limit;
     Loader local(lo), remote(ro);
     ASSERT_EQ(remote.num_batches(), local.num_batches());
@@ -493,12 +494,7 @@ TEST_F(RemoteLoader, ARecordCorruptOnItsFirstFetchIsFetchedAgainAndTheBatchesAre
   testing::Proxy proxy;
   ASSERT_TRUE(proxy.start(nginx_.url(""), {"--corrupt-first", "1"}));
   TempDir cache;
-  LoaderOptions lo = options(root_.str("ds"));
-  lo.rank = 0;
-  lo.world_size = 1;
-  LoaderOptions ro = lo;
-  ro.path = proxy.url();
-  ro.cache_dir = cache.str();
+  auto [lo, ro] = rank_options(cache, 0, 1, proxy.url());
   ro.remote_reads = RemoteReads::kRecords;
   Loader local(lo), remote(ro);
   expect_same_epoch(local, remote, 0);
