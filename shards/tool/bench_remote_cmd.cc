@@ -123,7 +123,7 @@ int bench_io_remote(const BenchRemoteArgs& a) {
       std::vector<RemoteStore::Range> ranges;
       for (size_t k = 0; k < wire_bufs.size() && s + k < m.shards.size(); ++k)
         ranges.push_back({m.shards[s + k].name, 0, std::span<uint8_t>(wire_bufs[k]).first(m.shards[s + k].file_size),
-                          "shard " + m.shards[s + k].name});
+                          "shard " + m.shards[s + k].name, {}});
       store->read_many(ranges);
     }
     const double wire = std::chrono::duration<double>(Clock::now() - w0).count();

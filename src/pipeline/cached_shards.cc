@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-
 #include <map>
 
 #include "remote/record_engine.h"

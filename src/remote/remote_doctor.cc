@@ -91,7 +91,7 @@ std::vector<Check> check_remote_dataset(const std::string& url, uint64_t probe_b
       total += n;
     }
     for (size_t i = 0; i < bufs.size(); ++i)
-      ranges.push_back({m.shards[i].name, 0, bufs[i], "shard " + m.shards[i].name});
+      ranges.push_back({m.shards[i].name, 0, bufs[i], "shard " + m.shards[i].name, {}});
     const auto t0 = Clock::now();
     store->read_many(ranges);
     const double s = ms_since(t0) / 1000;

@@ -130,7 +130,8 @@ void RemoteShard::load() {
     throw_error(ErrorCode::kDataLoss, where + ": the manifest's size " + std::to_string(size) + " is too small for a shard");
   std::vector<uint8_t> block(kHeaderBlock);
   std::array<uint8_t, kTrailerSize> tb{};
-  std::vector<RemoteStore::Range> first = {{entry.name, 0, block, what}, {entry.name, size - kTrailerSize, tb, what}};
+  std::vector<RemoteStore::Range> first = {{entry.name, 0, block, what, {}},
+                                           {entry.name, size - kTrailerSize, tb, what, {}}};
   r->store_->read_many(first);
   const uint32_t header_size = internal::peek_header_size(block, where);
   if (header_size > size - kTrailerSize)
@@ -175,7 +176,7 @@ std::vector<Record> RemoteShard::read_records(std::span<const uint64_t> indices)
       if (i >= locations_.size())
         throw_error(ErrorCode::kInvalidArgument, where + ": record " + std::to_string(i) + " does not exist");
       stored[k].resize(locations_[i].stored_size);
-      ranges.push_back({entry_.name, locations_[i].offset, stored[k], "shard " + entry_.name + " record " + std::to_string(i)});
+      ranges.push_back({entry_.name, locations_[i].offset, stored[k], "shard " + entry_.name + " record " + std::to_string(i), {}});
     }
     store_->read_many(ranges);
   };
