@@ -423,12 +423,16 @@ void setup(CLI::App& tool) {
                 "shuffle whose shards the cache cannot all hold)")
       ->check(named_by(remote_reads_from_name, "auto|shards|records"))
       ->capture_default_str();
-  c->add_option("--local", a->local, "URL: a local copy to measure the in-memory limit on (default: the cache's)");
+  c->add_option("--local", a->local,
+                "URL: a local copy to measure the in-memory limit on (default: the cache's, which then fetches "
+                "the shards holding the limit's records)");
   add_remote_options(c, a->remote);
   c->add_flag("--json", a->json, "a JSON object after the text");
   on_run(c, [a, c] {
     if (!is_remote_url(a->dataset))
-      reject_options(c, {"--cache-dir", "--cache-limit", "--prefetch", "--remote-reads", "--local", "--connections", "--part", "--profile"},
+      reject_options(c,
+                     {"--cache-dir", "--cache-limit", "--prefetch", "--remote-reads", "--local", "--connections",
+                      "--part", "--profile"},
                      "without a URL");
     return run_feed(*a);
   });

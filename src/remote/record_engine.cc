@@ -93,7 +93,8 @@ class RemoteRecordEngine final : public IoEngine {
       const auto t0 = Clock::now();
       done_cv_.wait_for(lock, timeout, [&] { return done_.size() >= want; });
       if (wait_ns_)
-        wait_ns_->fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+        wait_ns_->fetch_add(
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
     }
     const size_t n = done_.size();
     for (auto& c : done_) out.push_back(std::move(c));
