@@ -54,7 +54,6 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
   }
   c->shards_.resize(c->cache_->manifest().shards.size());
   c->indexes_.resize(c->shards_.size());
-  c->warn_small_shuffle_ = c->hard_ < sizes.size() && opt.order.kind == OrderKind::kShuffled;
   return c;
 }
 
@@ -64,19 +63,18 @@ void CachedShards::choose_reads(const LoaderOptions& opt, bool tokens) {
     throw_error(ErrorCode::kInvalidArgument,
                 url + ": remote_reads records reads records of a dataset of records one by one; token data is "
                       "read a window of shards at a time: use remote_reads auto or shards");
-  // Token data's shuffle reads a window of shards at a time (kTokenWindow), which
-  // whole shards serve.
-  if (tokens) warn_small_shuffle_ = false;
-  records_ = opt.remote_reads == RemoteReads::kRecords ||
-             (opt.remote_reads == RemoteReads::kAuto && warn_small_shuffle_);
+  // A global shuffle of records through a cache that holds only some of the shards
+  // (token data's shuffle reads a window of shards at a time, which whole shards serve).
+  const bool small_shuffle = !tokens && opt.order.kind == OrderKind::kShuffled && hard_ < shards_.size();
+  records_ = opt.remote_reads == RemoteReads::kRecords || (opt.remote_reads == RemoteReads::kAuto && small_shuffle);
   const std::string holds = "cache_limit " + std::to_string(cache_->stats().limit) + " bytes holds " +
                             std::to_string(hard_) + " of the dataset's " + std::to_string(shards_.size()) + " shards";
-  if (records_ && warn_small_shuffle_) {
+  if (records_ && small_shuffle) {
     log_info(url + ": " + holds + ", and a global shuffle draws every batch from most of them: records are read "
                    "one by one by ranged GETs (remote_reads records; nothing cached, each record fetched once "
                    "per epoch). Order kind chunk_local with chunk_size = a shard's records fetches whole shards "
                    "once per epoch instead, and a cache_limit that holds the dataset fetches it once");
-  } else if (!records_ && warn_small_shuffle_) {
+  } else if (!records_ && small_shuffle) {
     log_warn(url + ": " + holds + ", and a global shuffle (order kind shuffled) draws every batch from most of "
                    "them: shards will be fetched again and again (about one fetch per record read). Use "
                    "remote_reads auto or records (a ranged GET per record), order kind chunk_local with "

@@ -128,7 +128,6 @@ class CachedShards {
 
   std::shared_ptr<RemoteStore> store_;
   std::shared_ptr<ShardCache> cache_;
-  bool warn_small_shuffle_ = false;  // a global shuffle through a cache that holds only some shards
   ShardReaderOptions reader_opt_;
   // Records by ranged GET: the shard indexes fetched so far (index_mu_), and the time the
   // reader blocked on record fetches (the fetch wait of stats()).

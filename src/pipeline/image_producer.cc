@@ -270,7 +270,7 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
     // A record fetched by ranged GET that fails its check is fetched once more (a proxy
     // or cache in between may have served a bad copy), then reported as the shard
     // cache does for whole shards.
-    if (e.code() != ErrorCode::kDataLoss || !ctx_.cached || !ctx_.cached->record_reads()) throw;
+    if (e.code() != ErrorCode::kDataLoss || !ctx_.record_reads()) throw;
     again = ctx_.cached->fetch_record(t.shard, t.record);
     fields = record_fields(ctx_.dataset->schema(), loc, again, scratch, where + " (fetched twice)");
   }

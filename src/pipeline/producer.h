@@ -75,15 +75,16 @@ struct Context {
     return static_cast<int>(tensors.size() - 1);
   }
   uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
+  /// A remote dataset read record by record (ranged GETs, CachedShards::record_reads).
+  bool record_reads() const { return cached && cached->record_reads(); }
   std::string record_name(size_t shard, uint64_t rec) const {
-    return (cached && cached->record_reads() ? cached->shard_url(shard) : dataset->shard_path(shard)) + ": record " +
-           std::to_string(rec);
+    return (record_reads() ? cached->shard_url(shard) : dataset->shard_path(shard)) + ": record " + std::to_string(rec);
   }
   /// Where record `rec` of `shard` lies: from the shard's reader (opened on first use),
   /// or for records fetched by ranged GET from the shard's remote index. Valid while the
   /// shard is in use (a local dataset's readers stay open).
   const RecordLocation& location(size_t shard, uint64_t rec) const {
-    if (cached && cached->record_reads()) return cached->location(shard, rec);
+    if (record_reads()) return cached->location(shard, rec);
     return dataset->shard(shard)->location(rec);
   }
   /// A sample could not be read, checked or decoded: fail its batch (kError) or drop it

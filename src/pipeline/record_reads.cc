@@ -12,8 +12,7 @@ bool RecordReads::open(Run& run) {
     if (!engine_) {
       IoOptions io = ctx_.opt->io;
       io.slab_bytes = static_cast<size_t>(std::min<uint64_t>(io.slab_bytes, std::max<uint64_t>(slab_need_, 4u << 20)));
-      engine_ = ctx_.cached && ctx_.cached->record_reads() ? ctx_.cached->make_record_engine(io.queue_depth)
-                                                          : make_io_engine(io);
+      engine_ = ctx_.record_reads() ? ctx_.cached->make_record_engine(io.queue_depth) : make_io_engine(io);
       if (ctx_.opt->wrap_io) engine_ = ctx_.opt->wrap_io(std::move(engine_));
       file_ids_.assign(ctx_.dataset->shard_count(), -1);
     }
@@ -30,9 +29,8 @@ std::optional<RecordRange> RecordReads::range(size_t shard, uint64_t record) {
   try {
     const RecordLocation& loc = ctx_.location(shard, record);
     if (file_ids_[shard] < 0)
-      file_ids_[shard] = engine_->add_file(ctx_.cached && ctx_.cached->record_reads()
-                                               ? ctx_.dataset->manifest().shards.at(shard).name
-                                               : ctx_.dataset->shard_path(shard));
+      file_ids_[shard] = engine_->add_file(ctx_.record_reads() ? ctx_.dataset->manifest().shards.at(shard).name
+                                                               : ctx_.dataset->shard_path(shard));
     const uint32_t fid = static_cast<uint32_t>(file_ids_[shard]);
     return RecordRange{fid, loc.offset, loc.stored_size, engine_->file_size(fid)};
   } catch (...) {
@@ -58,7 +56,7 @@ PlanOptions RecordReads::plan_options() const {
   // Records by ranged GET: one request per record, its exact bytes (a hole between two
   // records would cross the network to be thrown away, and a record that fails its
   // check is fetched again on its own).
-  if (ctx_.cached && ctx_.cached->record_reads()) po.max_request_bytes = 0;
+  if (ctx_.record_reads()) po.max_request_bytes = 0;
   return po;
 }
 
