@@ -31,7 +31,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "python" / "build_support"))
+sys.path.insert(0, str(HERE / "python" / "wheel_tools"))
 import bundle_libs  # noqa: E402
 
 
