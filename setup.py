@@ -91,7 +91,10 @@ class CMakeBuild(build_ext):
                 raise RuntimeError(f"{build_dir} was configured for version {cached_version(build_dir)}, "
                                    f"CMakeLists.txt says {project_version()}: reconfigure it")
             return build_dir
-        build_dir = Path(self.build_temp).resolve() / "cmake"
+        # Beside the source's own build/ (same depth), so a compiler cache set through
+        # CMAKE_CXX_COMPILER_LAUNCHER=ccache (CMake reads it from the environment) hits
+        # on what a developer build already compiled; kept for incremental rebuilds.
+        build_dir = HERE / f"build-wheel-{sys.implementation.cache_tag}"
         configure = ["cmake", "-S", str(HERE), "-B", str(build_dir),
                      "-DCMAKE_BUILD_TYPE=Release", "-DSTOKER_BUILD_TESTS=OFF",
                      "-DSTOKER_BUILD_BENCH=OFF", "-DSTOKER_ENABLE_CUDA=OFF",

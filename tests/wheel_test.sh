@@ -30,7 +30,7 @@ wheel=$(ls "$tmp"/dist/stoker-*.whl)
 "$python" -m venv --system-site-packages --without-pip "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install --no-index --no-deps -q "$wheel"
 py="$tmp/venv/bin/python"
-site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+site=$(realpath "$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
 [[ -d "$site/stoker.libs" ]] || fail "the wheel installed no stoker.libs/"
 export PATH="$tmp/venv/bin:$PATH"
 [[ "$(command -v stoker)" == "$tmp/venv/bin/stoker" ]] || fail "no stoker command in the venv"
@@ -49,8 +49,9 @@ for f in "${elves[@]}"; do
   env -u LD_LIBRARY_PATH ldd "$f" >"$tmp/ldd.txt" || fail "ldd $f failed"
   while read -r line; do
     [[ "$line" != *"not found"* ]] || fail "$f: $line"
-    [[ "$line" == *"=> $site/stoker.libs/"* || "$line" =~ $host ]] \
-      || fail "$f loads a library from outside the wheel: $line"
+    [[ "$line" =~ $host ]] && continue
+    where=$(realpath -m "$(awk '{print $3}' <<<"$line")")
+    [[ "$where" == "$site/stoker.libs/"* ]] || fail "$f loads a library from outside the wheel: $line"
   done <"$tmp/ldd.txt"
 done
 for f in "${elves[@]}" "$site"/stoker.libs/*; do
