@@ -95,6 +95,11 @@ class CMakeBuild(build_ext):
         # CMAKE_CXX_COMPILER_LAUNCHER=ccache (CMake reads it from the environment) hits
         # on what a developer build already compiled; kept for incremental rebuilds.
         build_dir = HERE / f"build-wheel-{sys.implementation.cache_tag}"
+        cache = build_dir / "CMakeCache.txt"
+        if cache.exists():
+            configured = re.search(r"^Python_EXECUTABLE:\w+=(.*)$", cache.read_text(), re.M)
+            if not configured or configured.group(1) != sys.executable:
+                cache.unlink()  # another interpreter (or venv) of this version: configure anew
         configure = ["cmake", "-S", str(HERE), "-B", str(build_dir),
                      "-DCMAKE_BUILD_TYPE=Release", "-DSTOKER_BUILD_TESTS=OFF",
                      "-DSTOKER_BUILD_BENCH=OFF", "-DSTOKER_ENABLE_CUDA=OFF",

@@ -54,18 +54,39 @@ step_wheel() {
     rm -rf "$work/setuptools"
   fi
   wheel=$(basename "$(ls "$work"/stoker-*.whl)")
-  cat >"$work/check.sh" <<EOS
+  cat >"$work/check.sh" <<'EOS'
 set -euo pipefail
-cd /tmp/$(basename "$work")
-echo "root has (of stoker's dependencies):" \$(cd /usr/lib/*-linux-gnu && ls liburing.so* libturbojpeg.so* libjpeg.so* \
-  libspng.so* libwebp.so* libnuma.so* libcurl*.so* libarchive.so* libzstd.so* 2>/dev/null || true)
+cd "$(dirname "$0")"
 python3 -m venv --system-site-packages venv
-venv/bin/python -m pip install --no-index --no-deps -q $wheel
-export PATH=\$PWD/venv/bin:\$PATH
+venv/bin/python -m pip install --no-index --no-deps -q "$1"
+export PATH=$PWD/venv/bin:$PATH
+# Debian's python3-torch brings some of stoker's libraries along (curl, archive, jpeg,
+# webp, numa, ...). Set them aside while stoker works alone (the CLI, and a numpy
+# Loader), so the wheel is shown to need none of them; back before torch is imported.
+libs=/usr/lib/$(uname -m)-linux-gnu
+aside=/var/tmp/stoker-aside
+restore() { if [[ -d $aside ]]; then mv $aside/* $libs/ 2>/dev/null || true; rmdir $aside; fi; }
+restore; trap restore EXIT; mkdir $aside
+for l in liburing libturbojpeg libjpeg libspng libwebp libsharpyuv libnuma libcurl libarchive \
+         libnghttp2 libxml2 libicuuc libicudata libssh2 librtmp libpsl libldap liblber libbrotlidec; do
+  mv $libs/$l[.-]*so* $aside/ 2>/dev/null || true
+done
+echo "set aside from the root:" $(cd $aside && ls | grep -vE '\.so\.[0-9]+\.')
 stoker --version
 stoker sample imagefolder images --images 48 --classes 3 --seed 2 >/dev/null
 stoker pack imagefolder images ds >/dev/null
 stoker verify ds >/dev/null
+python -c '
+import stoker
+n = sum(len(b["label"]) for b in stoker.Loader("ds", batch_size=16, transform="eval", size=64, numpy=True))
+assert n == 48, n
+print(f"stoker {stoker.__version__}: packed, verified and loaded {n} samples without torch")'
+ext=$(ls venv/lib/python3*/site-packages/stoker/_stoker*.so)
+ldd $ext
+if ldd $ext | grep -vE '=> /tmp/.*/stoker\.libs/|^\s*(lib(c|m|dl|pthread|rt|resolv|stdc\+\+|gcc_s)\.so\.[0-9]+ => /|linux-vdso|/.*ld-linux)'; then
+  echo "the lines above are not the wheel's libraries, glibc or the GCC runtime" >&2; exit 1
+fi
+restore
 python - <<'EOP'
 import torch, stoker
 n = 0
@@ -73,15 +94,10 @@ for b in stoker.Loader("ds", batch_size=16, transform="eval", size=64):
     assert b["image"].shape[1:] == (64, 64, 3) and b["image"].dtype == torch.uint8, b["image"].shape
     n += len(b["label"])
 assert n == 48, n
-print(f"stoker {stoker.__version__} loaded {n} samples with torch {torch.__version__}")
+print(f"stoker {stoker.__version__} loaded {n} samples as torch {torch.__version__} tensors")
 EOP
-ext=\$(ls venv/lib/python3*/site-packages/stoker/_stoker*.so)
-ldd \$ext
-if ldd \$ext | grep -vE '=> /tmp/.*/stoker\.libs/|^\s*(lib(c|m|dl|pthread|rt|resolv|stdc\+\+|gcc_s)\.so\.[0-9]+ => /|linux-vdso|/.*ld-linux)'; then
-  echo "the lines above are not the wheel's libraries, glibc or the GCC runtime" >&2; exit 1
-fi
 EOS
-  in_root "$root" /bin/bash "/tmp/$(basename "$work")/check.sh"
+  in_root "$root" /bin/bash "/tmp/$(basename "$work")/check.sh" "$wheel"
 }
 
 STEPS=(wheel)
