@@ -60,8 +60,8 @@ class CMakeBuild(build_ext):
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         built = build_dir / "python" / "stoker" / f"_stoker{suffix}"
         if not built.exists():
-            raise RuntimeError(f"{build_dir}: no {built.name}; the tree was built for another "
-                               f"Python than {sys.executable} (its extension suffix is {suffix})")
+            raise RuntimeError(f"{build_dir}: no {built.name}, the extension for {sys.executable}; "
+                               "the tree was built for another Python, or without the stoker_python target")
         package.mkdir(parents=True, exist_ok=True)
         extension = package / built.name
         cli = package / "bin" / "stoker"

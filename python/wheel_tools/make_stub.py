@@ -17,18 +17,22 @@ from stoker import _stoker
 
 OUT = Path(__file__).resolve().parents[1] / "stoker" / "_stoker.pyi"
 _SIG = re.compile(r"^(\w+)\((.*)\)(?: -> (.+))?$")
+_GETTER = re.compile(r"^\((?:self|arg0): [^)]*\) -> (.+)$")
 _C_TYPE = re.compile(r"\b[\w:]*::[\w:<>, ]*")
 
 
 def _clean(text):
-    text = text.replace("stoker._stoker.", "").replace("numpy.ndarray", "numpy.typing.NDArray[typing.Any]")
+    text = text.replace("stoker._stoker.", "")
+    text = re.sub(r"numpy\.ndarray(?!\[)", "numpy.typing.NDArray[typing.Any]", text)
+    text = text.replace("numpy.ndarray[", "numpy.typing.NDArray[")
+    text = re.sub(r"^self: [\w.]+", "self", text)
     return _C_TYPE.sub("typing.Any", text)
 
 
 def _doc(obj, skip_signature=True):
     doc = inspect.getdoc(obj) or ""
     lines = doc.splitlines()
-    if skip_signature and lines and _SIG.match(lines[0]):
+    if skip_signature and lines and (_SIG.match(lines[0]) or _GETTER.match(lines[0])):
         lines = lines[1:]
     return "\n".join(lines).strip()
 
@@ -80,14 +84,18 @@ def _class(name, cls, indent=""):
         out += f"{indent}    @property\n{indent}    def value(self) -> int: ...\n"
         return out
     if issubclass(cls, BaseException):
-        return out if doc else out + f"{indent}    ...\n"
+        fields = {k: v for k, v in vars(cls).items() if not k.startswith("_")}
+        for attr, value in fields.items():
+            out += f"{indent}    {attr}: {type(value).__name__}\n"
+        return out if doc or fields else out + f"{indent}    ...\n"
     for attr, value in vars(cls).items():
         if attr.startswith("__") and attr not in ("__init__", "__repr__", "__iter__", "__next__", "__enter__", "__exit__"):
             continue
         if isinstance(value, type):
             out += _class(attr, value, indent + "    ")
         elif isinstance(value, property):
-            sig = _signatures(value.fget)[0] if value.fget else ("", "typing.Any")
+            m = _GETTER.match((value.fget.__doc__ or "").strip().splitlines()[0]) if value.fget else None
+            sig = ("", _clean(m.group(1)) if m else "typing.Any")
             out += f"{indent}    @property\n{indent}    def {attr}(self) -> {sig[1]}:\n"
             out += _docstring(_doc(value.fget) if value.fget else "", indent + "    ")
             if value.fset:
