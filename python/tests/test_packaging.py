@@ -49,7 +49,7 @@ def test_version_is_the_cmake_project_version():
 def test_stub_names_every_public_name_of_the_extension():
     stub = ast.parse(STUB.read_text())
     in_stub = _public(_stub_names(stub.body))
-    assert _public(dir(_stoker)) - in_stub == set(), "names missing from _stoker.pyi"
+    assert _public(dir(_stoker)) - in_stub == set(), "names missing from _stoker.pyi (rerun python/wheel_tools/make_stub.py)"
     assert in_stub - _public(dir(_stoker)) == set(), "_stoker.pyi names what the extension lacks"
 
 
@@ -61,4 +61,4 @@ def test_stub_classes_name_every_member():
             continue
         in_stub = _stub_names(stub[name].body)
         missing = _own_members(cls) - in_stub
-        assert missing == set(), f"_stoker.pyi: class {name} lacks {sorted(missing)}"
+        assert missing == set(), f"_stoker.pyi: class {name} lacks {sorted(missing)} (rerun python/wheel_tools/make_stub.py)"
