@@ -1,9 +1,10 @@
 """Builds the stoker wheel: CMake builds, setuptools packs (see pyproject.toml).
 
 `pip install .` / `python3 -m build --wheel` run this. The CMake project is configured
-in Release with tests and benchmarks off and CUDA off (a CPU-only libstoker: batches on
-the CPU, `.cuda()` them as usual; device="cuda" staging needs a source build with the
-CUDA toolkit), for the Python that runs the build. Then the wheel gets:
+in build-wheel-<python>/ beside the source's build/, for the Python that runs the
+build, in Release with tests and benchmarks off and CUDA off: a CPU-only libstoker
+needs no CUDA runtime in the wheel; batches arrive on the CPU and `.cuda()` as usual
+(device="cuda" staging needs -DSTOKER_ENABLE_CUDA=ON and the toolkit). The wheel gets:
     stoker/*.py, py.typed, _stoker.pyi      the package
     stoker/_stoker*.so                      the extension
     stoker/bin/stoker                       the CLI, run by the `stoker` command

@@ -9,9 +9,10 @@ ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${STOKER_PORTABILITY_CACHE:-/var/cache/stoker-portability}"
 MIRROR="${STOKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
-# A Debian root with python3, numpy and torch and none of stoker's libraries: what a
-# user who trains with Debian's torch has. Built once, reused read-mostly: a step works
-# in a venv under its /tmp and removes it.
+# A minimal Debian 12 root with python3, numpy and torch, and none of stoker's
+# libraries but those python3-torch depends on (step_wheel sets those aside): what a
+# user who trains with Debian's torch has. Built once, reused: a step works in a venv
+# under its /tmp and removes it.
 wheel_root() {
   local root="$CACHE/bookworm-wheel"
   if [[ ! -f "$root/.stoker-ready" ]]; then
