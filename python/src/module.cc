@@ -4,6 +4,7 @@
 
 PYBIND11_MODULE(_stoker, m) {
   m.doc() = "stoker's native layer (use the `stoker` package, not this module directly)";
+  m.attr("__version__") = STOKER_VERSION;
 #ifdef STOKER_HAS_CUDA
   m.attr("has_cuda") = true;
 #else

@@ -51,7 +51,8 @@ from .transforms import CenterCrop, Follow, RandomResizedCrop  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
 from .writer import Writer  # noqa: F401
 
-__version__ = "0.1.0"
+#: CMakeLists.txt's project version, as built into the extension.
+__version__ = _stoker.__version__
 
 #: The logger the library's messages go to.
 logger = _logging.getLogger("stoker")

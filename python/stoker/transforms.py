@@ -87,6 +87,10 @@ class Follow:
 
 
 class RandomHorizontalFlip:
+    """Mirror left-right with probability `p`; only right after a RandomResizedCrop
+    (`transform=[RandomResizedCrop(224), RandomHorizontalFlip(0.5)]`), whose own `flip`
+    it replaces."""
+
     def __init__(self, p=0.5):
         self.p = float(p)
 
@@ -131,6 +135,9 @@ class CenterCrop:
 
 
 class Compose:
+    """A torchvision-style list: [RandomResizedCrop, RandomHorizontalFlip?] or
+    [Resize, CenterCrop], fused into the decode as one transform."""
+
     def __init__(self, transforms):
         self.transforms = list(transforms)
 

@@ -1,0 +1,563 @@
+"""Types of stoker's native layer (python/src); written by
+python/wheel_tools/make_stub.py from the built extension."""
+import typing
+import numpy
+import numpy.typing
+
+__version__: str
+class CancelledError(Error):
+    """
+    Stopped by shutdown or interruption.
+    """
+    code: str
+
+class DataLossError(Error):
+    """
+    Stored bytes are corrupt (checksum, truncated, bad JPEG).
+    """
+    code: str
+
+class Error(RuntimeError):
+    """
+    Base class of stoker's errors; `code` names the kind ("data_loss", ...).
+    """
+    code: str
+
+class FieldTransform:
+    """
+    How one field becomes part of a batch (see include/stoker/loader.h).
+    """
+    def __init__(self) -> None:
+        ...
+    class Kind:
+        """
+        Members:
+
+        RANDOM_RESIZED_CROP
+
+        CENTER_CROP
+
+        FOLLOW
+
+        AS_STORED
+        """
+        RANDOM_RESIZED_CROP: typing.ClassVar[Kind]
+        CENTER_CROP: typing.ClassVar[Kind]
+        FOLLOW: typing.ClassVar[Kind]
+        AS_STORED: typing.ClassVar[Kind]
+        def __int__(self) -> int: ...
+        @property
+        def name(self) -> str: ...
+        @property
+        def value(self) -> int: ...
+    @property
+    def kind(self) -> FieldTransform.Kind:
+        ...
+    @kind.setter
+    def kind(self, value: FieldTransform.Kind) -> None: ...
+    @property
+    def size(self) -> int:
+        ...
+    @size.setter
+    def size(self, value: int) -> None: ...
+    @property
+    def scale_min(self) -> float:
+        ...
+    @scale_min.setter
+    def scale_min(self, value: float) -> None: ...
+    @property
+    def scale_max(self) -> float:
+        ...
+    @scale_max.setter
+    def scale_max(self, value: float) -> None: ...
+    @property
+    def ratio_min(self) -> float:
+        ...
+    @ratio_min.setter
+    def ratio_min(self, value: float) -> None: ...
+    @property
+    def ratio_max(self) -> float:
+        ...
+    @ratio_max.setter
+    def ratio_max(self, value: float) -> None: ...
+    @property
+    def flip_prob(self) -> float:
+        ...
+    @flip_prob.setter
+    def flip_prob(self, value: float) -> None: ...
+    @property
+    def resize(self) -> int:
+        ...
+    @resize.setter
+    def resize(self, value: int) -> None: ...
+    @property
+    def follow(self) -> str:
+        ...
+    @follow.setter
+    def follow(self, value: str) -> None: ...
+    @property
+    def interpolation(self) -> str:
+        ...
+    @interpolation.setter
+    def interpolation(self, value: str) -> None: ...
+    @property
+    def channels(self) -> int:
+        ...
+    @channels.setter
+    def channels(self, value: int) -> None: ...
+
+class HeldBatchesWarning(UserWarning):
+    """
+    The caller holds every batch slot of a Loader, so the ring grew (memory now grows with the batches kept).
+    """
+
+class ImageTransform:
+    """
+    What the decoder does to each image (see include/stoker/image.h).
+    """
+    def __init__(self) -> None:
+        ...
+    class Kind:
+        """
+        Members:
+
+        TRAIN
+
+        EVAL
+
+        NONE
+        """
+        TRAIN: typing.ClassVar[Kind]
+        EVAL: typing.ClassVar[Kind]
+        NONE: typing.ClassVar[Kind]
+        def __int__(self) -> int: ...
+        @property
+        def name(self) -> str: ...
+        @property
+        def value(self) -> int: ...
+    @property
+    def kind(self) -> ImageTransform.Kind:
+        ...
+    @kind.setter
+    def kind(self, value: ImageTransform.Kind) -> None: ...
+    @property
+    def size(self) -> int:
+        ...
+    @size.setter
+    def size(self, value: int) -> None: ...
+    @property
+    def scale_min(self) -> float:
+        ...
+    @scale_min.setter
+    def scale_min(self, value: float) -> None: ...
+    @property
+    def scale_max(self) -> float:
+        ...
+    @scale_max.setter
+    def scale_max(self, value: float) -> None: ...
+    @property
+    def ratio_min(self) -> float:
+        ...
+    @ratio_min.setter
+    def ratio_min(self, value: float) -> None: ...
+    @property
+    def ratio_max(self) -> float:
+        ...
+    @ratio_max.setter
+    def ratio_max(self, value: float) -> None: ...
+    @property
+    def flip_prob(self) -> float:
+        ...
+    @flip_prob.setter
+    def flip_prob(self, value: float) -> None: ...
+    @property
+    def eval_crop_fraction(self) -> float:
+        ...
+    @eval_crop_fraction.setter
+    def eval_crop_fraction(self, value: float) -> None: ...
+    @property
+    def allow_dct_scaling(self) -> bool:
+        ...
+    @allow_dct_scaling.setter
+    def allow_dct_scaling(self, value: bool) -> None: ...
+    @property
+    def max_pixels(self) -> int:
+        ...
+    @max_pixels.setter
+    def max_pixels(self, value: int) -> None: ...
+    def __repr__(self) -> str:
+        ...
+
+class InvalidArgumentError(Error, ValueError):
+    """
+    A malformed request: bad option, path or state.
+    """
+    code: str
+
+class IoError(Error):
+    """
+    The OS refused or failed an operation.
+    """
+    code: str
+
+class Loader:
+    """
+    Native loader handle; use stoker.Loader.
+    """
+    def __init__(self, options: LoaderOptions, converter: object, stream: object = ...) -> None:
+        ...
+    def next(self) -> object:
+        """
+        The next batch as {name: tensor}, or None at the end of the epoch. Waits with the GIL released; Ctrl-C interrupts the wait (the batch is then returned by the following call).
+        """
+    def set_epoch(self, epoch: int) -> None:
+        ...
+    @property
+    def epoch(self) -> int:
+        ...
+    def num_batches(self) -> int:
+        ...
+    @property
+    def epoch_samples(self) -> int:
+        ...
+    def state(self) -> str:
+        """
+        The order state (one line) after the batches handed out so far.
+        """
+    def load_state(self, state: str) -> None:
+        ...
+    def stats(self) -> dict:
+        """
+        LoaderStats as a dict (plus 'stage': the Stager's figures when staged, and 'summary': LoaderStats::summary() of the same figures).
+        """
+    def class_names(self) -> List[str]:
+        ...
+    @property
+    def rank(self) -> int:
+        ...
+    @property
+    def world_size(self) -> int:
+        ...
+    @property
+    def configured_slots(self) -> int:
+        ...
+    @property
+    def closed(self) -> bool:
+        ...
+    def close(self) -> None:
+        """
+        Stops the loader's threads; further calls raise.
+        """
+
+class LoaderOptions:
+    """
+    Options of a Loader (see include/stoker/loader.h).
+    """
+    def __init__(self) -> None:
+        ...
+    @property
+    def cache_dir(self) -> str:
+        ...
+    @cache_dir.setter
+    def cache_dir(self, value: str) -> None: ...
+    @property
+    def cache_limit(self) -> int:
+        ...
+    @cache_limit.setter
+    def cache_limit(self, value: int) -> None: ...
+    @property
+    def cache_prefetch(self) -> int:
+        ...
+    @cache_prefetch.setter
+    def cache_prefetch(self, value: int) -> None: ...
+    @property
+    def remote_reads(self) -> str:
+        ...
+    @remote_reads.setter
+    def remote_reads(self, value: str) -> None: ...
+    @property
+    def remote_connections(self) -> int:
+        ...
+    @remote_connections.setter
+    def remote_connections(self, value: int) -> None: ...
+    @property
+    def remote_part_bytes(self) -> int:
+        ...
+    @remote_part_bytes.setter
+    def remote_part_bytes(self, value: int) -> None: ...
+    @property
+    def remote_profile(self) -> str:
+        ...
+    @remote_profile.setter
+    def remote_profile(self, value: str) -> None: ...
+    @property
+    def sources(self) -> List[str]:
+        ...
+    @sources.setter
+    def sources(self, value: List[str]) -> None: ...
+    @property
+    def weights(self) -> List[float]:
+        ...
+    @weights.setter
+    def weights(self, value: List[float]) -> None: ...
+    @property
+    def samples_per_epoch(self) -> int:
+        ...
+    @samples_per_epoch.setter
+    def samples_per_epoch(self, value: int) -> None: ...
+    @property
+    def position_ids(self) -> bool:
+        ...
+    @position_ids.setter
+    def position_ids(self, value: bool) -> None: ...
+    @property
+    def position_ids_from_row_start(self) -> bool:
+        ...
+    @position_ids_from_row_start.setter
+    def position_ids_from_row_start(self, value: bool) -> None: ...
+    @property
+    def loss_mask(self) -> bool:
+        ...
+    @loss_mask.setter
+    def loss_mask(self, value: bool) -> None: ...
+    @property
+    def doc_ids(self) -> bool:
+        ...
+    @doc_ids.setter
+    def doc_ids(self, value: bool) -> None: ...
+    @property
+    def cu_seqlens(self) -> bool:
+        ...
+    @cu_seqlens.setter
+    def cu_seqlens(self, value: bool) -> None: ...
+    @property
+    def fields(self) -> Dict[str, FieldTransform]:
+        ...
+    @fields.setter
+    def fields(self, value: Dict[str, FieldTransform]) -> None: ...
+    @property
+    def path(self) -> str:
+        ...
+    @path.setter
+    def path(self, value: str) -> None: ...
+    @property
+    def batch_size(self) -> int:
+        ...
+    @batch_size.setter
+    def batch_size(self, value: int) -> None: ...
+    @property
+    def transform(self) -> ImageTransform:
+        ...
+    @transform.setter
+    def transform(self, value: ImageTransform) -> None: ...
+    @property
+    def pixel_format(self) -> str:
+        ...
+    @pixel_format.setter
+    def pixel_format(self, value: str) -> None: ...
+    @property
+    def mean(self) -> List[float]:
+        ...
+    @mean.setter
+    def mean(self, value: List[float]) -> None: ...
+    @property
+    def std(self) -> List[float]:
+        ...
+    @std.setter
+    def std(self, value: List[float]) -> None: ...
+    @property
+    def targets(self) -> bool:
+        ...
+    @targets.setter
+    def targets(self, value: bool) -> None: ...
+    @property
+    def token_dtype(self) -> str:
+        ...
+    @token_dtype.setter
+    def token_dtype(self, value: str) -> None: ...
+    @property
+    def order(self) -> str:
+        ...
+    @order.setter
+    def order(self, value: str) -> None: ...
+    @property
+    def seed(self) -> int:
+        ...
+    @seed.setter
+    def seed(self, value: int) -> None: ...
+    @property
+    def chunk_size(self) -> int:
+        ...
+    @chunk_size.setter
+    def chunk_size(self, value: int) -> None: ...
+    @property
+    def window_chunks(self) -> int:
+        ...
+    @window_chunks.setter
+    def window_chunks(self, value: int) -> None: ...
+    @property
+    def drop_last(self) -> bool:
+        ...
+    @drop_last.setter
+    def drop_last(self, value: bool) -> None: ...
+    @property
+    def rank(self) -> int:
+        ...
+    @rank.setter
+    def rank(self, value: int) -> None: ...
+    @property
+    def world_size(self) -> int:
+        ...
+    @world_size.setter
+    def world_size(self, value: int) -> None: ...
+    @property
+    def threads(self) -> int:
+        ...
+    @threads.setter
+    def threads(self, value: int) -> None: ...
+    @property
+    def slots(self) -> int:
+        ...
+    @slots.setter
+    def slots(self, value: int) -> None: ...
+    @property
+    def grow_when_held(self) -> bool:
+        ...
+    @grow_when_held.setter
+    def grow_when_held(self, value: bool) -> None: ...
+    @property
+    def on_error(self) -> str:
+        ...
+    @on_error.setter
+    def on_error(self, value: str) -> None: ...
+    @property
+    def io_engine(self) -> str:
+        ...
+    @io_engine.setter
+    def io_engine(self, value: str) -> None: ...
+    @property
+    def io_direct(self) -> bool:
+        ...
+    @io_direct.setter
+    def io_direct(self, value: bool) -> None: ...
+    @property
+    def io_queue_depth(self) -> int:
+        ...
+    @io_queue_depth.setter
+    def io_queue_depth(self, value: int) -> None: ...
+    @property
+    def io_limit_bytes_per_s(self) -> float:
+        ...
+    @io_limit_bytes_per_s.setter
+    def io_limit_bytes_per_s(self, value: float) -> None: ...
+    @property
+    def stage(self) -> str:
+        ...
+    @stage.setter
+    def stage(self, value: str) -> None: ...
+    @property
+    def device(self) -> int:
+        ...
+    @device.setter
+    def device(self, value: int) -> None: ...
+    @property
+    def device_slots(self) -> int:
+        ...
+    @device_slots.setter
+    def device_slots(self, value: int) -> None: ...
+    @property
+    def pin_memory(self) -> bool:
+        ...
+    @pin_memory.setter
+    def pin_memory(self, value: bool) -> None: ...
+    @property
+    def max_skipped(self) -> Optional[float]:
+        ...
+    @max_skipped.setter
+    def max_skipped(self, value: Optional[float]) -> None: ...
+    @property
+    def max_record_bytes(self) -> int:
+        ...
+    @max_record_bytes.setter
+    def max_record_bytes(self, value: int) -> None: ...
+    @property
+    def gpu_pci_bus_id(self) -> Optional[str]:
+        ...
+    @gpu_pci_bus_id.setter
+    def gpu_pci_bus_id(self, value: Optional[str]) -> None: ...
+
+class NotFoundError(Error):
+    """
+    A named file, shard or record does not exist.
+    """
+    code: str
+
+class ResourceExhaustedError(Error):
+    """
+    Memory, file descriptors or a size limit.
+    """
+    code: str
+
+class UnavailableError(Error):
+    """
+    A facility is missing (io_uring, GPU, CUDA).
+    """
+    code: str
+
+def decode_image(jpeg: bytes, transform: ImageTransform, sample_seed: int) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    Decodes one JPEG with `transform` and the per-sample seed, as the loader does: a uint8 HWC numpy array.
+    """
+
+def extract(dataset: str, out: str, *, threads: int = ...) -> dict:
+    """
+    Writes a dataset's records back out as files, under their __key__ names.
+    """
+
+has_cuda: bool
+def make_sample_imagefolder(out: str, *, images: int = ..., classes: int = ..., seed: int = ..., quality: int = ..., progressive_frac: float = ..., threads: int = ...) -> dict:
+    ...
+
+def make_sample_tokens(path: str, *, tokens: int = ..., vocab: int = ..., dtype: str = ..., seed: int = ...) -> dict:
+    ...
+
+def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ...) -> dict:
+    ...
+
+def pack_tokens(file: str, out: str, *, dtype: str = ..., seq_len: int = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., eos: Optional[int] = ...) -> dict:
+    ...
+
+def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ...) -> dict:
+    """
+    Packs WebDataset tars (plain or compressed): one field per member extension, plus __key__.
+    """
+
+def probe_jpeg(jpeg: bytes) -> dict:
+    ...
+
+def rank_from_env() -> tuple:
+    """
+    (rank, world_size) from RANK / WORLD_SIZE (torchrun), (0, 1) when neither is set; InvalidArgumentError naming the variable when only one is set or a value is malformed.
+    """
+
+def read_manifest(dir: str, profile: str = ...) -> dict:
+    """
+    The dataset's MANIFEST as a dict (schema, class_names, meta, records, shards); `dir` may be an http(s):// or s3:// URL (`profile`: the S3 credentials profile).
+    """
+
+def read_record(dir: str, index: int) -> dict:
+    """
+    Reads and checks record `index` (global): {field: value}: int for int64, float for float32/64, str for
+    text (and __key__), a NumPy array (a copy) for ndarray/vararray fields, bytes for the rest.
+    """
+
+def record_location(dir: str, index: int) -> dict:
+    """
+    Where record `index` (global) is stored: shard path, record in shard, byte offset, sizes.
+    """
+
+def sample_seed(seed: int, epoch: int, sample_index: int) -> int:
+    """
+    The per-sample augmentation seed the loader uses for (seed, epoch, sample index).
+    """
+

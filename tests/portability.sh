@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Portability checks that CI need not run: each is a step, run as
+#   bash tests/portability.sh STEP      (or `all`; `list` names them)
+# Every step prints its time and PASS or FAIL. Steps needing a Debian root build it
+# once with debootstrap and keep it under $STOKER_PORTABILITY_CACHE
+# (default /var/cache/stoker-portability), so reruns start in seconds. Needs root.
+set -euo pipefail
+ROOT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${STOKER_PORTABILITY_CACHE:-/var/cache/stoker-portability}"
+MIRROR="${STOKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+# A minimal Debian 12 root with python3, numpy and torch, and none of stoker's
+# libraries but those python3-torch depends on (step_wheel sets those aside): what a
+# user who trains with Debian's torch has. Built once, reused: a step works in a venv
+# under its /tmp and removes it.
+wheel_root() {
+  local root="$CACHE/bookworm-wheel"
+  if [[ ! -f "$root/.stoker-ready" ]]; then
+    command -v debootstrap >/dev/null || { echo "needs debootstrap (apt-get install debootstrap)" >&2; return 1; }
+    rm -rf "$root"; mkdir -p "$CACHE"
+    debootstrap --variant=minbase --include=python3,python3-numpy,python3-torch,python3-venv \
+      bookworm "$root" "$MIRROR" >&2
+    chroot "$root" apt-get clean
+    touch "$root/.stoker-ready"
+  fi
+  echo "$root"
+}
+
+# Runs "$@" in chroot $1 with /proc, /sys and /dev mounted for the duration.
+in_root() {
+  local root=$1; shift
+  mount -t proc proc "$root/proc"; mount --rbind /sys "$root/sys"; mount --rbind /dev "$root/dev"
+  local rc=0
+  chroot "$root" "$@" || rc=$?
+  umount -R "$root/dev"; umount -R "$root/sys"; umount "$root/proc"
+  return $rc
+}
+
+# The wheel in a bare Debian 12 root: installs into a venv there, imports, packs a
+# sample dataset with the wheel's `stoker` command, loads it, and ldd on the extension
+# must find every library in the wheel or among glibc and the GCC runtime.
+# STOKER_WHEEL=path takes a built wheel; else one is assembled from the CMake build
+# tree ${STOKER_BUILD_DIR:-build} (built with the stoker_cli and stoker_python targets).
+step_wheel() {
+  local root work wheel
+  root=$(wheel_root)
+  work=$(mktemp -d "$root/tmp/stoker-wheel.XXXXXX")
+  trap "rm -rf '$work'" RETURN
+  if [[ -n "${STOKER_WHEEL:-}" ]]; then
+    cp "$STOKER_WHEEL" "$work/"
+  else
+    (cd "$ROOT_DIR" && STOKER_CMAKE_BUILD_DIR="$(realpath "${STOKER_BUILD_DIR:-build}")" \
+      STOKER_SETUPTOOLS_BUILD_BASE="$work/setuptools" \
+      /usr/bin/python3 -m pip wheel --no-build-isolation --no-deps --no-index -q -w "$work" .)
+    rm -rf "$work/setuptools"
+  fi
+  wheel=$(basename "$(ls "$work"/stoker-*.whl)")
+  cat >"$work/check.sh" <<'EOS'
+set -euo pipefail
+cd "$(dirname "$0")"
+python3 -m venv --system-site-packages venv
+venv/bin/python -m pip install --no-index --no-deps -q "$1"
+export PATH=$PWD/venv/bin:$PATH
+# Debian's python3-torch brings some of stoker's libraries along (curl, archive, jpeg,
+# webp, numa, ...). Set them aside while stoker works alone (the CLI, and a numpy
+# Loader), so the wheel is shown to need none of them; back before torch is imported.
+libs=/usr/lib/$(uname -m)-linux-gnu
+aside=/var/tmp/stoker-aside
+restore() { if [[ -d $aside ]]; then mv $aside/* $libs/ 2>/dev/null || true; rmdir $aside; fi; }
+restore; trap restore EXIT; mkdir $aside
+for l in liburing libturbojpeg libjpeg libspng libwebp libsharpyuv libnuma libcurl libarchive \
+         libnghttp2 libxml2 libicuuc libicudata libssh2 librtmp libpsl libldap liblber libbrotlidec; do
+  mv $libs/$l[.-]*so* $aside/ 2>/dev/null || true
+done
+echo "set aside from the root:" $(cd $aside && ls | grep -vE '\.so\.[0-9]+\.')
+stoker --version
+stoker sample imagefolder images --images 48 --classes 3 --seed 2 >/dev/null
+stoker pack imagefolder images ds >/dev/null
+stoker verify ds >/dev/null
+python -c '
+import stoker
+n = sum(len(b["label"]) for b in stoker.Loader("ds", batch_size=16, transform="eval", size=64, numpy=True))
+assert n == 48, n
+print(f"stoker {stoker.__version__}: packed, verified and loaded {n} samples without torch")'
+ext=$(ls venv/lib/python3*/site-packages/stoker/_stoker*.so)
+ldd $ext
+if ldd $ext | grep -vE '=> /tmp/.*/stoker\.libs/|^\s*(lib(c|m|dl|pthread|rt|resolv|stdc\+\+|gcc_s)\.so\.[0-9]+ => /|linux-vdso|/.*ld-linux)'; then
+  echo "the lines above are not the wheel's libraries, glibc or the GCC runtime" >&2; exit 1
+fi
+restore
+python - <<'EOP'
+import torch, stoker
+n = 0
+for b in stoker.Loader("ds", batch_size=16, transform="eval", size=64):
+    assert b["image"].shape[1:] == (64, 64, 3) and b["image"].dtype == torch.uint8, b["image"].shape
+    n += len(b["label"])
+assert n == 48, n
+print(f"stoker {stoker.__version__} loaded {n} samples as torch {torch.__version__} tensors")
+EOP
+EOS
+  in_root "$root" /bin/bash "/tmp/$(basename "$work")/check.sh" "$wheel"
+}
+
+STEPS=(wheel)
+run_step() {
+  local start rc
+  start=$(date +%s)
+  # In a subshell of its own, so that `set -e` still stops the step at its first failure
+  # (bash ignores it inside a function called from `cmd || ...`).
+  set +e; (set -e; "step_$1"); rc=$?; set -e
+  printf '%-10s %4ss  %s\n' "$1" "$(($(date +%s) - start))" "$([[ $rc == 0 ]] && echo PASS || echo FAIL)"
+  return $rc
+}
+
+case "${1:-}" in
+  --root-only) wheel_root ;;
+  list) printf '%s\n' "${STEPS[@]}" ;;
+  all) rc=0; for s in "${STEPS[@]}"; do run_step "$s" || rc=1; done; exit $rc ;;
+  *) [[ " ${STEPS[*]} " == *" ${1:-} "* ]] || { echo "usage: $0 all|list|${STEPS[*]// /|}" >&2; exit 2; }
+     run_step "$1" ;;
+esac
