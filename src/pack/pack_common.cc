@@ -158,7 +158,17 @@ void check_cancel(const std::atomic<bool>* cancel, DatasetWriter& writer, const 
   const size_t removed = writer.discard();
   throw_error(ErrorCode::kCancelled, what + " interrupted after " + std::to_string(records) + " records; removed " +
                                          std::to_string(removed) + " partial shard file" + (removed == 1 ? "" : "s") +
-                                         " from " + out + ", nothing was packed");
+                                         " from " + out + ", nothing was packed (a dataset already there is unchanged)");
+}
+
+Manifest finish_nonempty(DatasetWriter& writer, const std::string& what, const PackSummary& summary) {
+  if (writer.records() > 0) return writer.finish();
+  writer.discard();
+  std::string why = what + " packed 0 records";
+  if (!summary.skipped.empty())
+    why += ": all " + std::to_string(summary.skipped.size()) + " inputs were skipped (the first: " +
+           summary.skipped.front() + ")";
+  throw_error(ErrorCode::kInvalidArgument, why + "; nothing was written");
 }
 
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {

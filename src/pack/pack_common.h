@@ -56,6 +56,11 @@ void check_output_outside(const std::string& input, const std::string& output, c
 void check_cancel(const std::atomic<bool>* cancel, DatasetWriter& writer, const std::string& what,
                   const std::string& out);
 
+/// writer.finish(), unless nothing was added: then the writer is discarded (a dataset
+/// already in the output stays as it was) and kInvalidArgument says that `what` packed
+/// 0 records, with the count and first reason of the inputs skipped.
+Manifest finish_nonempty(DatasetWriter& writer, const std::string& what, const PackSummary& summary);
+
 /// Fills records/shards/bytes/raw/stored of `summary` from a finished writer.
 void fill_summary(PackSummary& summary, const Manifest& manifest, const DatasetWriter& writer);
 
