@@ -185,7 +185,8 @@ Manifest DatasetWriter::finish() {
 void DatasetWriter::commit() {
   std::set<std::string> old_shards;
   try {
-    for (const ShardEntry& s : read_manifest(dir_).shards) old_shards.insert(s.name);
+    const Manifest old = read_manifest(dir_);
+    for (const ShardEntry& s : old.shards) old_shards.insert(s.name);
   } catch (const Error&) {
     // No old dataset, or an unreadable one: nothing of it to keep or remove.
   }

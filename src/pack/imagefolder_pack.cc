@@ -40,6 +40,7 @@ struct Prepared {
   std::string reason;
   bool rewritten = false;
   uint64_t input_bytes = 0;
+  uint64_t fast_crop_before = 0, fast_crop_after = 0;  // a JPEG rewritten for fast crop
   PreparedRecord record;
 };
 
@@ -163,7 +164,9 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
         }
       }
       if (options.fast_crop && format == ImageFormat::kJpeg) {
+        p.fast_crop_before = bytes.size();
         bytes = jpeg_for_fast_crop(bytes);
+        p.fast_crop_after = bytes.size();
         p.rewritten = true;
       } else if (options.baseline && format == ImageFormat::kJpeg && info.progressive) {
         bytes = jpeg_to_baseline(bytes);
@@ -181,6 +184,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   };
 
   PackSummary summary;
+  uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
   ProgressReporter progress("pack imagefolder", items.size(), total_bytes, options.progress);
   uint64_t done = 0;
   const int threads = resolve_threads(options.threads);
@@ -198,6 +202,11 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
           summary.skipped.push_back(msg);
         } else {
           if (p.rewritten) ++summary.rewritten;
+          if (p.fast_crop_before) {
+            ++fast_crop_jpegs;
+            fast_crop_before += p.fast_crop_before;
+            fast_crop_after += p.fast_crop_after;
+          }
           writer.add_prepared(p.record);
         }
         progress.update(done, summary.input_bytes);
@@ -205,6 +214,8 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   progress.finish();
   Manifest m = finish_nonempty(writer, "pack imagefolder", summary);
   fill_summary(summary, m, writer);
+  if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
+    summary.notes.push_back(note);
   if (!ignored.empty())
     summary.notes.push_back("ignored " + std::to_string(ignored.size()) + " file" + (ignored.size() == 1 ? "" : "s") +
                             " without an image extension (" + ignored.front() + (ignored.size() > 1 ? ", ..." : "") +

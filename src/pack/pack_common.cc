@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -169,6 +170,15 @@ Manifest finish_nonempty(DatasetWriter& writer, const std::string& what, const P
     why += ": all " + std::to_string(summary.skipped.size()) + " inputs were skipped (the first: " +
            summary.skipped.front() + ")";
   throw_error(ErrorCode::kInvalidArgument, why + "; nothing was written");
+}
+
+std::string fast_crop_size_note(uint64_t jpegs, uint64_t before, uint64_t after) {
+  if (jpegs == 0 || before == 0) return {};
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "fast crop: %llu JPEGs, %s -> %s (%+.1f %%)", static_cast<unsigned long long>(jpegs),
+                format_bytes(static_cast<double>(before)).c_str(), format_bytes(static_cast<double>(after)).c_str(),
+                100.0 * (static_cast<double>(after) / static_cast<double>(before) - 1.0));
+  return buf;
 }
 
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {

@@ -294,6 +294,8 @@ struct Prepared {
   std::string bad;  // reason, empty when good
   bool incomplete = false;
   bool rewritten = false;
+  uint64_t fast_crop_before = 0, fast_crop_after = 0;  // JPEGs rewritten for fast crop
+  uint64_t fast_crop_jpegs = 0;
   PreparedRecord record;
 };
 
@@ -356,6 +358,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   ProgressReporter progress("pack wds", d.samples, total_bytes, options.progress);
   uint64_t consumed_before = 0;  // bytes of finished tars
   uint64_t samples_seen = 0, incomplete = 0;
+  uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
 
   auto produce = [&](const Sample& s) {
     Prepared p;
@@ -400,6 +403,9 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
           if (options.fast_crop && image_format_of(data) == ImageFormat::kJpeg) {
             try {
               rewritten[f] = jpeg_for_fast_crop(data);
+              p.fast_crop_before += data.size();
+              p.fast_crop_after += rewritten[f].size();
+              ++p.fast_crop_jpegs;
             } catch (const Error& e) {
               p.bad = mwhere + ": " + e.what();
               return p;
@@ -485,6 +491,9 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
           } else {
             writer.add_prepared(p.record);
             summary.rewritten += p.rewritten;
+            fast_crop_jpegs += p.fast_crop_jpegs;
+            fast_crop_before += p.fast_crop_before;
+            fast_crop_after += p.fast_crop_after;
           }
         });
     samples_seen += batch.size();
@@ -556,6 +565,8 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   if (incomplete) writer.manifest().meta["skipped_incomplete"] = std::to_string(incomplete);
   Manifest done = finish_nonempty(writer, "pack wds", summary);
   fill_summary(summary, done, writer);
+  if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
+    summary.notes.push_back(note);
   if (incomplete) summary.notes.push_back("skipped " + std::to_string(incomplete) + " incomplete samples");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;
