@@ -407,32 +407,41 @@ std::vector<uint8_t> insert_restart_index(std::span<const uint8_t> jpeg, int int
 
 namespace stoker {
 
-namespace {
-constexpr double kMaxFastCropGrowth = 0.05;
-}  // namespace
+namespace internal {
 
-std::vector<uint8_t> jpeg_for_fast_crop(std::span<const uint8_t> jpeg, const FastCropOptions& options) {
+std::vector<uint8_t> fast_crop_within_budget(std::span<const uint8_t> jpeg, const FastCropOptions& options,
+                                             double max_growth) {
   if (options.target_interval < 1) {
     throw Error(ErrorCode::kInvalidArgument, "jpeg_for_fast_crop: target_interval must be >= 1");
   }
-  // The restart intervals may add at most kMaxFastCropGrowth of the input's size: the
-  // interval is predicted from the bytes per MCU, and made coarser (up to one interval
-  // per MCU row) while the result still grows more than that.
-  const double budget = kMaxFastCropGrowth * static_cast<double>(jpeg.size());
+  // With a budget the interval is predicted from the bytes per MCU, and doubled once (a
+  // second transcode) when the result still grows more than the budget. Growth that is
+  // not the intervals' (a progressive input made sequential) is not chased further: it
+  // costs a transcode each time and coarser intervals cannot remove it.
+  const double budget = max_growth > 0 ? max_growth * static_cast<double>(jpeg.size()) : 0;
   int min_interval = 1;
   std::vector<uint8_t> best;
   for (int tries = 0;; ++tries) {
     int interval = 0;
-    std::vector<uint8_t> coded = internal::transcode_sequential(
-        jpeg, options.target_interval, min_interval, options.max_pixels, &interval, budget);
-    if (interval == 0) return best.empty() ? coded : best;  // no coarser interval fits
-    std::vector<uint8_t> indexed = internal::insert_restart_index(coded, interval);
-    min_interval = interval + 1;
-    if (indexed.empty()) continue;  // an interval above 2 MiB: coarser intervals, smaller index
-    const bool over = static_cast<double>(indexed.size()) > static_cast<double>(jpeg.size()) + budget;
+    std::vector<uint8_t> coded =
+        transcode_sequential(jpeg, options.target_interval, min_interval, options.max_pixels, &interval, budget);
+    if (interval == 0) return best.empty() ? coded : best;  // no (coarser) interval fits
+    std::vector<uint8_t> indexed = insert_restart_index(coded, interval);
+    if (indexed.empty()) {  // an interval above 2 MiB: coarser intervals, smaller index
+      min_interval = interval + 1;
+      continue;
+    }
+    const bool over = budget > 0 && static_cast<double>(indexed.size()) > static_cast<double>(jpeg.size()) + budget;
     best = std::move(indexed);
-    if (!over || tries >= 3) return best;
+    if (!over || tries >= 1) return best;
+    min_interval = 2 * interval;
   }
+}
+
+}  // namespace internal
+
+std::vector<uint8_t> jpeg_for_fast_crop(std::span<const uint8_t> jpeg, const FastCropOptions& options) {
+  return internal::fast_crop_within_budget(jpeg, options, 0);
 }
 
 FastCropInfo check_fast_crop_index(std::span<const uint8_t> jpeg) {

@@ -33,6 +33,8 @@
 #include <span>
 #include <vector>
 
+#include "stoker/image.h"
+
 namespace stoker::internal {
 
 constexpr int kRestartIndexMarker = 0xEF;  // APP15
@@ -91,6 +93,14 @@ inline constexpr double kBytesPerRestartInterval = 5.0;
 std::vector<uint8_t> transcode_sequential(std::span<const uint8_t> jpeg, int target_interval,
                                           int min_interval, uint64_t max_pixels,
                                           int* interval_out, double restart_budget = 0);
+
+/// jpeg_for_fast_crop (image.h) with a size budget: when `max_growth` > 0 the restart
+/// interval is raised above options.target_interval as far as needed for the result to
+/// be at most (1 + max_growth) times the input (predicted from the bytes per MCU, then
+/// checked, with one retry at twice the interval). What coarser intervals cannot remove
+/// (a progressive input made sequential) may still exceed it. 0: jpeg_for_fast_crop.
+std::vector<uint8_t> fast_crop_within_budget(std::span<const uint8_t> jpeg, const FastCropOptions& options,
+                                             double max_growth);
 
 /// Builds the APP15 index of a transcode_sequential output with a restart interval and
 /// returns the file with it inserted. Returns an empty vector when the index does not

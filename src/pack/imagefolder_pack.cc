@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "decode/image_check.h"
+#include "decode/restart_index.h"
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
 #include "pack/progress.h"
@@ -165,7 +166,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
       }
       if (options.fast_crop && format == ImageFormat::kJpeg) {
         p.fast_crop_before = bytes.size();
-        bytes = jpeg_for_fast_crop(bytes);
+        bytes = internal::fast_crop_within_budget(bytes, {}, kFastCropMaxGrowth);
         p.fast_crop_after = bytes.size();
         p.rewritten = true;
       } else if (options.baseline && format == ImageFormat::kJpeg && info.progressive) {

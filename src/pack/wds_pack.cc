@@ -17,6 +17,7 @@
 #include <set>
 
 #include "decode/image_check.h"
+#include "decode/restart_index.h"
 #include "format/npy.h"
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
@@ -402,7 +403,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
           fields[f] = data;
           if (options.fast_crop && image_format_of(data) == ImageFormat::kJpeg) {
             try {
-              rewritten[f] = jpeg_for_fast_crop(data);
+              rewritten[f] = internal::fast_crop_within_budget(data, {}, kFastCropMaxGrowth);
               p.fast_crop_before += data.size();
               p.fast_crop_after += rewritten[f].size();
               ++p.fast_crop_jpegs;
