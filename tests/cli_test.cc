@@ -7,8 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,6 +20,8 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/pack.h"
+#include "stoker/verify.h"
 #include "util/datasets.h"
 #include "util/test_servers.h"
 #include "util/test_util.h"
@@ -233,6 +238,29 @@ TEST(CliUsage, RuntimeErrorsExitOneWithTheirCode) {
   EXPECT_EQ(r.rc, 1) << shown(r);
   EXPECT_TRUE(has(r.err, "stoker: not_found: ")) << shown(r);
   EXPECT_TRUE(has(r.err, d.str("missing"))) << shown(r);
+}
+
+// Issue 27: a negative --seed said its allowed range with DBL_MAX written out in
+// ~300 digits; bench feed on a dataset of 0 records died of SIGFPE.
+TEST(CliUsage, OutOfRangeNumbersAreSaidInWords) {
+  const Result r = stoker("sample tokens /nonexistent/t.bin --seed -1");
+  EXPECT_EQ(r.rc, 2) << shown(r);
+  EXPECT_TRUE(has(r.err, "--seed")) << shown(r);
+  EXPECT_TRUE(has(r.err, ">= 0")) << shown(r);
+  EXPECT_LT(r.err.size(), 400u) << shown(r);
+}
+
+TEST(CliCommands, BenchFeedOnAnEmptyDatasetIsAnErrorNotACrash) {
+  TempDir d;
+  {
+    Schema s;
+    s.fields = {Field{"jpg", FieldKind::kImage}, Field{"cls", FieldKind::kInt64}};
+    DatasetWriter w(d.str("ds"), s);
+    w.finish();
+  }
+  const Result r = stoker("bench feed " + d.str("ds") + " --threads 1 --batch 4 --limit-seconds 0.1");
+  EXPECT_EQ(r.rc, 1) << shown(r);
+  EXPECT_TRUE(has(r.err, "0 records")) << shown(r);
 }
 
 // ---- commands end to end -------------------------------------------------------------------
@@ -481,8 +509,9 @@ TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
     std::error_code ec;
     bool tmp_file = false, done_shard = false;
     for (const auto& e : fs::directory_iterator(out, ec)) {
+      // Shards are written under pending names (committed with the MANIFEST).
       tmp_file |= e.path().extension() == ".tmp";
-      done_shard |= e.path().extension() == ".stk";
+      done_shard |= e.path().extension() != ".tmp" && has(e.path().filename().string(), ".stk.pending-");
     }
     started = tmp_file && done_shard;
     if (!started) ::usleep(50 * 1000);
@@ -499,6 +528,125 @@ TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
   size_t left = 0;
   for (const auto& e : fs::recursive_directory_iterator(out)) left += e.is_regular_file();
   EXPECT_EQ(left, 0u) << msg;  // no .tmp, no shard, no MANIFEST
+}
+
+// ---- kill -9 sweep: every write is atomic --------------------------------------------------
+
+// Starts `stoker ARGS` with its output discarded; returns the pid.
+pid_t spawn(const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    std::vector<char*> argv;
+    const std::string t = tool();
+    argv.push_back(const_cast<char*>(t.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(t.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Runs `stoker ARGS` to the end; returns its wall time in microseconds.
+long run_timed(const std::vector<std::string>& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = spawn(args);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << args[0] << " " << args[1];
+  return static_cast<long>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// Runs `stoker ARGS` and SIGKILLs it after `us` microseconds (if it is still running).
+void run_killed_after(const std::vector<std::string>& args, long us) {
+  const pid_t pid = spawn(args);
+  ::usleep(static_cast<useconds_t>(us));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+// The records of a dataset as bytes, or nullopt when `dir` holds no readable dataset.
+std::optional<std::vector<std::vector<uint8_t>>> records_or_none(const std::string& dir) {
+  try {
+    auto ds = Dataset::open(dir);
+    std::vector<std::vector<uint8_t>> out;
+    for (uint64_t i = 0; i < ds->record_count(); ++i) out.push_back(ds->read(i).buffer);
+    return out;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = slurp(e.path());
+  return out;
+}
+
+// Kills pack, pack --overwrite and extract at 24 points each, spread over the time an
+// uninterrupted run takes: what is left must be the old dataset or the new one (or, for
+// a first pack or extract, nothing), never something verify accepts that is neither.
+TEST(CliSignals, KillNineAnywhereLeavesTheOldOrTheNewDataset) {
+  TempDir tmp;
+  SampleImageFolderOptions so;
+  so.images = 10;
+  so.classes = 2;
+  so.seed = 1;
+  make_sample_imagefolder(tmp.str("src-old"), so);
+  so.seed = 2;
+  make_sample_imagefolder(tmp.str("src-new"), so);
+  const std::vector<std::string> shard_opts = {"--shard-size", "64KiB", "--threads", "1"};
+  auto pack_args = [&](const std::string& src, const std::string& out, bool overwrite) {
+    std::vector<std::string> a = {"pack", "imagefolder", src, out};
+    a.insert(a.end(), shard_opts.begin(), shard_opts.end());
+    if (overwrite) a.push_back("--overwrite");
+    return a;
+  };
+  run_timed(pack_args(tmp.str("src-old"), tmp.str("ref-old"), false));
+  const long pack_us = run_timed(pack_args(tmp.str("src-new"), tmp.str("ref-new"), false));
+  const auto old_records = records_or_none(tmp.str("ref-old")), new_records = records_or_none(tmp.str("ref-new"));
+  ASSERT_TRUE(old_records && new_records);
+  ASSERT_NE(*old_records, *new_records);
+  const long extract_us = run_timed({"extract", tmp.str("ref-new"), tmp.str("ref-x")});
+  const auto extracted = files_of(tmp.str("ref-x"));
+
+  constexpr int kPoints = 24;
+  int saw_old = 0, saw_new = 0, saw_none = 0;
+  for (int k = 0; k < kPoints; ++k) {
+    SCOPED_TRACE("kill point " + std::to_string(k));
+    // A first pack: nothing or the new dataset.
+    const std::string out = tmp.str("p" + std::to_string(k));
+    run_killed_after(pack_args(tmp.str("src-new"), out, false), pack_us * k / (kPoints - 2));
+    const auto got = records_or_none(out);
+    if (got) EXPECT_EQ(*got, *new_records);
+    if (verify_path(out).ok()) EXPECT_TRUE(got && *got == *new_records);
+
+    // An overwrite: the old dataset or the new one, never none.
+    const std::string ow = tmp.str("o" + std::to_string(k));
+    fs::copy(tmp.str("ref-old"), ow);
+    run_killed_after(pack_args(tmp.str("src-new"), ow, true), pack_us * k / (kPoints - 2));
+    const auto now = records_or_none(ow);
+    ASSERT_TRUE(now.has_value()) << "no dataset left after an overwrite was killed";
+    EXPECT_TRUE(*now == *old_records || *now == *new_records);
+    (*now == *old_records ? saw_old : saw_new)++;
+    if (verify_path(ow).ok()) EXPECT_TRUE(*now == *old_records || *now == *new_records);
+
+    // An extract: no output directory, or the whole one.
+    const std::string x = tmp.str("x" + std::to_string(k));
+    run_killed_after({"extract", tmp.str("ref-new"), x}, extract_us * k / (kPoints - 2));
+    if (fs::exists(x)) EXPECT_EQ(files_of(x), extracted);
+    else ++saw_none;
+  }
+  // The points spread over the runs: both outcomes were seen.
+  std::printf("overwrite killed: %d old, %d new; extract killed: %d none\n", saw_old, saw_new, saw_none);
+  EXPECT_GT(saw_old, 0);
+  EXPECT_GT(saw_new, 0);
 }
 
 TEST(CliCommands, BenchCompareShowsAFastCropPackBesideThePlainOne) {

@@ -21,6 +21,8 @@
 #include "pack/progress.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "stoker/image.h"
+#include "stoker/verify.h"
 #include "tar_builder.h"
 #include "util/test_util.h"
 
@@ -60,7 +62,7 @@ std::vector<Expected> make_tree(const std::string& src) {
     int w, h;
   };
   const F files[] = {{"zebra", "b.jpg", 40, 30}, {"zebra", "a.jpg", 33, 17}, {"Apple", "x.jpeg", 64, 48},
-                     {"mango", "sub/c.jpg", 21, 50}, {"mango", "a.JPG", 16, 16}, {"mango", "b", 50, 20}};
+                     {"mango", "sub/c.jpg", 21, 50}, {"mango", "a.JPG", 16, 16}, {"mango", "b.jpeg", 50, 20}};
   std::map<std::string, std::map<std::string, std::vector<uint8_t>>> by_class;
   uint32_t seed = 1;
   for (const F& f : files) {
@@ -70,7 +72,7 @@ std::vector<Expected> make_tree(const std::string& src) {
     by_class[f.cls][f.rel] = jpeg;
   }
   write_file(src + "/README.txt", {'h', 'i'});  // top-level files are ignored
-  // Byte-wise order: "Apple" < "mango" < "zebra"; "a.JPG" < "b" < "sub/c.jpg".
+  // Byte-wise order: "Apple" < "mango" < "zebra"; "a.JPG" < "b.jpeg" < "sub/c.jpg".
   std::vector<Expected> out;
   int64_t label = 0;
   for (auto& [cls, files_of] : by_class) {
@@ -146,12 +148,13 @@ TEST(PackImageFolder, SkipBadCountsAndListsBadFiles) {
   write_file(tmp.str("src/Apple/cut.jpg"), cut);
   ImageFolderPackOptions o;
   o.skip_bad = true;
+  write_file(tmp.str("src/mango/notes.jpg"), {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'});
   PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
   EXPECT_EQ(s.records, want.size());
   ASSERT_EQ(s.skipped.size(), 3u);
-  // Listed in pack order, each naming its file.
+  // Listed in pack order, each naming its file; notes.txt is no image by its name.
   EXPECT_NE(s.skipped[0].find("Apple/cut.jpg"), std::string::npos) << s.skipped[0];
-  EXPECT_NE(s.skipped[1].find("mango/notes.txt"), std::string::npos) << s.skipped[1];
+  EXPECT_NE(s.skipped[1].find("mango/notes.jpg"), std::string::npos) << s.skipped[1];
   EXPECT_NE(s.skipped[2].find("zebra/empty.jpg"), std::string::npos) << s.skipped[2];
   auto ds = Dataset::open(tmp.str("out"));
   for (uint64_t i = 0; i < want.size(); ++i) EXPECT_EQ(span_vec(ds->read(i).fields[1]), want[i].jpeg);
@@ -160,10 +163,10 @@ TEST(PackImageFolder, SkipBadCountsAndListsBadFiles) {
 TEST(PackImageFolder, BadFileWithoutSkipBadIsDataLossNamingIt) {
   TempDir tmp;
   make_tree(tmp.str("src"));
-  write_file(tmp.str("src/mango/notes.txt"), {'h', 'e', 'l', 'l', 'o'});
+  write_file(tmp.str("src/mango/notes.png"), {'h', 'e', 'l', 'l', 'o'});
   std::string msg;
   EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
-  EXPECT_NE(msg.find(tmp.str("src/mango/notes.txt")), std::string::npos) << msg;
+  EXPECT_NE(msg.find(tmp.str("src/mango/notes.png")), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp.str("out/MANIFEST")));  // no dataset left behind
 }
 
@@ -281,13 +284,14 @@ TEST(PackImageFolder, TakesPngAndWebpSniffedByMagic) {
   write_file(tmp.str("src/a/0.png"), png);
   write_file(tmp.str("src/a/1.jpg"), webp);  // misnamed: a WebP
   write_file(tmp.str("src/b/2.webp"), webp);
-  write_file(tmp.str("src/b/3"), jpeg);      // no extension at all
+  write_file(tmp.str("src/b/3.TIF"), jpeg);  // misnamed: a JPEG
+  write_file(tmp.str("src/b/5"), jpeg);      // no extension: not an image by its name, as in ImageFolder
   PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"));
   EXPECT_EQ(s.records, 4u);
   EXPECT_TRUE(s.skipped.empty());
   auto ds = Dataset::open(tmp.str("out"));
   const std::vector<std::pair<std::string, std::vector<uint8_t>>> want = {
-      {"a/0.png", png}, {"a/1.jpg", webp}, {"b/2.webp", webp}, {"b/3", jpeg}};
+      {"a/0.png", png}, {"a/1.jpg", webp}, {"b/2.webp", webp}, {"b/3.TIF", jpeg}};
   for (uint64_t i = 0; i < 4; ++i) {
     Record r = ds->read(i);
     EXPECT_EQ(record_key(ds->schema(), r), want[i].first);
@@ -923,6 +927,318 @@ TEST(Extract, OtherSchemasGetOneFilePerField) {
   EXPECT_EQ(read_file(tmp.str("x/00000000.blob")), blob);
   auto n = internal::le64(-5);
   EXPECT_EQ(read_file(tmp.str("x/00000000.n")), std::vector<uint8_t>(n.begin(), n.end()));
+}
+
+// ---- trust: atomic writes, refusing what training would fail on -------------------
+
+// Every record of the dataset at `dir`, field by field.
+std::vector<std::vector<std::vector<uint8_t>>> records_of(const std::string& dir) {
+  auto ds = Dataset::open(dir);
+  std::vector<std::vector<std::vector<uint8_t>>> out;
+  for (uint64_t i = 0; i < ds->record_count(); ++i) {
+    Record r = ds->read(i);
+    out.emplace_back();
+    for (auto f : r.fields) out.back().push_back(span_vec(f));
+  }
+  return out;
+}
+
+bool any_pending_file(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(kPendingMarker) != std::string::npos) return true;
+  return false;
+}
+
+TEST(PackOverwrite, AFailedOrCancelledOverwriteLeavesTheOldDatasetWhole) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  ImageFolderPackOptions o;
+  o.shard_size = 4096;  // several shards, so some are finished when the run stops
+  pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  const auto old = records_of(tmp.str("out"));
+  const auto old_files = tree(tmp.str("out"));
+  ASSERT_GT(old_files.size(), 2u);
+
+  // A bad file at the end fails the overwrite after shards were finished.
+  write_file(tmp.str("src/zebra/zz.jpg"), {'n', 'o'});
+  o.overwrite = true;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out"), o); }), ErrorCode::kDataLoss);
+  EXPECT_EQ(tree(tmp.str("out")), old_files);
+  EXPECT_EQ(records_of(tmp.str("out")), old);
+  EXPECT_TRUE(verify_path(tmp.str("out")).ok());
+
+  // Cancelled: the same.
+  fs::remove(tmp.str("src/zebra/zz.jpg"));
+  std::atomic<bool> cancel{true};
+  o.cancel = &cancel;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out"), o); }), ErrorCode::kCancelled);
+  EXPECT_EQ(tree(tmp.str("out")), old_files);
+
+  // A writer dropped without finish() (an exception anywhere, ENOSPC) removes its shards.
+  {
+    Schema schema;
+    schema.fields = {Field{"blob", FieldKind::kBytes}};
+    DatasetWriterOptions wo;
+    wo.shard_size = 4096;
+    DatasetWriter w(tmp.str("out"), schema, wo, true);
+    auto blob = testing::random_bytes(3000, 1);
+    const std::span<const uint8_t> f[] = {blob};
+    for (int i = 0; i < 5; ++i) w.add(f);
+  }
+  EXPECT_EQ(tree(tmp.str("out")), old_files);
+
+  // A successful overwrite replaces it, with plain shard names and nothing pending.
+  o.cancel = nullptr;
+  o.shard_size = 1 << 20;
+  pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_TRUE(verify_path(tmp.str("out")).ok());
+  EXPECT_TRUE(fs::exists(tmp.str("out/shard-00000.stk")));
+  EXPECT_FALSE(fs::exists(tmp.str("out/shard-00001.stk")));  // the old extra shards are gone
+  EXPECT_FALSE(any_pending_file(tmp.str("out")));
+  EXPECT_EQ(records_of(tmp.str("out")), old);  // same input, same records
+}
+
+TEST(PackOverwrite, LeftoversOfAKilledWriterAreIgnoredByVerifyAndRemovedByTheNextWriter) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  pack_imagefolder(tmp.str("src"), tmp.str("out"));
+  write_file(tmp.str("out/shard-00000.stk.pending-1-2-3"), {1, 2, 3});
+  write_file(tmp.str("out/shard-00001.stk.pending-1-2-3.tmp"), {1, 2, 3});
+  write_file(tmp.str("out/MANIFEST.pending-1-2-3"), {1, 2, 3});
+  EXPECT_TRUE(verify_path(tmp.str("out")).ok());
+  ImageFolderPackOptions o;
+  o.overwrite = true;
+  pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_FALSE(any_pending_file(tmp.str("out")));
+}
+
+TEST(PackImageFolder, TruncatedImagesAreRefusedOrSkippedByName) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  auto cut = make_jpeg(96, 64, 7);
+  cut.resize(cut.size() * 2 / 3);  // the header is whole, the scan is cut
+  write_file(tmp.str("src/mango/cut.jpg"), cut);
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("mango/cut.jpg"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("remature end"), std::string::npos) << msg;
+  ImageFolderPackOptions o;
+  o.skip_bad = true;
+  PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_EQ(s.records, 6u);
+  ASSERT_EQ(s.skipped.size(), 1u);
+  EXPECT_NE(s.skipped[0].find("mango/cut.jpg"), std::string::npos) << s.skipped[0];
+  // Header checks only: packed as it is.
+  o.skip_bad = false;
+  o.overwrite = true;
+  o.check_decode = false;
+  EXPECT_EQ(pack_imagefolder(tmp.str("src"), tmp.str("out"), o).records, 7u);
+}
+
+TEST(PackImageFolder, FilesThatAreNotImagesByNameAreIgnoredAndCounted) {
+  TempDir tmp;
+  auto want = make_tree(tmp.str("src"));
+  write_file(tmp.str("src/mango/.DS_Store"), {0, 0, 0, 1, 'B', 'u', 'd', '1'});
+  write_file(tmp.str("src/zebra/Thumbs.db"), {0xD0, 0xCF, 0x11, 0xE0});
+  write_file(tmp.str("src/Apple/README"), {'h', 'i'});
+  PackSummary s = pack_imagefolder(tmp.str("src"), tmp.str("out"));
+  EXPECT_EQ(s.records, want.size());
+  EXPECT_TRUE(s.skipped.empty());
+  bool noted = false;
+  for (const std::string& n : s.notes) noted |= n.find("ignored 3 files") != std::string::npos;
+  EXPECT_TRUE(noted) << (s.notes.empty() ? "" : s.notes[0]);
+}
+
+TEST(PackWds, JpegAndJpgAreOneField) {
+  TempDir tmp;
+  testing::TarBuilder b;
+  auto j = make_jpeg(8, 8, 1);
+  b.file("a.jpg", j);
+  b.file("a.cls", "0");
+  b.file("b.jpeg", j);
+  b.file("b.cls", "1");
+  b.file("c.JPEG", j);
+  b.file("c.cls", "1");
+  b.end();
+  write_file(tmp.str("t.tar"), b.bytes);
+  WdsPackOptions o;
+  o.skip_incomplete = true;
+  PackSummary s = pack_wds({tmp.str("t.tar")}, tmp.str("out"), o);
+  EXPECT_EQ(s.records, 3u);
+  EXPECT_TRUE(s.skipped.empty());
+  auto ds = Dataset::open(tmp.str("out"));
+  EXPECT_EQ(ds->schema().fields.size(), 3u);  // __key__ cls jpg
+  EXPECT_GE(ds->schema().find("jpg"), 0);
+}
+
+TEST(PackWds, APackOfZeroRecordsIsAnError) {
+  TempDir tmp;
+  testing::TarBuilder b;
+  b.file("a.jpg", "not a jpeg");
+  b.file("b.jpg", "not one either");
+  b.end();
+  write_file(tmp.str("t.tar"), b.bytes);
+  WdsPackOptions o;
+  o.skip_bad = true;
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out"), o); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("0 records"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'a'"), std::string::npos) << msg;  // the first reason
+  EXPECT_FALSE(fs::exists(tmp.str("out/MANIFEST")));
+}
+
+TEST(PackWds, TruncatedTarNamesTarAndOffsetAndSkipBadKeepsWhatWasRead) {
+  TempDir tmp;
+  testing::TarBuilder b;
+  auto j = make_jpeg(16, 16, 1);
+  for (const char* k : {"a", "b", "c", "d"}) {
+    b.file(std::string(k) + ".jpg", j);
+    b.file(std::string(k) + ".cls", "0");
+  }
+  b.end();
+  auto bytes = b.bytes;
+  // Cut inside the fourth sample's image (its 512-byte header holds its name first).
+  const std::string name = "d.jpg";
+  const auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
+  ASSERT_NE(at, bytes.end());
+  bytes.resize(static_cast<size_t>(at - bytes.begin()) + 512 + 100);
+  write_file(tmp.str("t.tar"), bytes);
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { pack_wds({tmp.str("t.tar")}, tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("t.tar"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at byte"), std::string::npos) << msg;
+  WdsPackOptions o;
+  o.skip_bad = true;
+  PackSummary s = pack_wds({tmp.str("t.tar")}, tmp.str("out"), o);
+  EXPECT_EQ(s.records, 3u);
+  ASSERT_EQ(s.skipped.size(), 1u);
+  EXPECT_NE(s.skipped[0].find("rest of the tar"), std::string::npos) << s.skipped[0];
+}
+
+TEST(PackTokens, AnEosThatNeverOccursIsAnError) {
+  TempDir tmp;
+  std::vector<uint16_t> stream(1000);
+  for (size_t i = 0; i < stream.size(); ++i) stream[i] = static_cast<uint16_t>(i % 500);
+  write_file(tmp.str("t.bin"), as_bytes(stream));
+  TokensPackOptions o;
+  o.seq_len = 16;
+  o.eos = 999;
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { pack_tokens(tmp.str("t.bin"), tmp.str("out"), o); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("never occurs"), std::string::npos) << msg;
+  o.eos = 499;
+  EXPECT_GT(pack_tokens(tmp.str("t.bin"), tmp.str("out"), o).records, 0u);
+}
+
+// A fast-crop JPEG whose index is damaged (a byte of it flipped).
+std::vector<uint8_t> damaged_fast_crop_jpeg() {
+  FastCropOptions fo;
+  fo.target_interval = 1;
+  auto j = jpeg_for_fast_crop(make_jpeg(128, 96, 3), fo);
+  const std::string tag = "STKRST";
+  auto at = std::search(j.begin(), j.end(), tag.begin(), tag.end());
+  EXPECT_NE(at, j.end());
+  at[static_cast<ptrdiff_t>(tag.size() + 12)] ^= 0x40;
+  return j;
+}
+
+TEST(Verify, ChecksWhatTheReaderChecksNotOnlyChecksums) {
+  TempDir tmp;
+  // An image field whose fast-crop index was damaged before it was packed.
+  auto bad = damaged_fast_crop_jpeg();
+  EXPECT_THROW(check_fast_crop_index(bad), Error);
+  {
+    Schema s;
+    s.fields = {Field{"image", FieldKind::kImage}};
+    internal::add_key_field(s);
+    DatasetWriter w(tmp.str("img"), s);
+    const std::string key = "cat/1.jpg";
+    const std::span<const uint8_t> f[] = {internal::as_bytes(key), bad};
+    w.add(f);
+    w.finish();
+  }
+  VerifyReport r = verify_path(tmp.str("img"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.problems[0].to_string().find("fast-crop index"), std::string::npos) << r.problems[0].to_string();
+  EXPECT_NE(r.problems[0].to_string().find("cat/1.jpg"), std::string::npos) << r.problems[0].to_string();
+  // Pack refuses it in the first place.
+  fs::create_directories(tmp.str("src/c"));
+  write_file(tmp.str("src/c/1.jpg"), bad);
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(tmp.str("src"), tmp.str("out")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find("fast-crop index"), std::string::npos) << msg;
+
+  // Token records whose doc_starts break the reader's rules (not increasing).
+  {
+    Schema s;
+    s.fields = {Field{"tokens", FieldKind::kTokens, DType::kUint16, 4},
+                Field{"doc_starts", FieldKind::kVarArray, DType::kInt32, 0, {}}};
+    DatasetWriter w(tmp.str("tok"), s);
+    std::vector<uint16_t> row = {1, 2, 3, 4, 5};
+    std::vector<int32_t> starts = {0, 3, 2};
+    const std::span<const uint8_t> f[] = {{reinterpret_cast<const uint8_t*>(row.data()), 10},
+                                          {reinterpret_cast<const uint8_t*>(starts.data()), 12}};
+    w.add(f);
+    w.finish();
+  }
+  r = verify_path(tmp.str("tok"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.problems[0].reason.find("does not increase"), std::string::npos) << r.problems[0].to_string();
+}
+
+// Flips a byte in the middle of record 1's image data.
+void corrupt_record_1(const std::string& dir) {
+  auto ds = Dataset::open(dir);
+  auto [s, r] = ds->locate(1);
+  const RecordLocation l = ds->shard(s)->location(r);
+  const std::string path = ds->shard_path(s);
+  ds.reset();
+  auto bytes = read_file(path);
+  bytes[l.offset + l.stored_size - 20] ^= 0xFF;
+  write_file(path, bytes);
+}
+
+TEST(Extract, AChecksumErrorNamesTheKeyAndSkipBadSkipsTheRecord) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  pack_imagefolder(tmp.str("src"), tmp.str("ds"));
+  corrupt_record_1(tmp.str("ds"));
+  const std::string key = "mango/a.JPG";  // record 1 in byte-wise order
+  VerifyReport r = verify_path(tmp.str("ds"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.problems[0].where.find(key), std::string::npos) << r.problems[0].to_string();
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x")); }, &msg), ErrorCode::kDataLoss);
+  EXPECT_NE(msg.find(key), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(tmp.str("x")));  // nothing half-written
+  ExtractOptions o;
+  o.skip_bad = true;
+  PackSummary s = extract_dataset(tmp.str("ds"), tmp.str("x"), o);
+  EXPECT_EQ(s.records, 5u);
+  ASSERT_EQ(s.skipped.size(), 1u);
+  EXPECT_FALSE(fs::exists(tmp.str("x/") + key));
+  EXPECT_TRUE(fs::exists(tmp.str("x/mango/b.jpeg")));
+}
+
+TEST(Extract, OutputAppearsWholeOrNotAtAll) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  pack_imagefolder(tmp.str("src"), tmp.str("ds"));
+  std::atomic<bool> cancel{true};
+  ExtractOptions o;
+  o.cancel = &cancel;
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds"), tmp.str("x"), o); }), ErrorCode::kCancelled);
+  EXPECT_FALSE(fs::exists(tmp.str("x")));
+  for (const auto& e : fs::directory_iterator(tmp.path())) EXPECT_EQ(e.path().filename().string().find(".x."), std::string::npos) << e.path();
+  // An existing empty directory is fine; one with files in it is refused.
+  fs::create_directories(tmp.str("y"));
+  extract_dataset(tmp.str("ds"), tmp.str("y"));
+  EXPECT_TRUE(fs::exists(tmp.str("y/mango/b.jpeg")));
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { extract_dataset(tmp.str("ds"), tmp.str("y")); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("not empty"), std::string::npos) << msg;
 }
 
 // ---- samples and progress ---------------------------------------------------------

@@ -7,7 +7,14 @@
 // the manifest pins). Shards are opened lazily and cached.
 //
 // DatasetWriter rolls shards at a size limit and writes the manifest last, atomically:
-// a directory without a valid MANIFEST is not a dataset.
+// a directory without a valid MANIFEST is not a dataset. The MANIFEST is the commit
+// point of every write: shards are written under pending names that no dataset uses
+// (`shard-00000.stk.pending-<token>`), so a dataset already in the directory stays
+// whole and readable until the new MANIFEST replaces it in one rename; only then are
+// the old shards removed and the new ones given their plain names (a second manifest
+// rename; a hard link keeps the dataset valid at every step). A writer killed at any
+// point leaves the old dataset or the new one, never a mix; its pending files are
+// ignored by verify and removed by the next writer of that directory.
 //
 // Threading: Dataset is safe to share between threads (shard cache is locked).
 // DatasetWriter is used by one thread.
@@ -26,6 +33,9 @@
 namespace stoker {
 
 inline constexpr const char* kManifestName = "MANIFEST";
+/// In the name of a file a DatasetWriter has not committed yet (a pending shard, its
+/// .tmp, the manifest being written): not part of any dataset.
+inline constexpr const char* kPendingMarker = ".pending-";
 
 struct ShardEntry {
   std::string name;        ///< file name inside the dataset directory (no '/')
@@ -108,7 +118,8 @@ struct DatasetWriterOptions {
 class DatasetWriter {
  public:
   /// Creates `dir` if needed. Throws kInvalidArgument when `dir` already holds a
-  /// MANIFEST (refuses to overwrite a dataset) unless `overwrite`.
+  /// MANIFEST (refuses to overwrite a dataset) unless `overwrite`; with `overwrite`
+  /// the old dataset is left untouched until finish() commits the new one.
   DatasetWriter(std::string dir, Schema schema, DatasetWriterOptions options = {},
                 bool overwrite = false);
   ~DatasetWriter();
@@ -123,16 +134,22 @@ class DatasetWriter {
   uint64_t records() const noexcept { return records_; }
   uint64_t stored_bytes() const noexcept { return stored_bytes_; }
   uint64_t raw_bytes() const noexcept { return raw_bytes_; }
-  /// Finishes the open shard and writes the manifest. Returns it.
+  /// Finishes the open shard and commits: the manifest replaces any old one in one
+  /// rename, then the old dataset's shards are removed. Returns the manifest. When it
+  /// throws before the commit, the new shards are removed and the old dataset stays.
   Manifest finish();
   /// Gives up: removes every file this writer created (finished shards and the open
-  /// shard's temporary file) and returns how many. The writer is finished afterwards.
-  /// Used when a pack is cancelled or fails, so no half-written dataset is left.
+  /// shard's temporary file) and returns how many. The writer is finished afterwards;
+  /// a dataset already in the directory is untouched. The destructor of a writer that
+  /// was neither finished nor discarded does the same (an exception, ENOSPC).
   size_t discard() noexcept;
 
  private:
   void roll();
+  void commit();
+  std::string pending_name(size_t shard) const;
   std::string dir_;
+  std::string token_;  ///< this writer's pending-name suffix
   DatasetWriterOptions options_;
   Manifest manifest_;
   std::unique_ptr<ShardWriter> current_;

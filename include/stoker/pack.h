@@ -16,7 +16,9 @@
 // input file is kDataLoss (or kInvalidArgument for a malformed request), an OS failure
 // kIoError / kNotFound. An output directory that is or lies inside an input (or, for
 // directories, holds it) is kInvalidArgument before anything is written. A run stopped
-// through `cancel` removes every file it wrote and throws kCancelled. Each function is called from one thread and blocks until done;
+// through `cancel`, or failing, removes every file it wrote and throws; a dataset
+// already in the output is untouched until the new one is committed (dataset.h). A
+// pack that would write 0 records (everything skipped) is kInvalidArgument. Each function is called from one thread and blocks until done;
 // distinct calls may run concurrently on distinct outputs.
 #pragma once
 
@@ -53,7 +55,13 @@ struct PackOptions {
   uint32_t align = 1;                  ///< record alignment in shards: 1 or 4096
   int threads = 0;                     ///< worker threads; 0 = every CPU this process may use (capped by a cgroup quota)
   bool skip_bad = false;               ///< skip (count, list) bad inputs instead of failing
-  bool overwrite = false;              ///< replace a dataset already in the output directory
+  /// Check that every image decodes (a JPEG's entropy-coded data and fast-crop index
+  /// are read, PNG and WebP decoded), so that an image the loader would fail on is
+  /// refused (or skipped) at pack time rather than in training. false: header checks only.
+  bool check_decode = true;
+  /// Replace a dataset already in the output directory. The old one stays whole and
+  /// readable until the new one is complete (DatasetWriter), whatever stops the run.
+  bool overwrite = false;
   bool progress = false;               ///< draw progress on stderr (only if it is a terminal)
   /// Polled between records; when it reads true the run stops, removes the shard files
   /// it wrote (finished ones and the open .tmp) and throws kCancelled. May be set from a
@@ -67,8 +75,10 @@ struct ImageFolderPackOptions : PackOptions {
   /// several passes over its coefficients, so it costs the loader more on every epoch.
   bool baseline = false;
   /// Losslessly rewrite every JPEG with jpeg_for_fast_crop (image.h): crops then decode
-  /// only the restart intervals they cover. Implies baseline. Manifest meta
-  /// "fast_crop" = "1"; extract gives pixel-identical, not byte-identical, files.
+  /// only the restart intervals they cover. Implies baseline. The restart interval is
+  /// chosen per image so that the rewrite adds at most about 5 % to the file (coarser
+  /// at low bit rates); summary.notes gives the JPEGs' total size before and after.
+  /// Manifest meta "fast_crop" = "1"; extract gives pixel-identical, not byte-identical, files.
   bool fast_crop = false;
   /// Files larger than this are bad inputs (kResourceExhausted unless skip_bad).
   uint64_t max_file_bytes = 1ull << 30;
@@ -79,10 +89,13 @@ struct ImageFolderPackOptions : PackOptions {
 /// sorted byte-wise; label = class index; Manifest::class_names holds their names.
 /// Files are taken in byte-wise order of (class, relative path) and stored unchanged
 /// (unless `baseline` rewrites a progressive JPEG, or `fast_crop` every JPEG);
-/// `__key__` is the path relative to `src` ("cat/0001.png"). JPEG, PNG and WebP files
-/// are taken, told apart by their magic bytes, not their names; any other file (or a
-/// broken image header) is kDataLoss naming it, or skipped with skip_bad. Regular files
-/// at the top level of `src` are ignored. Throws kInvalidArgument when `src` has no
+/// `__key__` is the path relative to `src` ("cat/0001.png"). As torchvision's
+/// ImageFolder, files are taken by extension (jpg jpeg png webp, and bmp ppm pgm tif
+/// tiff gif, which are refused as formats stoker does not decode); others
+/// (.DS_Store, Thumbs.db, a README) are ignored and counted in a note. The format is
+/// then told by the magic bytes; a file that is not JPEG, PNG or WebP, or that does
+/// not decode (check_decode), is kDataLoss naming it and the reason, or skipped with
+/// skip_bad. Regular files at the top level of `src` are ignored. Throws kInvalidArgument when `src` has no
 /// class directories or `out` is inside `src`.
 PackSummary pack_imagefolder(const std::string& src, const std::string& out,
                              const ImageFolderPackOptions& options = {});
@@ -96,7 +109,8 @@ struct TokensPackOptions : PackOptions {
   uint32_t rows_per_record = 0;  ///< rows per record; 0 = as many as fit in ~256 KiB raw
   int zstd_level = 0;            ///< 0 = store raw; 1..19 = zstd per record
   /// Flat files: the end-of-document token id (nanoGPT style: a document ends with its
-  /// EOS, which belongs to it). Set, the dataset stores document boundaries (below).
+  /// EOS, which belongs to it). Set, the dataset stores document boundaries (below);
+  /// an id that never occurs in the stream is kInvalidArgument.
   /// A Megatron index gives them itself, so it takes no eos.
   std::optional<int64_t> eos;
 };
@@ -140,8 +154,8 @@ struct WdsPackOptions : PackOptions {
 /// detected from the bytes), in the order given, into `out`. Consecutive members
 /// sharing a key (the member path up to the first '.' of its file name) form a sample;
 /// each extension (the rest of the name, lower-cased, "seg.png" kept whole) becomes a
-/// field named after it (characters outside [A-Za-z0-9_.-] turned to '_'), mapped the
-/// WebDataset way:
+/// field named after it (characters outside [A-Za-z0-9_.-] turned to '_'; spellings of
+/// one format are one field: `jpeg` is `jpg`, `tiff` is `tif`), mapped the WebDataset way:
 ///   jpg jpeg png webp (and any extension ending in .jpg/.png/...) -> image (the
 ///       format is sniffed from the bytes and the header checked);
 ///   cls -> int64 (decimal text; below class_names.size() when class names are given);
@@ -158,8 +172,9 @@ struct WdsPackOptions : PackOptions {
 /// keys and shapes, and a sample lacking a member others have is kInvalidArgument
 /// naming the key and the member (skip_incomplete skips such samples instead). The
 /// second pass reads and checks every member; a bad one is kDataLoss naming tar, key
-/// and member (skipped with skip_bad). Malformed tars are kDataLoss naming tar and
-/// offset.
+/// and member (skipped with skip_bad); images are checked to decode (check_decode).
+/// Malformed or truncated tars are kDataLoss naming tar and offset; with skip_bad the
+/// samples before the damage are packed and the rest of that tar is a skip entry.
 PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& out,
                      const WdsPackOptions& options = {});
 
@@ -182,8 +197,12 @@ MegatronIndex read_megatron_index(const std::string& idx_path, int64_t bin_size 
 struct ExtractOptions {
   int threads = 0;        ///< 0 = every CPU this process may use
   bool progress = false;  ///< draw progress on stderr (only if it is a terminal)
-  /// As PackOptions::cancel: stop between records and throw kCancelled (files already
-  /// extracted are kept: they are complete files).
+  /// Skip (count, list in summary.skipped) records whose checksum or layout is bad,
+  /// instead of failing on the first. Not for token datasets: a gap would break the
+  /// stream rebuilt from their rows.
+  bool skip_bad = false;
+  /// As PackOptions::cancel: stop between records and throw kCancelled; nothing is
+  /// left in `out`.
   const std::atomic<bool>* cancel = nullptr;
 };
 
@@ -203,7 +222,12 @@ struct ExtractOptions {
 ///   - other v1 schemas as out/<index>.<field> per field.
 /// Never writes outside `out`: class names or keys that are not plain relative paths
 /// are kDataLoss, and existing symlinks are not followed. `out` must not be, or lie
-/// inside, the dataset directory (kInvalidArgument). summary.records counts records,
+/// inside, the dataset directory, and must be absent or an empty directory
+/// (kInvalidArgument). The output is written in a hidden sibling directory
+/// (`.OUT.extract.pending-PID`) and renamed to `out` when complete: a failed, cancelled
+/// or killed extract leaves no partial `out` (a later extract removes a killed run's
+/// sibling). A record whose checksum fails is kDataLoss naming its index and
+/// `__key__` (skipped with skip_bad). summary.records counts records written,
 /// summary.bytes bytes written.
 PackSummary extract_dataset(const std::string& dataset, const std::string& out,
                             const ExtractOptions& options = {});

@@ -84,15 +84,62 @@ PackSummary run_cancellable(const std::function<PackSummary(const std::atomic<bo
   return result.get();
 }
 
+constexpr const char* kPackImageFolderDoc = R"(Packs an ImageFolder tree into a dataset; returns the summary as a dict.
+
+src: root with one sub-directory per class (SRC/<class>/<...>/<image>); labels are the
+    class indices in byte-wise order of the names, class names go to the manifest.
+out: dataset directory to write. A dataset already there is refused unless
+    overwrite=True; it then stays whole until the new one is complete.
+Files are taken by extension, as torchvision's ImageFolder does (jpg jpeg png webp;
+others such as .DS_Store are ignored and counted in "notes"); each image's format is
+sniffed from its bytes. check=True (default) decodes every image's data once, so an
+image the loader would fail on is refused now (or skipped and listed in "skipped"
+with skip_bad=True); check=False checks headers only.
+baseline: rewrite progressive JPEGs as baseline (lossless).
+fast_crop: rewrite every JPEG losslessly with a restart-interval index, so training
+    crops decode only the part they cover.
+shard_size (bytes), align (1 or 4096), threads (0: every CPU allowed), progress,
+max_file_bytes: as the CLI's options of the same names.
+Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. Errors
+raise stoker.Error subclasses naming the file and the reason.)";
+
+constexpr const char* kPackTokensDoc = R"(Packs a token stream into a dataset of rows; returns the summary as a dict.
+
+file: a flat little-endian token file (nanoGPT's train.bin) of `dtype`, or a
+    Megatron-LM .bin/.idx pair (the index names its own dtype).
+out: dataset directory to write (overwrite=True replaces a dataset there, which stays
+    whole until the new one is complete).
+seq_len: training sequence length N; each row holds N+1 tokens, rows overlap by one.
+rows_per_record: rows per record (0: as many as fit in ~256 KiB). zstd: 0 stores raw,
+    1..19 compresses each record.
+eos: end-of-document token id of a flat file: stores document boundaries (for
+    position_ids, loss_mask, doc_ids, cu_seqlens). An id that never occurs is an error.
+The trailing tokens that make no full row are dropped and counted ("tokens_dropped").)";
+
+constexpr const char* kPackWdsDoc = R"(Packs WebDataset tars (plain or compressed) into a dataset; returns the summary.
+
+tars: the tar files, in order; out: dataset directory to write.
+One field per member extension, plus __key__: jpg/jpeg (one field, "jpg"), png, webp:
+image; cls: int64; txt/json: text; npy: array; anything else: bytes.
+check=True (default) decodes every image once so that one the loader would fail on is
+refused now; skip_bad=True skips (and lists in "skipped") bad samples and the rest of a
+truncated tar instead; skip_incomplete=True skips samples lacking a member others have.
+A pack that would write 0 records raises.
+fast_crop: rewrite JPEGs losslessly for fast training crops (as pack_imagefolder).
+class_names: names stored in the manifest; labels must be below their count.
+overwrite=True replaces a dataset at out, kept whole until the new one is complete.)";
+
 }  // namespace
 
 void init_pack(py::module_& m) {
   m.def(
       "pack_imagefolder",
       [](const std::string& src, const std::string& out, uint64_t shard_size, uint32_t align, int threads,
-         bool skip_bad, bool overwrite, bool progress, bool baseline, bool fast_crop, uint64_t max_file_bytes) {
+         bool skip_bad, bool overwrite, bool progress, bool baseline, bool fast_crop, uint64_t max_file_bytes,
+         bool check) {
         ImageFolderPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
+        o.check_decode = check;
         o.baseline = baseline;
         o.fast_crop = fast_crop;
         o.max_file_bytes = max_file_bytes;
@@ -105,7 +152,8 @@ void init_pack(py::module_& m) {
       py::arg("src"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("overwrite") = false,
       py::arg("progress") = false, py::arg("baseline") = false, py::arg("fast_crop") = false,
-      py::arg("max_file_bytes") = ImageFolderPackOptions{}.max_file_bytes);
+      py::arg("max_file_bytes") = ImageFolderPackOptions{}.max_file_bytes, py::arg("check") = true,
+      kPackImageFolderDoc);
 
   m.def(
       "pack_tokens",
@@ -128,15 +176,18 @@ void init_pack(py::module_& m) {
       py::arg("file"), py::arg("out"), py::kw_only(), py::arg("dtype") = "uint16", py::arg("seq_len") = 1024,
       py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false,
-      py::arg("eos") = py::none());
+      py::arg("eos") = py::none(),
+      kPackTokensDoc);
 
   m.def(
       "pack_wds",
       [](const std::vector<std::string>& tars, const std::string& out, uint64_t shard_size, uint32_t align,
          int threads, bool skip_bad, bool skip_incomplete, bool overwrite, bool progress,
-         const std::vector<std::string>& class_names) {
+         const std::vector<std::string>& class_names, bool fast_crop, bool check) {
         WdsPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
+        o.fast_crop = fast_crop;
+        o.check_decode = check;
         o.skip_incomplete = skip_incomplete;
         o.class_names = class_names;
         PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
@@ -148,14 +199,15 @@ void init_pack(py::module_& m) {
       py::arg("tars"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("skip_incomplete") = false,
       py::arg("overwrite") = false, py::arg("progress") = false,
-      py::arg("class_names") = std::vector<std::string>{},
-      "Packs WebDataset tars (plain or compressed): one field per member extension, plus __key__.");
+      py::arg("class_names") = std::vector<std::string>{}, py::arg("fast_crop") = false, py::arg("check") = true,
+      kPackWdsDoc);
 
   m.def(
       "extract",
-      [](const std::string& dataset, const std::string& out, int threads) {
+      [](const std::string& dataset, const std::string& out, int threads, bool skip_bad) {
         ExtractOptions o;
         o.threads = threads;
+        o.skip_bad = skip_bad;
         PackSummary s;
         {
           py::gil_scoped_release nogil;
@@ -163,8 +215,10 @@ void init_pack(py::module_& m) {
         }
         return to_dict(s);
       },
-      py::arg("dataset"), py::arg("out"), py::kw_only(), py::arg("threads") = 0,
-      "Writes a dataset's records back out as files, under their __key__ names.");
+      py::arg("dataset"), py::arg("out"), py::kw_only(), py::arg("threads") = 0, py::arg("skip_bad") = false,
+      "Writes a dataset's records back out as files, under their __key__ names, into `out` (absent or empty;\n"
+      "it appears only when complete). skip_bad=True skips records whose checksum fails (listed in\n"
+      "\"skipped\") instead of raising.");
 
   m.def(
       "make_sample_imagefolder",

@@ -1,6 +1,7 @@
 """Packing from Python: the C++ packers, summaries as dicts, datasets the Loader reads."""
 
 import os
+import tarfile
 
 import numpy as np
 
@@ -83,3 +84,18 @@ def test_sample_generators_make_packable_data(tmp_path):
     assert len(arr) == 5000 and arr.max() < 300
     assert (tmp_path / "t.bin").read_bytes() == (tmp_path / "t2.bin").read_bytes()
     assert (tmp_path / "t.bin").read_bytes() != (tmp_path / "t3.bin").read_bytes()
+
+
+def test_pack_functions_are_documented_and_pack_wds_takes_fast_crop(tmp_path):
+    for f in (stoker.pack_imagefolder, stoker.pack_tokens, stoker.pack_wds, stoker.extract):
+        assert len(f.__doc__.split("\n")) > 3, f.__name__
+    src = make_imagefolder(str(tmp_path / "f"), per_class=2)
+    tar = tmp_path / "a.tar"
+    with tarfile.open(tar, "w") as t:
+        for c in sorted(os.listdir(src)):
+            for name in sorted(os.listdir(os.path.join(src, c))):
+                t.add(os.path.join(src, c, name), arcname=f"{c}-{os.path.splitext(name)[0]}.jpg")
+    s = stoker.pack_wds([str(tar)], str(tmp_path / "ds"), fast_crop=True)
+    assert s["rewritten"] == s["records"] == 6
+    assert stoker.read_manifest(str(tmp_path / "ds"))["meta"]["fast_crop"] == "1"
+    assert any(n.startswith("fast crop:") for n in s["notes"]), s["notes"]

@@ -377,7 +377,7 @@ void setup(CLI::App& tool) {
                 "NAME=follow:LEADER[:nearest|antialiased][:1|3] (e.g. --field jpg=train:224 --field png=follow:jpg)")
       ->check(field_spec())->allow_extra_args(false);
   c->add_option("--consumer-ms", a->consumer_ms, "a consumer taking this long per batch")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   c->add_option("--batch", a->batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 24))->capture_default_str();
   c->add_option("--size", a->size, "output image side")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   c->add_option("--epochs", a->epochs, "epochs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -386,7 +386,7 @@ void setup(CLI::App& tool) {
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   c->add_option("--order", a->order, "sample order")->check(named_by(parse_order_kind, "shuffled|sequential|chunk_local"))
       ->capture_default_str();
-  c->add_option("--seed", a->seed, "order seed")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--seed", a->seed, "order seed")->check(non_negative())->capture_default_str();
   c->add_option("--window-chunks", a->window_chunks, "chunks in a chunk_local window")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   c->add_option("--slots", a->slots, "batch slots in the ring (0: the loader's default)")
@@ -396,11 +396,11 @@ void setup(CLI::App& tool) {
   c->add_option("--qd", a->qd, "IO queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_flag("--no-direct", a->no_direct, "buffered reads (no O_DIRECT)");
   c->add_option("--io-limit-mbps", a->io_limit_mbps, "throttle reads to this many MB/s (rehearses slow storage)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--on-error", a->on_error, "a bad record stops the run, or is skipped")
       ->check(named_by(on_error_from_name, "error|skip"))->capture_default_str();
   c->add_option("--limit-seconds", a->limit_seconds, "time spent measuring the in-memory limit")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   c->add_flag("--limit-interleaved", a->limit_interleaved,
               "measure the limit in slices after each epoch (--limit-seconds / --epochs each, at least one pass in "
               "all) instead of once after the feed: on a shared machine, load swings then weigh on both alike "
@@ -408,9 +408,9 @@ void setup(CLI::App& tool) {
   c->add_option("--limit-records", a->limit_records, "records held in memory for the limit")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))->capture_default_str();
   c->add_option("--report", a->report, "print the verdict as a JSON line on stderr every SECONDS")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--max-seconds", a->max_seconds, "stop after this long in all (0: whole epochs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_flag("--position-ids", a->position_ids, "token data packed with --eos: also deliver position_ids");
   c->add_flag("--loss-mask", a->loss_mask, "token data packed with --eos: also deliver loss_mask");
   c->add_option("--mix", a->mix, "a second dataset: feed a 2-source mixture of equal weights");

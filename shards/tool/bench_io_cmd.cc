@@ -210,8 +210,8 @@ void setup(CLI::App& tool) {
   c->add_option("--order", a->order, "read order")->check(CLI::IsMember({"sequential", "shuffled"}))->capture_default_str();
   c->add_option("--qd", a->qd, "reads in flight")->check(CLI::Range(1, 4096))->capture_default_str();
   c->add_option("--engine", a->engine, "IO engine (default: auto)")->check(named_by(io_engine_kind_from_name, "auto|uring|pread"));
-  c->add_option("--seed", a->seed, "shuffle seed")->check(CLI::NonNegativeNumber)->capture_default_str();
-  c->add_option("--limit", a->limit, "read only the first N records of the order")->check(CLI::NonNegativeNumber);
+  c->add_option("--seed", a->seed, "shuffle seed")->check(non_negative())->capture_default_str();
+  c->add_option("--limit", a->limit, "read only the first N records of the order")->check(non_negative());
   c->add_option("--max-request", a->max_request, "largest read (neighbours coalesce up to it)")
       ->check(byte_size())->capture_default_str();
   c->add_option("--threads", a->threads, "threads of the pread engine")->check(CLI::Range(1, 256))->capture_default_str();

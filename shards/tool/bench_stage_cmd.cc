@@ -258,11 +258,11 @@ void setup(CLI::App& tool) {
   c->add_option("--host-slots", a->host_slots, "host slots (default: slots + 1)")->check(CLI::Range(1, 64));
   c->add_option("--iters", a->iters, "batches timed")->check(CLI::Range(1, 1000000))->capture_default_str();
   c->add_option("--consumer-us", a->consumer_us, "the consumer's kernel time per batch")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(non_negative())->capture_default_str();
   c->add_option("--source-us", a->source_us, "one batch made every P us (default: 10% faster than the consumer)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--copy-limit-mbps", a->copy_limit_mbps, "throttle the fed loop's copies (rehearses a copy-bound feed)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--backend", a->backend, "copy backend")->check(named_by(stage_backend_from_name, "auto|cuda|host"))
       ->capture_default_str();
   c->add_option("--device", a->device, "CUDA device (-1: LOCAL_RANK, else 0)")->capture_default_str();

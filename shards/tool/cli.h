@@ -66,6 +66,11 @@ CLI::Validator named_by(Parse parse, std::string names) {
       std::move(names));
 }
 
+/// A number >= 0 (non_negative) or > 0 (positive); the usage error says so in words
+/// (CLI11's own range checks print the upper bound, DBL_MAX, in full).
+CLI::Validator non_negative();
+CLI::Validator positive();
+
 /// Human-readable byte count ("85.3 KiB").
 std::string format_bytes(double bytes);
 

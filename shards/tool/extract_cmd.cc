@@ -14,11 +14,13 @@ namespace {
 struct ExtractArgs {
   std::string dataset, out;
   int threads = 0;
+  bool skip_bad = false;
 };
 
 int extract_cmd(const ExtractArgs& a) {
   ExtractOptions o;
   o.threads = a.threads;
+  o.skip_bad = a.skip_bad;
   o.progress = true;
   PackSummary s;
   const int rc = run_interruptible([&](const std::atomic<bool>* cancel) {
@@ -32,6 +34,10 @@ int extract_cmd(const ExtractArgs& a) {
               static_cast<unsigned long long>(s.records), static_cast<unsigned long long>(s.shards),
               s.shards == 1 ? "" : "s", a.out.c_str(), format_bytes(static_cast<double>(s.bytes)).c_str(),
               s.seconds, s.bytes / secs / 1e6);
+  if (!s.skipped.empty()) {
+    std::printf("  skipped %zu bad record%s:\n", s.skipped.size(), s.skipped.size() == 1 ? "" : "s");
+    for (const std::string& line : s.skipped) std::printf("    %s\n", line.c_str());
+  }
   const auto& meta = read_manifest(a.dataset).meta;
   if (auto it = meta.find("fast_crop"); it != meta.end() && it->second == "1") {
     std::printf("  packed with --fast-crop: the JPEGs were losslessly rewritten, so they decode to the\n"
@@ -46,7 +52,8 @@ void setup(CLI::App& tool) {
       "extract", "Write a dataset's records back out as files, named by their __key__ (an ImageFolder tree for images, "
       "tokens.bin for tokens).");
   c->add_option("DATASET", a->dataset, "dataset directory")->required();
-  c->add_option("OUT", a->out, "directory to write")->required();
+  c->add_option("OUT", a->out, "directory to write (absent or empty; it appears only when complete)")->required();
+  c->add_flag("--skip-bad", a->skip_bad, "skip records whose checksum fails (listed at the end) instead of stopping");
   c->add_option("--threads", a->threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
   on_run(c, [a] { return extract_cmd(*a); });
 }

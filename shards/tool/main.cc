@@ -2,6 +2,7 @@
 // and maps every outcome to the exit codes cli.h promises.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -140,6 +141,25 @@ CLI::Validator byte_size() {
       },
       "BYTES", "byte size");
 }
+
+namespace {
+
+CLI::Validator lower_bound(bool inclusive) {
+  return CLI::Validator(
+      [inclusive](std::string& s) -> std::string {
+        char* end = nullptr;
+        const long double v = std::strtold(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size()) return "'" + s + "' is not a number";
+        if (inclusive ? v >= 0 : v > 0) return {};
+        return "'" + s + "' is out of range: give a number " + (inclusive ? ">= 0" : "> 0");
+      },
+      inclusive ? "NONNEGATIVE" : "POSITIVE");
+}
+
+}  // namespace
+
+CLI::Validator non_negative() { return lower_bound(true); }
+CLI::Validator positive() { return lower_bound(false); }
 
 std::string format_bytes(double b) { return internal::format_bytes(b); }
 

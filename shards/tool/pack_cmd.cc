@@ -19,15 +19,19 @@ struct CommonArgs {
   std::string shard_size = "256MiB";
   int align = 1;
   int threads = 0;
-  bool skip_bad = false, overwrite = false;
+  bool skip_bad = false, overwrite = false, no_check = false;
 
-  void declare(CLI::App* c) {
+  void declare(CLI::App* c, bool images = true) {
     c->add_option("--shard-size", shard_size, "start a new shard past this many bytes (>= 4KiB)")->check(byte_size())->capture_default_str();
     c->add_option("--align", align, "record alignment in the shards (4096: each record starts on a 4 KiB boundary)")
         ->check(CLI::IsMember({1, 4096}))->capture_default_str();
     c->add_option("--threads", threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
     c->add_flag("--skip-bad", skip_bad, "skip inputs that cannot be packed (listed at the end) instead of stopping");
-    c->add_flag("--overwrite", overwrite, "replace an existing dataset at OUT");
+    c->add_flag("--overwrite", overwrite, "replace an existing dataset at OUT (kept whole until the new one is complete)");
+    if (images)
+      c->add_flag("--no-check", no_check,
+                  "check image headers only, not that every image decodes (faster; a corrupt image then fails in "
+                  "training instead)");
   }
   void apply(PackOptions& o) const {
     o.shard_size = parse_size(shard_size);
@@ -35,6 +39,7 @@ struct CommonArgs {
     o.threads = threads;
     o.skip_bad = skip_bad;
     o.overwrite = overwrite;
+    o.check_decode = !no_check;
     o.progress = true;  // drawn only when stderr is a terminal
   }
 };
@@ -160,7 +165,7 @@ void setup(CLI::App& tool) {
   c->add_option("--eos", tk->eos,
                  "end-of-document token id: store document boundaries (a document ends with its EOS token) for "
                  "position_ids, loss_mask, doc_ids and cu_seqlens (a Megatron index gives them itself)");
-  tk->common.declare(c);
+  tk->common.declare(c, false);
   on_run(c, [tk] { return pack_tokens_cmd(*tk); });
 
   auto wd = std::make_shared<WdsArgs>();

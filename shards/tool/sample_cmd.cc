@@ -85,7 +85,7 @@ void setup(CLI::App& tool) {
   c->add_option("OUT", im->out, "directory to write")->required();
   c->add_option("--images", im->images, "images in all")->check(CLI::Range(int64_t{1}, kMax))->capture_default_str();
   c->add_option("--classes", im->classes, "class directories")->check(CLI::Range(1, 100000))->capture_default_str();
-  c->add_option("--seed", im->seed, "same seed, byte-identical files")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--seed", im->seed, "same seed, byte-identical files")->check(non_negative())->capture_default_str();
   c->add_option("--quality", im->quality, "JPEG quality")->check(CLI::Range(1, 100))->capture_default_str();
   c->add_option("--progressive-frac", im->progressive_frac, "fraction written as progressive JPEGs")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
@@ -103,7 +103,7 @@ void setup(CLI::App& tool) {
       ->capture_default_str();
   c->add_option("--features", wd->features, "float32 features per sample (.npy)")->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  c->add_option("--seed", wd->seed, "same seed, byte-identical files")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--seed", wd->seed, "same seed, byte-identical files")->check(non_negative())->capture_default_str();
   c->add_option("--quality", wd->quality, "JPEG quality")->check(CLI::Range(1, 100))->capture_default_str();
   c->add_option("--threads", wd->threads, "threads (0: every CPU)")->check(CLI::Range(0, 1024))->capture_default_str();
   on_run(c, [wd] { return sample_wds_cmd(*wd); });
@@ -115,7 +115,7 @@ void setup(CLI::App& tool) {
   c->add_option("--vocab", tk->vocab, "token values are < vocab")
       ->check(CLI::Range(int64_t{2}, int64_t{0xFFFFFFFF}))->capture_default_str();
   c->add_option("--dtype", tk->dtype, "token type")->check(CLI::IsMember({"uint16", "uint32"}))->capture_default_str();
-  c->add_option("--seed", tk->seed, "same seed, same stream")->check(CLI::NonNegativeNumber)->capture_default_str();
+  c->add_option("--seed", tk->seed, "same seed, same stream")->check(non_negative())->capture_default_str();
   on_run(c, [tk] { return sample_tokens_cmd(*tk); });
 }
 

@@ -49,6 +49,8 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
   Impl& m = *impl_;
   m.opt = opt;
   m.ds = Dataset::open(opt.path);
+  if (m.ds->record_count() == 0)
+    throw_error(ErrorCode::kInvalidArgument, opt.path + " holds 0 records: there is nothing to measure the decode of");
   const Schema& schema = m.ds->schema();
   const int tokens = schema.find("tokens");
   m.token_data = tokens >= 0 && schema.fields[static_cast<size_t>(tokens)].kind == FieldKind::kTokens;

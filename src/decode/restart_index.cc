@@ -3,6 +3,7 @@
 #include "decode/restart_index.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -277,7 +278,7 @@ int choose_restart_interval(int mcus_per_row, int mcu_rows, int target, int min_
 
 std::vector<uint8_t> transcode_sequential(std::span<const uint8_t> jpeg, int target_interval,
                                           int min_interval, uint64_t max_pixels,
-                                          int* interval_out) {
+                                          int* interval_out, double restart_budget) {
   require_soi(jpeg.data(), jpeg.size());
   JpegDecompressor dec;
   CompressHolder out;
@@ -303,9 +304,18 @@ std::vector<uint8_t> transcode_sequential(std::span<const uint8_t> jpeg, int tar
   if (target_interval > 0 && s->num_components <= 4) {
     const int mw = s->num_components == 1 ? 8 : 8 * s->max_h_samp_factor;
     const int mh = s->num_components == 1 ? 8 : 8 * s->max_v_samp_factor;
-    interval = choose_restart_interval(static_cast<int>((s->image_width + mw - 1) / mw),
-                                       static_cast<int>((s->image_height + mh - 1) / mh),
-                                       target_interval, min_interval);
+    const int mcus_per_row = static_cast<int>((s->image_width + mw - 1) / mw);
+    const int mcu_rows = static_cast<int>((s->image_height + mh - 1) / mh);
+    if (restart_budget > 0) {
+      // Fewer intervals where the image has few bytes per MCU (a low bit rate), where
+      // each interval's fixed cost weighs more.
+      const double affordable = std::max(1.0, restart_budget / kBytesPerRestartInterval);
+      const double mcus = static_cast<double>(mcus_per_row) * mcu_rows;
+      const int needed = static_cast<int>(std::min<double>(mcus_per_row, std::ceil(mcus / affordable)));
+      min_interval = std::max(min_interval, needed);
+      target_interval = std::max(target_interval, min_interval);
+    }
+    interval = choose_restart_interval(mcus_per_row, mcu_rows, target_interval, min_interval);
   }
   jpeg_guarded(dec.err(), "JPEG transcode", [&] {
     jvirt_barray_ptr* coefs = jpeg_read_coefficients(s);
@@ -397,20 +407,41 @@ std::vector<uint8_t> insert_restart_index(std::span<const uint8_t> jpeg, int int
 
 namespace stoker {
 
-std::vector<uint8_t> jpeg_for_fast_crop(std::span<const uint8_t> jpeg, const FastCropOptions& options) {
+namespace internal {
+
+std::vector<uint8_t> fast_crop_within_budget(std::span<const uint8_t> jpeg, const FastCropOptions& options,
+                                             double max_growth) {
   if (options.target_interval < 1) {
     throw Error(ErrorCode::kInvalidArgument, "jpeg_for_fast_crop: target_interval must be >= 1");
   }
+  // With a budget the interval is predicted from the bytes per MCU, and doubled once (a
+  // second transcode) when the result still grows more than the budget. Growth that is
+  // not the intervals' (a progressive input made sequential) is not chased further: it
+  // costs a transcode each time and coarser intervals cannot remove it.
+  const double budget = max_growth > 0 ? max_growth * static_cast<double>(jpeg.size()) : 0;
   int min_interval = 1;
-  for (;;) {
+  std::vector<uint8_t> best;
+  for (int tries = 0;; ++tries) {
     int interval = 0;
-    std::vector<uint8_t> coded = internal::transcode_sequential(
-        jpeg, options.target_interval, min_interval, options.max_pixels, &interval);
-    if (interval == 0) return coded;  // no usable interval: sequential, without an index
-    std::vector<uint8_t> indexed = internal::insert_restart_index(coded, interval);
-    if (!indexed.empty()) return indexed;
-    min_interval = interval + 1;  // an interval above 2 MiB: coarser intervals, smaller index
+    std::vector<uint8_t> coded =
+        transcode_sequential(jpeg, options.target_interval, min_interval, options.max_pixels, &interval, budget);
+    if (interval == 0) return best.empty() ? coded : best;  // no (coarser) interval fits
+    std::vector<uint8_t> indexed = insert_restart_index(coded, interval);
+    if (indexed.empty()) {  // an interval above 2 MiB: coarser intervals, smaller index
+      min_interval = interval + 1;
+      continue;
+    }
+    const bool over = budget > 0 && static_cast<double>(indexed.size()) > static_cast<double>(jpeg.size()) + budget;
+    best = std::move(indexed);
+    if (!over || tries >= 1) return best;
+    min_interval = 2 * interval;
   }
+}
+
+}  // namespace internal
+
+std::vector<uint8_t> jpeg_for_fast_crop(std::span<const uint8_t> jpeg, const FastCropOptions& options) {
+  return internal::fast_crop_within_budget(jpeg, options, 0);
 }
 
 FastCropInfo check_fast_crop_index(std::span<const uint8_t> jpeg) {

@@ -33,6 +33,8 @@
 #include <span>
 #include <vector>
 
+#include "stoker/image.h"
+
 namespace stoker::internal {
 
 constexpr int kRestartIndexMarker = 0xEF;  // APP15
@@ -76,14 +78,29 @@ void check_restart_marker(std::span<const uint8_t> jpeg, const RestartLayout& l,
 /// 0 when there is none.
 int choose_restart_interval(int mcus_per_row, int mcu_rows, int target, int min_interval);
 
+/// Bytes one restart interval adds to a file, on average: its RST marker, the padding
+/// to a byte boundary before it, the DC values coded whole after it, and its entry in
+/// the fast-crop index. Used to predict an interval that keeps the growth in budget.
+inline constexpr double kBytesPerRestartInterval = 5.0;
+
 /// Losslessly rewrites `jpeg` as a sequential Huffman-optimised JPEG (coefficients
 /// copied; APPn other than JFIF/Adobe and COM kept) with a restart interval chosen by
 /// choose_restart_interval(.., target_interval, min_interval) when target_interval > 0,
-/// none otherwise. Returns the interval used through `interval_out` (0: none).
+/// none otherwise. `restart_budget` > 0 (bytes) raises min_interval (and the target)
+/// so that the intervals cost about that much at kBytesPerRestartInterval each.
+/// Returns the interval used through `interval_out` (0: none).
 /// kDataLoss for corrupt input, kResourceExhausted above max_pixels.
 std::vector<uint8_t> transcode_sequential(std::span<const uint8_t> jpeg, int target_interval,
                                           int min_interval, uint64_t max_pixels,
-                                          int* interval_out);
+                                          int* interval_out, double restart_budget = 0);
+
+/// jpeg_for_fast_crop (image.h) with a size budget: when `max_growth` > 0 the restart
+/// interval is raised above options.target_interval as far as needed for the result to
+/// be at most (1 + max_growth) times the input (predicted from the bytes per MCU, then
+/// checked, with one retry at twice the interval). What coarser intervals cannot remove
+/// (a progressive input made sequential) may still exceed it. 0: jpeg_for_fast_crop.
+std::vector<uint8_t> fast_crop_within_budget(std::span<const uint8_t> jpeg, const FastCropOptions& options,
+                                             double max_growth);
 
 /// Builds the APP15 index of a transcode_sequential output with a restart interval and
 /// returns the file with it inserted. Returns an empty vector when the index does not

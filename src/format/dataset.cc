@@ -1,11 +1,17 @@
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "util/bytes.h"
 
 namespace stoker {
 
@@ -69,8 +75,24 @@ Record Dataset::read(uint64_t global) const {
   return shard(s)->read_record(r);
 }
 
+namespace {
+
+// A suffix no other writer (process, thread or earlier run) uses.
+std::string unique_token() {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%d-%llx-%llu", static_cast<int>(::getpid()), static_cast<unsigned long long>(t),
+                static_cast<unsigned long long>(counter++));
+  return buf;
+}
+
+bool is_pending(const std::string& name) { return name.find(kPendingMarker) != std::string::npos; }
+
+}  // namespace
+
 DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOptions options, bool overwrite)
-    : dir_(std::move(dir)), options_(std::move(options)) {
+    : dir_(std::move(dir)), token_(unique_token()), options_(std::move(options)) {
   schema.validate();
   if (options_.shard.version < kShardVersionMin || options_.shard.version > kShardVersion ||
       schema.min_version() > options_.shard.version)
@@ -82,18 +104,23 @@ DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOption
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw_error(ErrorCode::kIoError, "create directory " + dir_ + ": " + ec.message());
-  const std::string manifest = dir_ + "/" + kManifestName;
-  if (std::filesystem::exists(manifest)) {
-    if (!overwrite)
-      throw_error(ErrorCode::kInvalidArgument, dir_ + " already holds a dataset (" + kManifestName + " exists); refusing to overwrite");
-    // Removing the manifest first means a crash mid-pack leaves no valid-looking dataset.
-    std::filesystem::remove(manifest, ec);
-  }
+  // The old dataset stays whole until finish() commits the new one.
+  if (std::filesystem::exists(dir_ + "/" + kManifestName) && !overwrite)
+    throw_error(ErrorCode::kInvalidArgument,
+                dir_ + " already holds a dataset (" + kManifestName + " exists); refusing to overwrite");
   manifest_.version = options_.shard.version;
   manifest_.schema = std::move(schema);
 }
 
-DatasetWriter::~DatasetWriter() = default;
+DatasetWriter::~DatasetWriter() {
+  if (!finished_) discard();
+}
+
+std::string DatasetWriter::pending_name(size_t shard) const {
+  char name[64];
+  std::snprintf(name, sizeof name, "-%05zu.stk", shard);
+  return options_.shard_prefix + name + kPendingMarker + token_;
+}
 
 void DatasetWriter::roll() {
   if (current_) {
@@ -112,11 +139,9 @@ void DatasetWriter::add_prepared(const PreparedRecord& record) {
   if (current_ && current_->record_count() > 0 &&
       current_->projected_size() + record.stored.size() + options_.shard.align > options_.shard_size)
     roll();
-  if (!current_) {
-    char name[64];
-    std::snprintf(name, sizeof name, "-%05zu.stk", manifest_.shards.size());
-    current_ = std::make_unique<ShardWriter>(dir_ + "/" + options_.shard_prefix + name, manifest_.schema, options_.shard);
-  }
+  if (!current_)
+    current_ = std::make_unique<ShardWriter>(dir_ + "/" + pending_name(manifest_.shards.size()), manifest_.schema,
+                                             options_.shard);
   current_->add_prepared(record);
   ++records_;
   stored_bytes_ += record.location.stored_size;
@@ -140,10 +165,71 @@ size_t DatasetWriter::discard() noexcept {
 
 Manifest DatasetWriter::finish() {
   if (finished_) throw_error(ErrorCode::kInvalidArgument, "dataset " + dir_ + " finished twice");
-  roll();
-  finished_ = true;
-  write_manifest(dir_, manifest_);
+  try {
+    roll();
+  } catch (...) {
+    discard();
+    throw;
+  }
+  commit();
   return manifest_;
+}
+
+// The commit, in steps that each leave one valid dataset in dir_:
+//   1. MANIFEST (pending shard names) replaces the old one: the new dataset is live;
+//   2. the old shards go;
+//   3. each pending shard gets its plain name as a hard link, and a second MANIFEST
+//      names those; 4. the pending names go.
+// A failure before 1 removes the new shards; after it, the new dataset stands (under
+// pending names if step 3 cannot be done, e.g. on a file system without hard links).
+void DatasetWriter::commit() {
+  std::set<std::string> old_shards;
+  try {
+    const Manifest old = read_manifest(dir_);
+    for (const ShardEntry& s : old.shards) old_shards.insert(s.name);
+  } catch (const Error&) {
+    // No old dataset, or an unreadable one: nothing of it to keep or remove.
+  }
+  const std::string manifest_path = dir_ + "/" + kManifestName;
+  try {
+    internal::write_file_atomic(manifest_path, manifest_.serialize(), manifest_path + kPendingMarker + token_);
+  } catch (...) {
+    discard();
+    throw;
+  }
+  finished_ = true;
+  std::vector<std::string> pending;
+  for (const ShardEntry& s : manifest_.shards) pending.push_back(s.name);
+  std::error_code ec;
+  for (const std::string& name : old_shards) std::filesystem::remove(dir_ + "/" + name, ec);
+
+  Manifest plain = manifest_;
+  bool linked = true;
+  size_t made = 0;
+  for (; made < plain.shards.size() && linked; ++made) {
+    char name[64];
+    std::snprintf(name, sizeof name, "-%05zu.stk", made);
+    plain.shards[made].name = options_.shard_prefix + name;
+    const std::string to = dir_ + "/" + plain.shards[made].name;
+    std::filesystem::remove(to, ec);  // a stray file of that name is in no dataset
+    linked = ::link((dir_ + "/" + pending[made]).c_str(), to.c_str()) == 0;
+  }
+  try {
+    if (!linked) throw_error(ErrorCode::kIoError, "link");
+    internal::write_file_atomic(manifest_path, plain.serialize(), manifest_path + kPendingMarker + token_);
+    manifest_ = std::move(plain);
+    for (const std::string& name : pending) std::filesystem::remove(dir_ + "/" + name, ec);
+  } catch (const Error&) {
+    // The dataset stands under its pending names; the plain links made are strays.
+    for (size_t i = 0; i < made; ++i) std::filesystem::remove(dir_ + "/" + plain.shards[i].name, ec);
+  }
+  // Leftovers of writers killed earlier: pending files the live manifest does not name.
+  std::set<std::string> live;
+  for (const ShardEntry& s : manifest_.shards) live.insert(s.name);
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (is_pending(name) && !live.count(name)) std::filesystem::remove(entry.path(), ec);
+  }
 }
 
 }  // namespace stoker

@@ -10,6 +10,7 @@
 
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
+#include "format/record_checks.h"
 #include "stoker/image.h"
 #include "util/bytes.h"
 #include "util/platform.h"
@@ -35,24 +36,38 @@ std::string hex32(uint32_t v) {
   return b;
 }
 
-// A JPEG field rewritten for fast crop carries an index of its own (with its own CRC,
-// which the record CRC cannot vouch for: it was computed over whatever was packed).
-void check_jpeg_indexes(const Schema& schema, const RecordLocation& l, const uint8_t* data, uint64_t i,
-                        const std::string& path, VerifyReport& rep) {
-  uint64_t off = 0;
-  for (size_t f = 0; f < schema.fields.size() && f < l.field_sizes.size(); ++f) {
-    const uint64_t size = l.field_sizes[f];
-    if (off + size > l.stored_size) return;  // the reader's checks name a bad layout
-    if (schema.fields[f].kind == FieldKind::kJpeg) {
-      try {
-        if (check_fast_crop_index({data + off, size}).indexed) ++rep.fast_crop_indexes;
-      } catch (const Error& e) {
-        rep.problems.push_back({path, "record " + std::to_string(i),
-                                "field '" + schema.fields[f].name + "': " + e.what()});
-      }
+// The reader's content rules (record_checks.h) on a record whose checksum is right:
+// what the record CRC cannot vouch for, since it was computed over whatever was packed.
+void check_content(const ShardReader& reader, const RecordLocation& l, const uint8_t* data, uint64_t i,
+                   const std::string& path, VerifyReport& rep) {
+  const Schema& schema = reader.schema();
+  std::vector<std::span<const uint8_t>> fields;
+  Record decompressed;
+  if ((l.flags & kRecordZstd) == 0) {
+    uint64_t off = 0;
+    for (size_t f = 0; f < l.field_sizes.size(); ++f) {
+      if (off + l.field_sizes[f] > l.stored_size) return;  // the reader's checks name a bad layout
+      fields.emplace_back(data + off, l.field_sizes[f]);
+      off += l.field_sizes[f];
     }
-    off += size;
+  } else {
+    decompressed = reader.read_record(i);
+    fields = decompressed.fields;
   }
+  if (std::string why = internal::check_record_content(schema, fields, &rep.fast_crop_indexes); !why.empty()) {
+    const int key = schema.key_field();
+    const std::string k = key >= 0 && static_cast<size_t>(key) < fields.size()
+                              ? std::string(fields[static_cast<size_t>(key)].begin(), fields[static_cast<size_t>(key)].end())
+                              : std::string();
+    rep.problems.push_back({path, "record " + std::to_string(i) + internal::key_suffix(k), why});
+  }
+}
+
+// Whether a schema has anything for check_content to look at.
+bool has_content_rules(const Schema& schema) {
+  for (const Field& f : schema.fields)
+    if (f.kind == FieldKind::kJpeg || f.kind == FieldKind::kImage) return true;
+  return schema.find("doc_starts") >= 0;
 }
 
 }  // namespace
@@ -94,6 +109,7 @@ VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, c
     return buf.data() + (off - buf_off);
   };
   uint64_t pos = begin;
+  const bool content_rules = has_content_rules(reader->schema());
   try {
     for (uint64_t i = 0; i < reader->record_count(); ++i) {
       const RecordLocation& l = reader->location(i);
@@ -117,9 +133,14 @@ VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, c
       }
       uint32_t crc = crc32c(data, l.stored_size);
       if (crc != l.crc)
-        rep.problems.push_back({path, "record " + std::to_string(i),
-                                "checksum mismatch (stored " + hex32(l.crc) + ", computed " + hex32(crc) + ")"});
-      else if ((l.flags & kRecordZstd) == 0) check_jpeg_indexes(reader->schema(), l, data, i, path, rep);
+        rep.problems.push_back(
+            {path,
+             "record " + std::to_string(i) +
+                 internal::key_suffix(internal::unverified_key(reader->schema(), l, {data, l.stored_size})),
+             "checksum mismatch (stored " + hex32(l.crc) + ", computed " + hex32(crc) + ")"});
+      else if (content_rules) {
+        check_content(*reader, l, data, i, path, rep);
+      }
       ++rep.records;
       pos = l.offset + l.stored_size;
       if (progress && (i % 256 == 0)) progress(pos - begin);
@@ -163,6 +184,8 @@ VerifyReport verify_path(const std::string& path, unsigned threads, const Verify
   std::vector<std::string> present;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
+    // A writer's uncommitted files are in no dataset (the next writer removes them).
+    if (name.find(kPendingMarker) != std::string::npos && !listed.count(name)) continue;
     if (entry.path().extension() == ".stk") present.push_back(name);
     if (entry.path().extension() == ".tmp")
       total.problems.push_back({entry.path().string(), "file", "left-over temporary file from an interrupted write"});

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 
+#include "format/record_checks.h"
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
 #include "pack/progress.h"
@@ -30,6 +31,7 @@
 namespace stoker {
 
 using namespace internal;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -162,19 +164,87 @@ std::string padded_index(uint64_t i, int width) {
   return buf;
 }
 
+// Record i of `ds`, or kDataLoss naming its `__key__` (read from the unverified
+// stored bytes) when its checksum or layout is bad.
+Record read_named(const Dataset& ds, const std::string& dataset, uint64_t i) {
+  try {
+    return ds.read(i);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kDataLoss) throw;
+    std::string key;
+    try {
+      const auto [s, r] = ds.locate(i);
+      const auto reader = ds.shard(s);
+      const RecordLocation& l = reader->location(r);
+      std::vector<uint8_t> stored(l.stored_size);
+      if (pread_full(reader->fd(), stored.data(), stored.size(), l.offset, reader->path()) == stored.size())
+        key = unverified_key(reader->schema(), l, stored);
+    } catch (const Error&) {
+      // No key to add: the message stands as it is.
+    }
+    throw_error(ErrorCode::kDataLoss, dataset + " record " + std::to_string(i) + key_suffix(key) + ": " + e.what());
+  }
+}
+
+// The output is built in a hidden sibling directory and renamed into place when
+// complete, so OUT is either absent (or the empty directory it was) or whole; on
+// failure or cancel the sibling is removed. Siblings left by a killed run go first.
+class StagedOutput {
+ public:
+  explicit StagedOutput(const std::string& out) : out_(out) {
+    std::string o = out;
+    while (o.size() > 1 && o.back() == '/') o.pop_back();
+    const fs::path p(o);
+    const std::string prefix = "." + p.filename().string() + ".extract" + kPendingMarker;
+    const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(p, ec))) {
+      if (!fs::is_directory(fs::symlink_status(p, ec)))
+        throw_error(ErrorCode::kInvalidArgument, out + " exists and is not a directory (symlinks are not followed)");
+      if (!fs::is_empty(p, ec))
+        throw_error(ErrorCode::kInvalidArgument,
+                    out + " exists and is not empty: extract writes a whole new directory (remove it, or choose another)");
+    }
+    fs::create_directories(parent, ec);
+    if (ec) throw_error(ErrorCode::kIoError, "create directory " + parent.string() + ": " + ec.message());
+    for (const auto& entry : fs::directory_iterator(parent, ec))
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(entry.path(), ec);
+    staging_ = (parent / (prefix + std::to_string(::getpid()))).string();
+    make_plain_dir(staging_);
+  }
+  ~StagedOutput() {
+    if (committed_) return;
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+  }
+  StagedOutput(const StagedOutput&) = delete;
+  StagedOutput& operator=(const StagedOutput&) = delete;
+
+  const std::string& dir() const noexcept { return staging_; }
+  void commit() {
+    // rename(2) replaces an empty directory; anything else in OUT was refused above.
+    if (::rename(staging_.c_str(), out_.c_str()) != 0) throw errno_error("rename " + staging_ + " to " + out_, errno);
+    committed_ = true;
+    fsync_parent_dir(out_);
+  }
+
+ private:
+  std::string out_, staging_;
+  bool committed_ = false;
+};
+
 }  // namespace
 
-PackSummary extract_dataset(const std::string& dataset, const std::string& out, const ExtractOptions& options) {
+PackSummary extract_dataset(const std::string& dataset, const std::string& final_out, const ExtractOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_output_outside(dataset, out, "dataset");
+  check_output_outside(dataset, final_out, "dataset");
   auto ds = Dataset::open(dataset);
   const Schema& schema = ds->schema();
   const Manifest& m = ds->manifest();
   const uint64_t n = ds->record_count();
 
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) throw_error(ErrorCode::kIoError, "create directory " + out + ": " + ec.message());
+  StagedOutput staged(final_out);
+  const std::string& out = staged.dir();
 
   int jpeg = -1, label = schema.find("label"), tokens = -1;
   for (size_t i = 0; i < schema.fields.size(); ++i) {
@@ -209,7 +279,7 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
     bool first = true;
     uint64_t rows_done = 0;
     ordered_parallel_for<Record>(
-        n, threads, static_cast<size_t>(threads) * 4, [&](size_t i) { return ds->read(i); },
+        n, threads, static_cast<size_t>(threads) * 4, [&](size_t i) { return read_named(*ds, dataset, i); },
         [&](size_t i, Record&& r) {
           std::span<const uint8_t> data = r.fields[tokens];
           if (data.size() % row != 0)
@@ -235,9 +305,11 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
           progress.update(i + 1, summary.bytes);
           if (options.cancel && options.cancel->load(std::memory_order_relaxed))
             throw_error(ErrorCode::kCancelled, "extract interrupted after " + std::to_string(i + 1) + " of " +
-                                                   std::to_string(n) + " records; " + path + " is incomplete");
+                                                   std::to_string(n) + " records; nothing was written to " + final_out);
         });
     if (::fsync(fd.get()) != 0) throw errno_error("fsync " + path, errno);
+    fd.reset();
+    staged.commit();
     summary.records = n;
     summary.shards = ds->shard_count();
     progress.finish();
@@ -266,8 +338,18 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
   std::set<int64_t> made;  // label directories made for labels without a class name
   std::set<std::string> made_dirs, keys;
 
-  auto produce = [&](size_t i) -> uint64_t {
-    Record r = ds->read(i);
+  struct Written {
+    uint64_t bytes = 0;
+    std::string skipped;  // with skip_bad: why record i was not written
+  };
+  auto produce = [&](size_t i) -> Written {
+    Record r;
+    try {
+      r = read_named(*ds, dataset, i);
+    } catch (const Error& e) {
+      if (!options.skip_bad || e.code() != ErrorCode::kDataLoss) throw;
+      return Written{0, e.what()};
+    }
     const std::string idx = padded_index(i, width);
     uint64_t written = 0;
     if (key >= 0) {
@@ -308,18 +390,20 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& out, 
         written += r.fields[f].size();
       }
     }
-    return written;
+    return Written{written, {}};
   };
   uint64_t done = 0;
-  ordered_parallel_for<uint64_t>(n, threads, static_cast<size_t>(threads) * 8, produce, [&](size_t, uint64_t&& b) {
+  ordered_parallel_for<Written>(n, threads, static_cast<size_t>(threads) * 8, produce, [&](size_t, Written&& w) {
     if (options.cancel && options.cancel->load(std::memory_order_relaxed))
       throw_error(ErrorCode::kCancelled, "extract interrupted after " + std::to_string(done) + " of " +
-                                             std::to_string(n) + " records (the files written are complete)");
-    summary.bytes += b;
+                                             std::to_string(n) + " records; nothing was written to " + final_out);
+    if (!w.skipped.empty()) summary.skipped.push_back(std::move(w.skipped));
+    summary.bytes += w.bytes;
     progress.update(++done, summary.bytes);
   });
   progress.finish();
-  summary.records = n;
+  staged.commit();
+  summary.records = n - summary.skipped.size();
   summary.shards = ds->shard_count();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

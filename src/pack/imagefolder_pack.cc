@@ -8,9 +8,12 @@
 // reported (or skipped) when its turn comes, so the outcome is the same for any
 // thread count.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 
+#include "decode/image_check.h"
+#include "decode/restart_index.h"
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
 #include "pack/progress.h"
@@ -38,6 +41,7 @@ struct Prepared {
   std::string reason;
   bool rewritten = false;
   uint64_t input_bytes = 0;
+  uint64_t fast_crop_before = 0, fast_crop_after = 0;  // a JPEG rewritten for fast crop
   PreparedRecord record;
 };
 
@@ -60,6 +64,21 @@ std::vector<std::string> list_dirs(const std::string& src) {
   return classes;
 }
 
+// torchvision's ImageFolder takes files by extension; so does pack: the formats stoker
+// decodes, plus the image formats it does not (so that those are named as errors
+// rather than silently dropped). Anything else (.DS_Store, Thumbs.db, a README) is
+// ignored and counted.
+bool has_image_extension(const std::string& name) {
+  static const char* const kImageExtensions[] = {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"};
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos || name.find('/', dot) != std::string::npos) return false;
+  std::string ext = name.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* e : kImageExtensions)
+    if (ext == e) return true;
+  return false;
+}
+
 }  // namespace
 
 PackSummary pack_imagefolder(const std::string& src, const std::string& out,
@@ -76,6 +95,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
 
   std::vector<Item> items;
   uint64_t total_bytes = 0;
+  std::vector<std::string> ignored;  // files that are not images by extension
   for (size_t c = 0; c < classes.size(); ++c) {
     const fs::path dir = fs::path(src) / classes[c];
     std::vector<std::pair<std::string, uint64_t>> files;  // relative path, size
@@ -92,11 +112,20 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
     if (ec) throw_error(ErrorCode::kIoError, "list " + dir.string() + ": " + ec.message());
     std::sort(files.begin(), files.end());
     for (auto& [rel, size] : files) {
+      if (!has_image_extension(rel)) {
+        ignored.push_back((fs::path(classes[c]) / rel).string());
+        continue;
+      }
       items.push_back(Item{(dir / rel).string(), (fs::path(classes[c]) / rel).string(), static_cast<int64_t>(c)});
       total_bytes += size;
     }
   }
-  if (items.empty()) throw_error(ErrorCode::kInvalidArgument, src + " holds no files under its class directories");
+  if (items.empty())
+    throw_error(ErrorCode::kInvalidArgument,
+                src + " holds no image files under its class directories" +
+                    (ignored.empty() ? std::string()
+                                     : " (" + std::to_string(ignored.size()) + " files without an image extension, e.g. " +
+                                           ignored.front() + ")"));
 
   Schema schema;
   schema.fields = {Field{"image", FieldKind::kImage}, Field{"label", FieldKind::kInt64}};
@@ -125,8 +154,20 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
         p.reason = why;
         return p;
       }
+      // The fast-crop rewrite reads every coefficient itself, under the same rules.
+      const bool transcoded = format == ImageFormat::kJpeg && (options.fast_crop || (options.baseline && info.progressive));
+      if (options.check_decode && !transcoded) {
+        why = check_image_decodes(bytes);
+        if (!why.empty()) {
+          p.bad = true;
+          p.reason = why;
+          return p;
+        }
+      }
       if (options.fast_crop && format == ImageFormat::kJpeg) {
-        bytes = jpeg_for_fast_crop(bytes);
+        p.fast_crop_before = bytes.size();
+        bytes = internal::fast_crop_within_budget(bytes, {}, kFastCropMaxGrowth);
+        p.fast_crop_after = bytes.size();
         p.rewritten = true;
       } else if (options.baseline && format == ImageFormat::kJpeg && info.progressive) {
         bytes = jpeg_to_baseline(bytes);
@@ -144,6 +185,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   };
 
   PackSummary summary;
+  uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
   ProgressReporter progress("pack imagefolder", items.size(), total_bytes, options.progress);
   uint64_t done = 0;
   const int threads = resolve_threads(options.threads);
@@ -161,13 +203,24 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
           summary.skipped.push_back(msg);
         } else {
           if (p.rewritten) ++summary.rewritten;
+          if (p.fast_crop_before) {
+            ++fast_crop_jpegs;
+            fast_crop_before += p.fast_crop_before;
+            fast_crop_after += p.fast_crop_after;
+          }
           writer.add_prepared(p.record);
         }
         progress.update(done, summary.input_bytes);
       });
   progress.finish();
-  Manifest m = writer.finish();
+  Manifest m = finish_nonempty(writer, "pack imagefolder", summary);
   fill_summary(summary, m, writer);
+  if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
+    summary.notes.push_back(note);
+  if (!ignored.empty())
+    summary.notes.push_back("ignored " + std::to_string(ignored.size()) + " file" + (ignored.size() == 1 ? "" : "s") +
+                            " without an image extension (" + ignored.front() + (ignored.size() > 1 ? ", ..." : "") +
+                            "), as torchvision's ImageFolder does");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;
 }

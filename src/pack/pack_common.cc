@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -158,7 +159,26 @@ void check_cancel(const std::atomic<bool>* cancel, DatasetWriter& writer, const 
   const size_t removed = writer.discard();
   throw_error(ErrorCode::kCancelled, what + " interrupted after " + std::to_string(records) + " records; removed " +
                                          std::to_string(removed) + " partial shard file" + (removed == 1 ? "" : "s") +
-                                         " from " + out + ", nothing was packed");
+                                         " from " + out + ", nothing was packed (a dataset already there is unchanged)");
+}
+
+Manifest finish_nonempty(DatasetWriter& writer, const std::string& what, const PackSummary& summary) {
+  if (writer.records() > 0) return writer.finish();
+  writer.discard();
+  std::string why = what + " packed 0 records";
+  if (!summary.skipped.empty())
+    why += ": all " + std::to_string(summary.skipped.size()) + " inputs were skipped (the first: " +
+           summary.skipped.front() + ")";
+  throw_error(ErrorCode::kInvalidArgument, why + "; nothing was written");
+}
+
+std::string fast_crop_size_note(uint64_t jpegs, uint64_t before, uint64_t after) {
+  if (jpegs == 0 || before == 0) return {};
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "fast crop: %llu JPEGs, %s -> %s (%+.1f %%)", static_cast<unsigned long long>(jpegs),
+                format_bytes(static_cast<double>(before)).c_str(), format_bytes(static_cast<double>(after)).c_str(),
+                100.0 * (static_cast<double>(after) / static_cast<double>(before) - 1.0));
+  return buf;
 }
 
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {

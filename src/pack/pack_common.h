@@ -56,6 +56,19 @@ void check_output_outside(const std::string& input, const std::string& output, c
 void check_cancel(const std::atomic<bool>* cancel, DatasetWriter& writer, const std::string& what,
                   const std::string& out);
 
+/// writer.finish(), unless nothing was added: then the writer is discarded (a dataset
+/// already in the output stays as it was) and kInvalidArgument says that `what` packed
+/// 0 records, with the count and first reason of the inputs skipped.
+Manifest finish_nonempty(DatasetWriter& writer, const std::string& what, const PackSummary& summary);
+
+/// The most a --fast-crop rewrite may add to a JPEG (a fraction of its size): the
+/// packers choose each image's restart interval for it (fast_crop_within_budget).
+inline constexpr double kFastCropMaxGrowth = 0.05;
+
+/// The note on what --fast-crop did to the JPEGs' size ("fast crop: 120 JPEGs, 10.2 MiB
+/// -> 10.6 MiB (+3.9 %)"), or "" when none was rewritten.
+std::string fast_crop_size_note(uint64_t jpegs, uint64_t bytes_before, uint64_t bytes_after);
+
 /// Fills records/shards/bytes/raw/stored of `summary` from a finished writer.
 void fill_summary(PackSummary& summary, const Manifest& manifest, const DatasetWriter& writer);
 

@@ -120,7 +120,7 @@ bool TarReader::next_header(TarMember& out) {
     // conversion): the entry is usable. Anything worse is a broken archive.
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
       done_ = true;
-      fail("", "malformed tar header");
+      fail("", "malformed tar header: the archive is truncated or damaged here");
     }
     const char* p = archive_entry_pathname(e);
     std::string name = p ? p : "";

@@ -49,6 +49,12 @@ std::vector<uint64_t> eos_doc_starts(const StreamReader& read, uint64_t tokens, 
       default: scan_eos<int64_t>(buf.data(), n, eos, first, starts); break;
     }
   }
+  // An id that never occurs would make the whole stream one document, silently: most
+  // likely the wrong id (or the tokenizer's BOS).
+  if (starts.size() == 1)
+    throw_error(ErrorCode::kInvalidArgument, file + ": --eos " + std::to_string(eos) + " never occurs in its " +
+                                                 std::to_string(tokens) + " " + dtype_name(dtype) +
+                                                 " tokens; check the end-of-document id of the tokenizer");
   if (starts.back() >= tokens) starts.pop_back();  // an EOS as the last token starts nothing
   return starts;
 }

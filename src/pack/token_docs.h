@@ -26,7 +26,7 @@ using StreamReader = std::function<void(uint64_t first, uint64_t count, uint8_t*
 /// nanoGPT-style streams: a document ends with its EOS token, which belongs to it, so
 /// one starts at 0 and right after every EOS (but at the stream's end). The stream is
 /// read once, in large pieces; the starts take 8 bytes a document. kInvalidArgument
-/// when `eos` cannot be a token of `dtype`.
+/// when `eos` cannot be a token of `dtype` or never occurs in the stream.
 std::vector<uint64_t> eos_doc_starts(const StreamReader& read, uint64_t tokens, DType dtype, int64_t eos,
                                      const std::string& file);
 

@@ -16,6 +16,8 @@
 #include <optional>
 #include <set>
 
+#include "decode/image_check.h"
+#include "decode/restart_index.h"
 #include "format/npy.h"
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
@@ -53,6 +55,12 @@ void split_key(const std::string& name, std::string& key, std::string& ext) {
   key = name.substr(0, dot);
   ext = name.substr(dot + 1);
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Spellings of one format are one field: a sample's "x.jpeg" fills the same field
+  // as another's "y.jpg" (else the schema would hold both and every sample lack one).
+  static const std::pair<const char*, const char*> kSpellings[] = {{"jpeg", "jpg"}, {"tiff", "tif"}};
+  const size_t last = ext.rfind('.') == std::string::npos ? 0 : ext.rfind('.') + 1;
+  for (const auto& [spelling, canonical] : kSpellings)
+    if (ext.compare(last, std::string::npos, spelling) == 0) ext = ext.substr(0, last) + canonical;
 }
 
 // The last dot-separated part decides the kind ("seg.png" is an image).
@@ -167,7 +175,17 @@ Discovery discover(const std::vector<std::string>& tars, const WdsPackOptions& o
       cur_key.clear();
       cur_exts.clear();
     };
-    while (reader.next_header(m)) {
+    for (;;) {
+      try {
+        if (!reader.next_header(m)) break;
+      } catch (const Error& e) {
+        // A truncated or damaged tar: with skip_bad, pass 2 keeps the samples before
+        // the damage and reports the rest; the sample cut by it is not counted.
+        if (!options.skip_bad || e.code() != ErrorCode::kDataLoss) throw;
+        cur_key.clear();
+        cur_exts.clear();
+        break;
+      }
       if (options.cancel && options.cancel->load(std::memory_order_relaxed)) return d;
       std::string key, ext;
       split_key(m.name, key, ext);
@@ -182,7 +200,14 @@ Discovery discover(const std::vector<std::string>& tars, const WdsPackOptions& o
         mem.first_key = tar + ": sample '" + key + "'";
       }
       if (!mem.npy) continue;
-      reader.read_data(m, kNpyPrefix);
+      try {
+        reader.read_data(m, kNpyPrefix);
+      } catch (const Error& e) {
+        if (!options.skip_bad || e.code() != ErrorCode::kDataLoss) throw;
+        cur_key.clear();
+        cur_exts.clear();
+        break;
+      }
       const std::string where = tar + ": sample '" + key + "': member '" + m.name + "'";
       NpyHeader h;
       try {
@@ -270,6 +295,8 @@ struct Prepared {
   std::string bad;  // reason, empty when good
   bool incomplete = false;
   bool rewritten = false;
+  uint64_t fast_crop_before = 0, fast_crop_after = 0;  // JPEGs rewritten for fast crop
+  uint64_t fast_crop_jpegs = 0;
   PreparedRecord record;
 };
 
@@ -332,6 +359,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   ProgressReporter progress("pack wds", d.samples, total_bytes, options.progress);
   uint64_t consumed_before = 0;  // bytes of finished tars
   uint64_t samples_seen = 0, incomplete = 0;
+  uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
 
   auto produce = [&](const Sample& s) {
     Prepared p;
@@ -365,10 +393,20 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
             p.bad = mwhere + ": " + why;
             return p;
           }
+          const bool transcoded = options.fast_crop && image_format_of(data) == ImageFormat::kJpeg;
+          if (options.check_decode && !transcoded) {
+            if (std::string why = check_image_decodes(data); !why.empty()) {
+              p.bad = mwhere + ": " + why;
+              return p;
+            }
+          }
           fields[f] = data;
           if (options.fast_crop && image_format_of(data) == ImageFormat::kJpeg) {
             try {
-              rewritten[f] = jpeg_for_fast_crop(data);
+              rewritten[f] = internal::fast_crop_within_budget(data, {}, kFastCropMaxGrowth);
+              p.fast_crop_before += data.size();
+              p.fast_crop_after += rewritten[f].size();
+              ++p.fast_crop_jpegs;
             } catch (const Error& e) {
               p.bad = mwhere + ": " + e.what();
               return p;
@@ -454,6 +492,9 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
           } else {
             writer.add_prepared(p.record);
             summary.rewritten += p.rewritten;
+            fast_crop_jpegs += p.fast_crop_jpegs;
+            fast_crop_before += p.fast_crop_before;
+            fast_crop_after += p.fast_crop_after;
           }
         });
     samples_seen += batch.size();
@@ -474,7 +515,24 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
       cur.reset();
       if (batch.size() >= kBatchSamples || batch_bytes >= kBatchBytes) flush(reader.offset());
     };
-    while (reader.next_header(m)) {
+    // With skip_bad, a truncated or damaged tar gives the samples before the damage;
+    // the one it cuts, and the rest of the tar, are reported as skipped.
+    auto damaged = [&](const Error& e) {
+      if (!options.skip_bad || e.code() != ErrorCode::kDataLoss) return false;
+      std::string what = e.what();
+      if (cur) what += " (sample '" + cur->key + "' and the rest of the tar skipped)";
+      else what += " (the rest of the tar skipped)";
+      cur.reset();
+      summary.skipped.push_back(what);
+      return true;
+    };
+    for (;;) {
+      try {
+        if (!reader.next_header(m)) break;
+      } catch (const Error& e) {
+        if (damaged(e)) break;
+        throw;
+      }
       check_cancel(options.cancel, writer, "pack wds", out);
       std::string key, ext;
       split_key(m.name, key, ext);
@@ -485,7 +543,12 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
         cur->tar = tars[t];
         cur->key = key;
       }
-      reader.read_data(m);
+      try {
+        reader.read_data(m);
+      } catch (const Error& e) {
+        if (damaged(e)) break;
+        throw;
+      }
       summary.input_bytes += m.data.size();
       batch_bytes += m.data.size();
       for (const auto& [e, _] : cur->members)
@@ -501,8 +564,10 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   }
   progress.finish();
   if (incomplete) writer.manifest().meta["skipped_incomplete"] = std::to_string(incomplete);
-  Manifest done = writer.finish();
+  Manifest done = finish_nonempty(writer, "pack wds", summary);
   fill_summary(summary, done, writer);
+  if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
+    summary.notes.push_back(note);
   if (incomplete) summary.notes.push_back("skipped " + std::to_string(incomplete) + " incomplete samples");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

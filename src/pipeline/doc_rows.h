@@ -19,13 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "format/record_checks.h"  // check_doc_starts: the format's rule, shared with verify
+
 namespace stoker::internal {
 
-/// Empty when `starts` (little-endian int32s) are valid for a record of `rows` rows of
-/// `seq_len`: at least one, the first <= 0, then increasing, all <= rows * seq_len, and
-/// rows * seq_len - (the first) within int32 (no position overflows).
-/// Else the reason, for an error naming the record.
-std::string check_doc_starts(std::span<const uint8_t> starts, uint64_t rows, uint32_t seq_len);
 
 struct DocRowOut {
   int32_t* position_ids = nullptr;  ///< seq_len entries, or null: not wanted

@@ -81,8 +81,8 @@ std::string read_small_file(const std::string& path, size_t max_bytes) {
   return data;
 }
 
-void write_file_atomic(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
+void write_file_atomic(const std::string& path, const std::string& data, const std::string& tmp_name) {
+  const std::string tmp = tmp_name.empty() ? path + ".tmp" : tmp_name;
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) throw errno_error("create " + tmp, errno);

@@ -48,7 +48,8 @@ void write_full(int fd, const void* buf, size_t size, const std::string& path);
 void fsync_parent_dir(const std::string& path);
 /// Reads a whole (small) file, refusing files larger than `max_bytes` (kResourceExhausted).
 std::string read_small_file(const std::string& path, size_t max_bytes);
-/// Writes `data` to `path` atomically: path.tmp, fsync, rename, fsync dir.
-void write_file_atomic(const std::string& path, const std::string& data);
+/// Writes `data` to `path` atomically: `tmp` (default path.tmp), fsync, rename, fsync dir.
+/// On failure `tmp` is removed and `path` is unchanged.
+void write_file_atomic(const std::string& path, const std::string& data, const std::string& tmp = {});
 
 }  // namespace stoker::internal
