@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 
@@ -75,6 +76,12 @@ void init_loader_options(py::module_& m) {
       .def_property(
           "remote_part_bytes", [](const PyLoaderOptions& x) { return x.o.remote.part_bytes; },
           [](PyLoaderOptions& x, uint64_t v) { x.o.remote.part_bytes = v; })
+      .def_property(
+          "remote_timeout",
+          [](const PyLoaderOptions& x) { return std::chrono::duration<double>(x.o.remote.timeout).count(); },
+          [](PyLoaderOptions& x, double v) {
+            x.o.remote.timeout = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+          })
       .def_property(
           "remote_profile", [](const PyLoaderOptions& x) { return x.o.remote.aws_profile; },
           [](PyLoaderOptions& x, std::string v) { x.o.remote.aws_profile = std::move(v); })

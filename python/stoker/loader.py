@@ -4,11 +4,41 @@ import math
 import numbers
 import os
 import sys
+import warnings
+import weakref
 
 from . import _stoker
 from .transforms import to_field_transform, to_image_transform
 
 __all__ = ["Loader", "default_rank_world"]
+
+
+class _Iteration:
+    """One pass over a Loader's epoch; the Loader refuses a second while this one is live."""
+
+    def __init__(self, loader):
+        self._loader = loader
+        self._live = True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._live:
+            raise StopIteration
+        try:
+            b = self._loader._impl.next()
+        except BaseException:
+            self._live = False
+            raise
+        if b is None:
+            self._live = False
+            raise StopIteration
+        return self._loader._post(b)  # nothing else held while fetching the next: the ring stays free
+
+    def close(self):
+        """Ends this iteration (the Loader may then be iterated again)."""
+        self._live = False
 
 _STATE_VERSION = 1
 
@@ -61,6 +91,22 @@ def _number(name, value, minimum=None):
     if math.isnan(value) or (minimum is not None and value < minimum):
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def _schema_fields(schema):
+    """[(name, kind)] of a manifest's schema string ("jpg:image cls:int64 ...")."""
+    out = []
+    for item in schema.split():
+        name, _, kind = item.rpartition(":")
+        out.append((name, kind.split("/")[0]))
+    return out
+
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _flag(name, value):
@@ -196,12 +242,22 @@ class Loader:
             per record read.
         remote_connections: ranged GETs in flight at once; remote_profile: the S3
             credentials profile (None: $AWS_PROFILE or "default").
+        remote_timeout: seconds: once no request to the server has succeeded for this
+            long, a failing one is given up on and the batch raises stoker.IoError naming
+            the URL and the fault (every request 503, reset or cut), whatever the batch
+            size. A server that ignores Range (answers ranged GETs with whole objects,
+            as ``python3 -m http.server`` does) is detected: one warning names it, shards
+            are then fetched whole (one GET each) and never record by record;
+            stats()["network"]["range_ignored"] and ["whole_fetches"] say so.
         device_slots: device="cuda": batches in the device ring. Holding all but one of
             them (``list(loader)``) makes further batches copies (one warning).
 
     Iterating starts the current epoch from its beginning (or from the point a
     ``load_state_dict`` restored); call ``set_epoch(e)`` before each epoch for a new
-    order, as with DistributedSampler. One iteration at a time per Loader.
+    order, as with DistributedSampler. One iteration at a time per Loader: iter() while
+    another iterator of it is live (not finished, closed or dropped) raises RuntimeError,
+    and so does next() entered from a second thread; close() from another thread makes
+    the iterating thread's next step raise stoker.CancelledError.
 
     Processes: a Loader runs threads, which a fork() does not copy. Create it in the
     process that iterates it (inside a DataLoader worker, after the fork) or use the
@@ -223,7 +279,8 @@ class Loader:
                  direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
-                 remote_reads="auto", remote_connections=None, remote_profile=None, _stage=None):
+                 remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
+                 _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -236,6 +293,7 @@ class Loader:
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path, remote_profile or "")
         self._tokens = ":tokens" in manifest["schema"]
+        schema_fields = _schema_fields(manifest["schema"])
         self._numpy = _flag("numpy", numpy)
         self._as_tuple = _flag("as_tuple", as_tuple)
         self._device = self._parse_device(device)
@@ -247,10 +305,19 @@ class Loader:
             o.samples_per_epoch = int(samples_per_epoch or 0)
         o.batch_size = _integer("batch_size", batch_size, 1)
         o.transform = to_image_transform(transform, _integer("size", size, 1, 8192))
+        field_specs = {}
         if fields is not None:
             if not isinstance(fields, dict):
                 raise TypeError(f"fields must be a dict of field name -> transform, got {type(fields).__name__}")
-            o.fields = {str(k): to_field_transform(k, v) for k, v in fields.items()}
+            field_specs = {str(k): to_field_transform(k, v) for k, v in fields.items()}
+        images = [name for name, kind in schema_fields if kind == "image"]
+        if transform is None and images and sources is None and images[0] not in field_specs:
+            # No decode: the first image field comes as stored (a list of bytes), as every
+            # untransformed image does. (C++'s ImageTransform kNone leaves it out instead:
+            # read and checked only, for measuring storage alone.)
+            field_specs[images[0]] = to_field_transform(images[0], None)
+        if field_specs:
+            o.fields = field_specs
         o.pixel_format = _choice("pixel_format", pixel_format, _PIXEL_FORMATS)
         if (mean is not None or std is not None) and pixel_format.startswith("u8"):
             raise ValueError(f"mean/std normalise float pixels, but pixel_format={pixel_format!r} gives uint8 "
@@ -271,6 +338,12 @@ class Loader:
                              f"(schema {manifest['schema']})")
         if position_ids not in (False, True, "document", "row"):
             raise ValueError(f"position_ids must be True/'document' or 'row', got {position_ids!r}")
+        if not self._tokens:
+            for name, value in (("position_ids", position_ids), ("loss_mask", loss_mask), ("doc_ids", doc_ids),
+                                ("cu_seqlens", cu_seqlens)):
+                if value:
+                    raise ValueError(f"{name}={value!r}: document outputs need token data packed with "
+                                     f"boundaries, and {path} holds records (schema {manifest['schema']})")
         o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
         o.position_ids_from_row_start = position_ids == "row"
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
@@ -293,6 +366,10 @@ class Loader:
         o.drop_last = _flag("drop_last", drop_last)
         o.rank, o.world_size = self._rank_world(rank, world_size)
         o.threads = 0 if threads is None else _integer("threads", threads, 0, 4096)
+        if o.threads > 4 * _usable_cpus():
+            # Legal (the threads just take turns), but far past any gain: almost surely a slip.
+            warnings.warn(f"stoker: threads={o.threads} decode threads on {_usable_cpus()} usable CPUs; they will "
+                          "only take turns. threads=None sizes them from the CPU plan", RuntimeWarning, stacklevel=2)
         o.slots = 0 if slots is None else _integer("slots", slots, 1, 1 << 20)
         o.on_error = _choice("on_error", on_error, ("error", "skip"))
         if max_skipped is not None:
@@ -316,16 +393,21 @@ class Loader:
         elif _stage is not None:
             o.stage = _stage  # "host": the staging machinery on the CPU (tests)
         o.device_slots = _integer("device_slots", device_slots, 1, 64)
+        remote = "://" in path or (sources is not None and any("://" in p for p in sources))
         if cache_dir is not None:
             o.cache_dir = os.fspath(cache_dir)
+            if not remote:
+                warnings.warn(f"stoker: cache_dir={o.cache_dir!r} is ignored: it caches a URL's shards, and {path} "
+                              "is local (read in place)", RuntimeWarning, stacklevel=2)
         if cache_limit is not None:
-            o.cache_limit = int(cache_limit)
-        o.cache_prefetch = int(cache_prefetch)
+            o.cache_limit = _integer("cache_limit", cache_limit, 0)
+        o.cache_prefetch = _integer("cache_prefetch", cache_prefetch, 0, 1 << 20)
         o.remote_reads = _choice("remote_reads", remote_reads, ("auto", "shards", "records"))
         if remote_connections is not None:
-            o.remote_connections = int(remote_connections)
+            o.remote_connections = _integer("remote_connections", remote_connections, 1)
         if remote_profile is not None:
             o.remote_profile = str(remote_profile)
+        o.remote_timeout = _number("remote_timeout", remote_timeout, 1)
 
         converter = None
         if not self._numpy:
@@ -334,6 +416,9 @@ class Loader:
         self._impl = _stoker.Loader(o, converter, stream)
         self._options = o
         self._fresh = True  # the next iteration continues where the loader stands
+        self._iteration = lambda: None  # weak reference to the last iterator (_Iteration)
+        # as_tuple: the outputs in the order the dataset's fields come (v1: image, label)
+        self._tuple_keys = None
         self._fingerprint = {
             "dataset_samples": self._impl.epoch_samples,
             "sources": [sources, weights] if sources is not None else None,
@@ -350,33 +435,52 @@ class Loader:
 
     # --- iteration -------------------------------------------------------------------
     def __iter__(self):
+        live = self._iteration()  # gone once its for loop dropped it
+        if live is not None and live._live:
+            raise RuntimeError(
+                "this stoker.Loader is already being iterated: a second iterator (or a second thread) would take "
+                "batches from the same epoch and each would see only part of it. Finish or close the first one "
+                "(it.close(); a for loop left by break closes its own), or use one Loader per consumer")
         if not self._fresh:
             self._impl.set_epoch(self._impl.epoch)
         self._fresh = False
-        return self._batches()
-
-    def _batches(self):
-        impl, post = self._impl, self._post
-        while True:
-            b = impl.next()
-            if b is None:
-                return
-            yield post(b)
-            del b  # hold nothing while fetching the next batch: the ring stays free
+        it = _Iteration(self)
+        self._iteration = weakref.ref(it)
+        return it
 
     def _post(self, b):
         if not self._as_tuple:
             return b
-        if self._tokens:
-            return tuple(b[k] for k in ("tokens", "targets") if k in b)
-        return tuple(b[k] for k in ("image", "label") if k in b)
+        if self._tuple_keys is None:
+            keys = [k for k in b if k not in ("index", "__key__", "source") and not k.endswith(".offsets")]
+            if self._tokens:
+                keys = [k for k in ("tokens", "targets") if k in b] + \
+                       [k for k in keys if k not in ("tokens", "targets")]
+            elif "image" in b:  # version 1: (image, label)
+                keys = [k for k in ("image", "label") if k in b] + [k for k in keys if k not in ("image", "label")]
+            self._tuple_keys = keys
+        return tuple(b[k] for k in self._tuple_keys)
+
+    def __getitem__(self, i):
+        # torch's DataLoader takes anything that is not an IterableDataset for a map-style
+        # dataset and indexes it: say what to do instead of "not subscriptable".
+        raise TypeError(
+            "stoker.Loader is iterable, not indexable: it batches, shuffles and decodes on its own threads, so "
+            "iterate it directly (for batch in loader) instead of wrapping it in torch.utils.data.DataLoader "
+            "(README: 'stoker and torch's DataLoader')")
 
     def __len__(self):
         return int(self._impl.num_batches())
 
     def set_epoch(self, epoch):
-        """Restart at the beginning of `epoch` (a new order and new augmentation draws)."""
-        self._impl.set_epoch(int(epoch))
+        """Restart at the beginning of `epoch` (a new order and new augmentation draws).
+
+        After load_state_dict(), and before the next batch, set_epoch() of the restored
+        epoch keeps the restored position: the usual loop (set_epoch at the top of every
+        epoch, started at the state's epoch) resumes where it stopped, repeating nothing.
+        Another epoch then raises InvalidArgumentError, unless the restored position was
+        the end of its epoch."""
+        self._impl.set_epoch(_integer("epoch", epoch, 0, 2**64 - 1))
         self._fresh = True
 
     @property

@@ -65,6 +65,7 @@ struct MixtureFeed::Impl {
   };
   std::vector<Source> src;
   uint64_t epoch = 0, start_consumed = 0;
+  std::atomic<bool> closed{false};  // close(): next() throws kCancelled
   std::unique_ptr<MixtureOrder> order;
   std::unique_ptr<RankSchedule> sched;
   uint64_t next_k = 0;
@@ -256,6 +257,7 @@ MixtureFeed::~MixtureFeed() = default;
 
 std::optional<Batch> MixtureFeed::next() {
   Impl& m = *impl_;
+  if (m.closed) throw_error(ErrorCode::kCancelled, "the mixture's Loader was closed (close()); it delivers no more batches");
   if (m.next_k >= m.sched->num_batches()) return std::nullopt;
   const uint64_t k = m.next_k;
   const uint64_t n = m.sched->batch_length(k);
@@ -355,6 +357,11 @@ void MixtureFeed::load_state(const OrderState& s) {
   impl_->epoch = s.epoch;
   impl_->start_consumed = s.consumed;
   impl_->start();
+}
+
+void MixtureFeed::close() {
+  impl_->closed = true;
+  for (auto& x : impl_->src) x.loader->close();  // a source's next() in progress throws kCancelled
 }
 
 LoaderStats MixtureFeed::stats() const {
