@@ -130,6 +130,11 @@ struct LoaderOptions {
   /// its place in the list). OnError::kError only.
   std::vector<std::string> sources;
   std::vector<double> weights;
+  /// Per source (none, or one map per source): its outputs' names in the mixture, so
+  /// sources whose fields are named apart mix ({"jpg": "image"} for one, {"png":
+  /// "image"} for the other). A name the source does not deliver is kInvalidArgument.
+  /// Sources that share no output but "index" and "__key__" are kInvalidArgument.
+  std::vector<std::map<std::string, std::string>> source_fields;
   uint64_t samples_per_epoch = 0;
   uint64_t batch_size = 64;     ///< per rank, >= 1
   /// Per-field transforms by field name (see FieldTransform for the defaults). Batch

@@ -89,6 +89,9 @@ void init_loader_options(py::module_& m) {
           "sources", [](const PyLoaderOptions& x) { return x.o.sources; },
           [](PyLoaderOptions& x, const std::vector<std::string>& v) { x.o.sources = v; })
       .def_property(
+          "source_fields", [](const PyLoaderOptions& x) { return x.o.source_fields; },
+          [](PyLoaderOptions& x, const std::vector<std::map<std::string, std::string>>& v) { x.o.source_fields = v; })
+      .def_property(
           "weights", [](const PyLoaderOptions& x) { return x.o.weights; },
           [](PyLoaderOptions& x, const std::vector<double>& v) { x.o.weights = v; })
       .def_property(

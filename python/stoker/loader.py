@@ -155,7 +155,11 @@ class Loader:
             that runs out within it starts a reshuffled epoch of its own. Batches hold
             every output the datasets share (``__key__``, text, bytes and ragged ones
             too), each of which must agree across them (else InvalidArgumentError naming
-            it); one only some datasets have is left out with a warning.
+            it); one only some datasets have is left out with a warning, and datasets
+            that share nothing but ``index``/``__key__`` are an InvalidArgumentError.
+            `source_fields`, one dict per dataset, renames its outputs for the mixture:
+            ``source_fields=[{"jpg": "image"}, {"png": "image"}]`` mixes a dataset of
+            jpg with one of png under the key "image".
             A directory can also be an ``http(s)://`` or ``s3://`` URL of one: its shards
             are then downloaded (parallel ranged GETs, every record's CRC checked) into
             `cache_dir` ahead of use and read from there.
@@ -280,7 +284,7 @@ class Loader:
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
-                 _stage=None):
+                 source_fields=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -290,6 +294,12 @@ class Loader:
             path = sources[0]
         elif weights is not None:
             raise ValueError("weights= goes with a list of datasets")
+        if source_fields is not None:
+            if sources is None:
+                raise ValueError("source_fields= goes with a list of datasets")
+            if not isinstance(source_fields, (list, tuple)) or not all(isinstance(m, dict) for m in source_fields):
+                raise TypeError("source_fields must be a list of dicts, one per dataset: {its output name: the "
+                                f"mixture's name}}, got {source_fields!r:.200}")
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path, remote_profile or "")
         self._tokens = ":tokens" in manifest["schema"]
@@ -303,6 +313,8 @@ class Loader:
         if sources is not None:
             o.sources, o.weights = sources, weights
             o.samples_per_epoch = int(samples_per_epoch or 0)
+            if source_fields is not None:
+                o.source_fields = [{str(k): str(v) for k, v in m.items()} for m in source_fields]
         o.batch_size = _integer("batch_size", batch_size, 1)
         o.transform = to_image_transform(transform, _integer("size", size, 1, 8192))
         field_specs = {}

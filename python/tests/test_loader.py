@@ -273,3 +273,13 @@ def test_torch_dataloader_gets_a_clear_error(image_dataset):
     loader = stoker.Loader(path, batch_size=8, size=S, threads=1)
     with pytest.raises(TypeError, match="iterate it directly"):
         next(iter(torch.utils.data.DataLoader(loader, batch_size=None)))
+
+
+def test_keeping_every_batch_index_and_label_pins_no_slot(image_dataset):
+    path, n = image_dataset
+    loader = stoker.Loader(path, batch_size=4, size=S, threads=1, slots=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", stoker.HeldBatchesWarning)
+        kept = [(b["index"], b["label"]) for b in loader]
+    assert loader.stats()["slots"] == 2
+    assert sorted(torch.cat([i for i, _ in kept]).tolist()) == list(range(n))
