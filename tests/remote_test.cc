@@ -467,6 +467,8 @@ TEST_F(RemoteHttp, AServerThatIgnoresRangeIsDetectedAndShardsComeByOneGetEach) {
   EXPECT_EQ(latency.name, "remote_latency");
   EXPECT_EQ(latency.status, CheckStatus::kFail);
   EXPECT_NE(latency.reading.find("ignores HTTP Range"), std::string::npos) << latency.reading;
+  // The fast_crop check reads a URL's MANIFEST too ("no dataset given" before).
+  EXPECT_EQ(check_fast_crop(plain.url()).reading, "not a JPEG dataset");
 }
 
 // Requests the proxy saw for `path` (its /__stats, fetched with our own client).

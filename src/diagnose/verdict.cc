@@ -385,6 +385,8 @@ Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait) {
               {"fetch_wait_s", figure(n.fetch_wait_s)},
               {"fetch_wait_frac", figure(fetch_wait)},
               {"reads", n.record_reads ? "records" : "shards"},
+              {"range_ignored", n.range_ignored},
+              {"whole_fetches", n.whole_fetches},
               {"hits", n.hits},
               {"misses", n.misses},
               {"hit_rate", n.hits + n.misses ? Json(figure(n.hit_rate())) : Json(nullptr)},

@@ -105,6 +105,9 @@ struct Loader::Impl {
   uint64_t start_consumed = 0;
   std::atomic<bool> running{false};  // atomic, like the figures below: stats() may run on any thread
   uint64_t next_deliver = 0;
+  // OnError::kSkip on one rank: the stream position the delivered batches reached (a
+  // batch filled up from later batches reaches into them); state() resumes there.
+  std::optional<uint64_t> stream_consumed;
   std::exception_ptr delivered_error;  // sticky after a throw
   std::atomic<Clock::time_point> run_start{};
   std::atomic<double> first_batch_s{0};
@@ -311,6 +314,7 @@ void Loader::Impl::start_run() {
     ctx.skip_first.clear();
   }
   next_deliver = 0;
+  stream_consumed.reset();
   delivered_error = nullptr;
   first_batch_s = 0;
   batches_out = 0;
@@ -429,13 +433,22 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
         }
       }
       n = job->samples.size();
+      std::optional<internal::Compacted> compacted;
       if (internal::needs_compaction(opt, *job, n)) {
         try {
-          n = internal::compact_batch(ctx, r, job, lock);
+          compacted = internal::compact_batch(ctx, r, job, lock);
+          n = compacted->n;
         } catch (...) {
           delivered_error = std::current_exception();
           throw;
         }
+      }
+      // Where this rank's stream stands once the batch is out: a batch filled from later
+      // ones used part of them, which a resume must not deliver again.
+      if (n > 0) {
+        if (!compacted) stream_consumed = r.sched->consumed_after(k + 1);
+        else if (compacted->through_j == 0) stream_consumed = r.sched->consumed_after(compacted->through_k);
+        else stream_consumed = r.sched->position(compacted->through_k, compacted->through_j - 1) + 1;
       }
       if (opt.on_error == OnError::kSkip && r.fatal) {  // e.g. past the skip budget: stop here
         delivered_error = r.fatal;
@@ -581,8 +594,17 @@ OrderState Loader::state() const {
   const Impl& m = *impl_;
   if (m.mix) return m.mix->state();
   OrderState s = OrderState::start(m.ctx.order_opt, m.ctx.layout->units(), m.epoch);
-  if (m.running) s.consumed = m.run->sched->consumed_after(m.next_deliver);
-  else s.consumed = m.start_consumed;
+  if (m.running) {
+    s.consumed = m.run->sched->consumed_after(m.next_deliver);
+    // Skipped samples filled in from later batches: on one rank the stream is the global
+    // order, and the resume point is the last sample taken. (On several ranks each fills
+    // from its own later batches, so no global point covers them all; a resume there may
+    // repeat the samples taken ahead, at most those skipped since.)
+    if (m.stream_consumed && m.ctx.rank.world_size == 1 && m.next_deliver < m.run->sched->num_batches())
+      s.consumed = std::max(s.consumed, *m.stream_consumed);
+  } else {
+    s.consumed = m.start_consumed;
+  }
   return s;
 }
 
