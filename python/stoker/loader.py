@@ -5,7 +5,6 @@ import numbers
 import os
 import sys
 import warnings
-import weakref
 
 from . import _stoker
 from .transforms import to_field_transform, to_image_transform
@@ -14,10 +13,13 @@ __all__ = ["Loader", "default_rank_world"]
 
 
 class _Iteration:
-    """One pass over a Loader's epoch; the Loader refuses a second while this one is live."""
+    """One pass over a Loader's epoch. A newer iter(loader) supersedes it: using it then
+    raises, so two iterators never share (and split) one epoch."""
 
     def __init__(self, loader):
+        loader._generation += 1
         self._loader = loader
+        self._generation = loader._generation
         self._live = True
 
     def __iter__(self):
@@ -26,6 +28,12 @@ class _Iteration:
     def __next__(self):
         if not self._live:
             raise StopIteration
+        if self._loader._generation != self._generation:
+            self._live = False
+            raise RuntimeError(
+                "this iterator of a stoker.Loader was superseded by a newer iter(loader) (another loop, or another "
+                "thread): two iterators of one Loader would each take part of the same epoch. Iterate a Loader "
+                "with one loop at a time, or use one Loader per consumer")
         try:
             b = self._loader._impl.next()
         except BaseException:
@@ -258,10 +266,12 @@ class Loader:
 
     Iterating starts the current epoch from its beginning (or from the point a
     ``load_state_dict`` restored); call ``set_epoch(e)`` before each epoch for a new
-    order, as with DistributedSampler. One iteration at a time per Loader: iter() while
-    another iterator of it is live (not finished, closed or dropped) raises RuntimeError,
-    and so does next() entered from a second thread; close() from another thread makes
-    the iterating thread's next step raise stoker.CancelledError.
+    order, as with DistributedSampler. One iteration at a time per Loader: a new iter()
+    starts the epoch over and supersedes the previous iterator, whose next use raises
+    RuntimeError (two iterators never split one epoch between them); next() entered from
+    a second thread while another waits in it raises stoker.InvalidArgumentError; close()
+    from another thread makes the iterating thread's loop raise (stoker.CancelledError),
+    never end as a quietly short epoch.
 
     Processes: a Loader runs threads, which a fork() does not copy. Create it in the
     process that iterates it (inside a DataLoader worker, after the fork) or use the
@@ -428,7 +438,7 @@ class Loader:
         self._impl = _stoker.Loader(o, converter, stream)
         self._options = o
         self._fresh = True  # the next iteration continues where the loader stands
-        self._iteration = lambda: None  # weak reference to the last iterator (_Iteration)
+        self._generation = 0  # iterators made so far: only the latest may be used (_Iteration)
         # as_tuple: the outputs in the order the dataset's fields come (v1: image, label)
         self._tuple_keys = None
         self._fingerprint = {
@@ -447,18 +457,10 @@ class Loader:
 
     # --- iteration -------------------------------------------------------------------
     def __iter__(self):
-        live = self._iteration()  # gone once its for loop dropped it
-        if live is not None and live._live:
-            raise RuntimeError(
-                "this stoker.Loader is already being iterated: a second iterator (or a second thread) would take "
-                "batches from the same epoch and each would see only part of it. Finish or close the first one "
-                "(it.close(); a for loop left by break closes its own), or use one Loader per consumer")
         if not self._fresh:
-            self._impl.set_epoch(self._impl.epoch)
+            self._impl.set_epoch(self._impl.epoch)  # raises while another thread is inside next()
         self._fresh = False
-        it = _Iteration(self)
-        self._iteration = weakref.ref(it)
-        return it
+        return _Iteration(self)
 
     def _post(self, b):
         if not self._as_tuple:
