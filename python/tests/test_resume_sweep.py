@@ -131,9 +131,9 @@ def test_mixture(image_dataset, big_image_dataset):
     a, n_a = image_dataset
     b, n_b = big_image_dataset
     # An epoch shorter than the sources' sum: the small source runs out and restarts.
-    _sweep("mixture", lambda bs, r, w: stoker.Loader([a, b], weights=[2, 1], samples_per_epoch=150, batch_size=bs,
+    _sweep("mixture", lambda bs, r, w: stoker.Loader([a, b], weights=[2, 1], samples_per_epoch=100, batch_size=bs,
                                                       size=S, seed=7, threads=1, rank=r, world_size=w),
-           150, worlds=(1, 2, 3))
+           100, worlds=(1, 2, 3), trials=2)
 
 
 @pytest.fixture(scope="module")
