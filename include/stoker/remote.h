@@ -160,7 +160,7 @@ class RemoteStore {
   virtual void download(const std::string& name, uint64_t size, int fd, const std::string& what) = 0;
   /// Reads the manifest (`MANIFEST`), checking its CRC.
   virtual Manifest read_manifest() = 0;
-  /// Whether the server honours Range: the first call asks for one byte of `name` (an
+  /// Whether the server honours Range: the first call asks for 16 bytes of `name` (an
   /// object of the dataset), later ones answer from what every request has seen. A
   /// server that answers ranges with whole objects makes reading records by ranged GET
   /// cost a whole shard each: the loader then reads whole shards (with a warning).

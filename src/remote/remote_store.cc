@@ -71,8 +71,9 @@ class CurlStore final : public RemoteStore {
 
   bool serves_ranges(const std::string& name) override {
     if (!fetcher_.range_known) {
-      uint8_t byte = 0;
-      read(name, 0, std::span<uint8_t>(&byte, 1), "a probe for Range support");
+      // 16 bytes (every shard's header is longer): some servers mishandle "bytes=0-0".
+      uint8_t head[16];
+      read(name, 0, std::span<uint8_t>(head, sizeof head), "a probe for Range support");
     }
     return !fetcher_.range_ignored;
   }
