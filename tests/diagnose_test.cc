@@ -125,6 +125,17 @@ TEST(Verdict, AdviceFollowsTheSituation) {
   EXPECT_NE(diagnose(st, o).advice.find("io_uring is not in use"), std::string::npos);
 }
 
+TEST(Verdict, DecodeAdviceProposesFastCropOnlyWhereItIsMissing) {
+  DiagnoseOptions o;
+  o.cpus_available = 8;  // every CPU decodes: the advice is about decoding less
+  FeedFigures f = figures(0.31, 8, 0.97, 6, 0.2);
+  ASSERT_EQ(diagnose(f, o).bottleneck, Bottleneck::kDecode);
+  EXPECT_NE(diagnose(f, o).advice.find("--fast-crop"), std::string::npos) << diagnose(f, o).advice;
+  f.fast_crop = true;  // packed with --fast-crop already
+  EXPECT_EQ(diagnose(f, o).advice.find("--fast-crop"), std::string::npos) << diagnose(f, o).advice;
+  EXPECT_NE(diagnose(f, o).advice.find("training size"), std::string::npos) << diagnose(f, o).advice;
+}
+
 TEST(Verdict, HysteresisKeepsTheCurrentVerdictNearThresholds) {
   // Consumer waited 12%: above the 10% threshold, inside the 5% band.
   const FeedFigures f = figures(0.12, 4, 0.95, 4, 0.5);

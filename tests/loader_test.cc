@@ -13,11 +13,13 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "util/datasets.h"
+#include "util/fault_engine.h"
 #include "util/loader_util.h"
 #include "util/test_util.h"
 
@@ -209,6 +211,106 @@ TEST(Loader, ShutdownWithWorkInFlightIsPrompt) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   }
+}
+
+// The README's loop calls set_epoch at the top of every epoch, also on the epoch a
+// checkpoint restored: that call must keep the restored position, not start over.
+TEST(Loader, SetEpochOfTheRestoredEpochKeepsTheResumePoint) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 30});
+  auto o = image_options(dir.str());
+  o.batch_size = 4;
+  Loader ref(o);
+  ref.set_epoch(2);
+  const Epoch full = run_epoch(ref);
+  Loader a(o);
+  a.set_epoch(2);
+  ASSERT_TRUE(a.next());
+  ASSERT_TRUE(a.next());
+  const OrderState saved = a.state();
+
+  Loader b(o);
+  b.load_state(saved);
+  b.set_epoch(2);  // the loop's first call
+  b.set_epoch(2);  // twice is the same
+  EXPECT_EQ(b.num_batches(), full.indices.size() - 2);
+  const Epoch rest = run_epoch(b);
+  EXPECT_EQ(rest.indices, std::vector<std::vector<int64_t>>(full.indices.begin() + 2, full.indices.end()));
+  // Once batches were taken, set_epoch restarts the epoch as before.
+  b.set_epoch(2);
+  EXPECT_EQ(run_epoch(b).indices, full.indices);
+}
+
+TEST(Loader, SetEpochOfAnotherEpochAfterAMidEpochRestoreIsAnError) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 30});
+  auto o = image_options(dir.str());
+  o.batch_size = 4;
+  Loader a(o);
+  a.set_epoch(3);
+  ASSERT_TRUE(a.next());
+  Loader b(o);
+  b.load_state(a.state());
+  try {
+    b.set_epoch(0);
+    FAIL() << "set_epoch(0) dropped the restored position of epoch 3";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("restored epoch 3 at sample 4 of 30"), std::string::npos) << e.what();
+  }
+  // A state taken at an epoch's end lets the next epoch start.
+  while (a.next()) {
+  }
+  Loader c(o);
+  c.load_state(a.state());
+  c.set_epoch(4);
+  EXPECT_EQ(run_epoch(c).indices.size(), 8u);
+}
+
+// Every read held back a second: a consumer then waits inside next() for that long.
+std::unique_ptr<IoEngine> slow_reads(std::unique_ptr<IoEngine> e) {
+  FaultPlan plan;
+  plan.delay_rate = 1;
+  plan.delay = std::chrono::seconds(1);
+  return make_faulty_engine(std::move(e), plan);
+}
+
+TEST(Loader, NextFromASecondThreadIsRefused) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 30});
+  auto o = image_options(dir.str());
+  o.wrap_io = slow_reads;  // the first thread waits inside next()
+  Loader l(o);
+  std::thread first([&] { EXPECT_TRUE(l.next()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  try {
+    l.next();
+    FAIL() << "two threads inside next()";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("one consumer thread"), std::string::npos) << e.what();
+  }
+  first.join();
+}
+
+TEST(Loader, CloseFromAnotherThreadMakesTheWaitingNextThrow) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 30});
+  auto o = image_options(dir.str());
+  o.wrap_io = slow_reads;
+  Loader l(o);
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    l.close();
+  });
+  try {
+    l.next();
+    FAIL() << "next() returned after close()";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCancelled) << e.what();
+  }
+  closer.join();
+  EXPECT_THROW(l.next(), Error);  // and every later call
 }
 
 TEST(LoaderLimits, ManyShardsUnderALowDescriptorLimitStillLoad) {

@@ -22,6 +22,7 @@
 #include <optional>
 #include <thread>
 
+#include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/verify.h"
@@ -395,6 +396,79 @@ TEST_F(RemoteHttp, PersistentFaultsAreNamedWithURLShardAndStatus) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
     EXPECT_NE(std::string(e.what()).find("HTTP 404"), std::string::npos) << e.what();
   }
+}
+
+// A persistent fault is given up on within RemoteOptions::timeout, however many requests
+// wait behind each other (a batch's records, each with its own retries).
+TEST_F(RemoteHttp, APersistentFaultFailsWithinTheTimeoutWhateverTheRequests) {
+  Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--always", "503"}));
+  RemoteOptions o = fast_options();
+  o.max_attempts = 100;  // the budget, not the attempt count, ends it
+  o.backoff_base = 100ms;
+  o.backoff_max = 400ms;
+  o.connections = 2;  // 16 reads queue behind each other
+  o.timeout = 2s;
+  auto store = RemoteStore::open(proxy.url(), o);
+  std::vector<std::vector<uint8_t>> bufs(16, std::vector<uint8_t>(4096));
+  std::vector<RemoteStore::Range> ranges;
+  for (size_t i = 0; i < bufs.size(); ++i)
+    ranges.push_back({manifest_.shards[i % manifest_.shards.size()].name, 4096 * i, bufs[i], "record", {}});
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    store->read_many(ranges);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kIoError);
+    EXPECT_NE(m.find(proxy.url() + "/"), std::string::npos) << m;
+    EXPECT_NE(m.find("HTTP 503"), std::string::npos) << m;
+    EXPECT_NE(m.find("remote timeout 2 s"), std::string::npos) << m;
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, 1900ms);
+  EXPECT_LT(took, 4s);
+  // A second call in the same failing spell fails at its first failure.
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_THROW(store->read_many(ranges), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, 1s);
+}
+
+TEST_F(RemoteHttp, AServerThatIgnoresRangeIsDetectedAndShardsComeByOneGetEach) {
+  testing::PlainHttpServer plain;
+  if (!plain.start(root_.str())) GTEST_SKIP() << "python3 -m http.server could not start";
+  auto nginx_store = RemoteStore::open(nginx_.url(), fast_options());
+  EXPECT_TRUE(nginx_store->serves_ranges(manifest_.shards[0].name));
+  EXPECT_FALSE(nginx_store->stats().range_ignored);
+
+  auto store = RemoteStore::open(plain.url(), fast_options());  // 64 KiB parts: several per shard
+  CacheOptions co;
+  co.dir = cache_.str();
+  co.limit = 1ull << 30;
+  co.prefetch = 0;
+  co.fsync = false;
+  auto cache = ShardCache::open(store, co);
+  uint64_t total = 0;
+  for (size_t s = 0; s < manifest_.shards.size(); ++s) {
+    auto pin = cache->acquire(s);
+    EXPECT_EQ(testing::read_file(pin.path()), testing::read_file(local(s))) << s;
+    total += manifest_.shards[s].file_size;
+  }
+  const RemoteStats st = cache->stats().remote;
+  EXPECT_TRUE(st.range_ignored);
+  EXPECT_FALSE(store->serves_ranges(manifest_.shards[0].name));
+  // The first shard: its first part, then the rest by one GET; every other shard by one.
+  EXPECT_EQ(st.whole_fetches, manifest_.shards.size() + 1);
+  EXPECT_LT(st.bytes_fetched, total + manifest_.shards[0].file_size + (1 << 20)) << "overfetch";
+
+  // doctor: the remote check fails and says why.
+  const std::vector<Check> checks = check_remote_dataset(plain.url(), 1 << 20, fast_options());
+  const Check& latency = checks.at(1);
+  EXPECT_EQ(latency.name, "remote_latency");
+  EXPECT_EQ(latency.status, CheckStatus::kFail);
+  EXPECT_NE(latency.reading.find("ignores HTTP Range"), std::string::npos) << latency.reading;
+  // The fast_crop check reads a URL's MANIFEST too ("no dataset given" before).
+  EXPECT_EQ(check_fast_crop(plain.url()).reading, "not a JPEG dataset");
 }
 
 // Requests the proxy saw for `path` (its /__stats, fetched with our own client).

@@ -79,6 +79,9 @@ struct FeedFigures {
   std::string slot_memory;      ///< "host", "pinned", ...
   /// Token batches (decode = unpacking rows) rather than images (LoaderStats::tokens).
   bool tokens = false;
+  /// Its JPEGs were packed with --fast-crop (LoaderStats::fast_crop): advice never
+  /// proposes that repack again.
+  bool fast_crop = false;
   /// A remote dataset's fetches and cache over the interval (network.remote false: a
   /// local dataset). requests_in_flight, cache_bytes and cache_limit are the latest values.
   NetworkStats network;
@@ -241,6 +244,9 @@ DoctorReport run_doctor(const DoctorOptions& options = {});
 Check check_io_uring(const std::string& unavailable_reason);
 /// Opens a file of `dataset` with O_DIRECT and reads its first aligned block.
 Check check_o_direct(const std::optional<std::string>& dataset);
+/// Whether a JPEG dataset (a directory or an http(s):// / s3:// URL: its MANIFEST) was
+/// packed with --fast-crop.
+Check check_fast_crop(const std::optional<std::string>& dataset);
 Check check_cpu_governor(const std::string& root);
 /// cpu.max (via cgroup_cpu_quota(root)) against `threads` decode threads (+1 IO thread).
 Check check_cgroup_quota(const std::string& root, unsigned threads);

@@ -28,8 +28,10 @@
 // flight, the readers' wait on fetches, the cache's hit rate and fill).
 //
 // Threading: a Loader is driven by one consumer thread (next(), set_epoch(), state());
-// stats() may be called from any thread. Batches may be released on any thread and may
-// outlive the Loader.
+// a second thread calling next(), try_next(), set_epoch() or load_state() while one of
+// them runs gets kInvalidArgument, never an interleaving. stats() and close() may be
+// called from any thread. Batches may be released on any thread and may outlive the
+// Loader.
 #pragma once
 
 #include <cstdint>
@@ -105,7 +107,7 @@ struct LoaderOptions {
   std::string cache_dir;
   uint64_t cache_limit = 0;
   unsigned cache_prefetch = 4;  ///< shards fetched ahead of the one being read
-  RemoteOptions remote;         ///< connections, part size, S3 profile, retries
+  RemoteOptions remote;         ///< connections, part size, S3 profile, retries, timeout (retry budget)
   /// How a URL's records reach the loader. kShards: whole shards through the cache, as
   /// above. kRecords: each record by its own ranged GET (io.queue_depth of them in
   /// flight), nothing but the shard indexes kept (in memory): a global shuffle of a
@@ -128,6 +130,11 @@ struct LoaderOptions {
   /// its place in the list). OnError::kError only.
   std::vector<std::string> sources;
   std::vector<double> weights;
+  /// Per source (none, or one map per source): its outputs' names in the mixture, so
+  /// sources whose fields are named apart mix ({"jpg": "image"} for one, {"png":
+  /// "image"} for the other). A name the source does not deliver is kInvalidArgument.
+  /// Sources that share no output but "index" and "__key__" are kInvalidArgument.
+  std::vector<std::map<std::string, std::string>> source_fields;
   uint64_t samples_per_epoch = 0;
   uint64_t batch_size = 64;     ///< per rank, >= 1
   /// Per-field transforms by field name (see FieldTransform for the defaults). Batch
@@ -257,6 +264,10 @@ struct NetworkStats {
   /// Records come by their own ranged GETs (LoaderOptions::remote_reads), not shards
   /// through the cache: hits and misses stay 0.
   bool record_reads = false;
+  /// The server ignores Range (RemoteStats::range_ignored): shards come by one whole GET
+  /// each and records are not read by ranged GET; whole_fetches counts those GETs.
+  bool range_ignored = false;
+  uint64_t whole_fetches = 0;
   uint64_t cache_bytes = 0;  ///< bytes of this dataset in the cache directory (last scanned)
   uint64_t cache_limit = 0;  ///< the cache's limit in bytes
   /// hits / (hits + misses); 0 when the run read no shard.
@@ -286,6 +297,7 @@ struct LoaderStats {
   uint64_t record_bytes = 0;  ///< stored bytes of the records delivered
   uint64_t skipped = 0;       ///< samples dropped by OnError::kSkip (token data: rows)
   bool tokens = false;        ///< token data: samples are rows, "decode" is zstd + row copies
+  bool fast_crop = false;     ///< the dataset's JPEGs were packed with --fast-crop (manifest meta)
   StageStats io, decode;
   double consumer_wait_s = 0;     ///< time next() spent waiting for a batch
   double decode_queue_avg = 0;    ///< mean records waiting for a decoder (sampled)
@@ -336,7 +348,11 @@ class Loader {
   /// another thread, such as the Python binding.
   std::optional<Batch> try_next(bool* would_wait);
 
-  /// Restarts at the beginning of epoch `e` (drops batches in flight).
+  /// Restarts at the beginning of epoch `e` (drops batches in flight). After
+  /// load_state() and before the next batch, set_epoch() of the restored epoch keeps the
+  /// restored position (so a loop that calls set_epoch at the top of every epoch resumes
+  /// where it stopped, repeating nothing); another epoch is kInvalidArgument naming both,
+  /// unless the restored position is the end of its epoch.
   void set_epoch(uint64_t e);
   uint64_t epoch() const noexcept;
   /// Batches this rank gets in the current epoch (from its start or resume point).
@@ -349,6 +365,12 @@ class Loader {
   /// Resumes from `s` (same or different world size); kInvalidArgument when `s` was
   /// made with other order options or another dataset size.
   void load_state(const OrderState& s);
+
+  /// Stops the loader's threads now; callable from any thread, more than once. A
+  /// next() waiting on a batch, and every later call of it, throws kCancelled: a loop
+  /// stopped this way ends with an error, never as a quietly short epoch. Batches
+  /// already handed out stay valid.
+  void close();
 
   LoaderStats stats() const;
   const LoaderOptions& options() const noexcept;

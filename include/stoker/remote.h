@@ -96,6 +96,12 @@ struct RemoteOptions {
   /// A transfer slower than low_speed_bytes/s for this long is a timeout (retried).
   std::chrono::milliseconds stall_timeout{15000};
   uint64_t low_speed_bytes = 1024;
+  /// The retry budget, all requests of the store together: once nothing has succeeded
+  /// for this long, a failing request is given up on (no more retries) and its error
+  /// (URL, status or fault) thrown, however many requests are in flight or queued. A
+  /// persistent fault (every request 503, reset or cut) so surfaces within about this
+  /// long, whatever the batch size. >= 1 s.
+  std::chrono::milliseconds timeout{60000};
   /// s3://: the profile of ~/.aws/{credentials,config}; "" = $AWS_PROFILE or "default".
   std::string aws_profile;
 };
@@ -110,6 +116,12 @@ struct RemoteStats {
   /// Requests in flight integrated over time (request-seconds): over an interval,
   /// its growth divided by the interval's length is the mean number in flight.
   double request_s = 0;
+  /// The server answered a ranged GET with the whole object (HTTP 200, as `python3 -m
+  /// http.server` does): ranges are then read by whole-object GETs (cut short once the
+  /// range is in) and shards downloaded by one GET each; a warning said so once.
+  bool range_ignored = false;
+  /// GETs of a whole object where a range was wanted (counted once range_ignored).
+  uint64_t whole_fetches = 0;
   double bytes_per_s() const noexcept { return busy_s > 0 ? bytes_fetched / busy_s : 0; }
 };
 
@@ -148,6 +160,11 @@ class RemoteStore {
   virtual void download(const std::string& name, uint64_t size, int fd, const std::string& what) = 0;
   /// Reads the manifest (`MANIFEST`), checking its CRC.
   virtual Manifest read_manifest() = 0;
+  /// Whether the server honours Range: the first call asks for 16 bytes of `name` (an
+  /// object of the dataset), later ones answer from what every request has seen. A
+  /// server that answers ranges with whole objects makes reading records by ranged GET
+  /// cost a whole shard each: the loader then reads whole shards (with a warning).
+  virtual bool serves_ranges(const std::string& name) = 0;
 
   virtual RemoteStats stats() const = 0;
   virtual const RemoteOptions& options() const = 0;
@@ -259,7 +276,8 @@ class RemoteShard {
 /// `stoker doctor --dataset URL`: three checks on a remote dataset, in order:
 ///  - remote_reachable: the MANIFEST arrives and parses (reading: shards, bytes, time);
 ///  - remote_latency: median time of small ranged GETs on a warm connection (what each
-///    record costs when read by ranged GET instead of through the cache);
+///    record costs when read by ranged GET instead of through the cache); it fails when
+///    the server ignores Range (answers with whole objects);
 ///  - remote_bandwidth: parallel ranged GETs over up to `probe_bytes` of the shards
 ///    (what a cold epoch can be fed at, at most).
 /// Never throws for network trouble: a failure is a kFail check naming it.

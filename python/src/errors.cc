@@ -2,12 +2,14 @@
 //
 //   stoker.Error(RuntimeError)                       every stoker failure; .code = "data_loss" ...
 //     InvalidArgumentError(Error, ValueError)        kInvalidArgument
-//     IoError                                        kIoError
+//     IoError(Error, OSError)                        kIoError
 //     DataLossError                                  kDataLoss (checksum, corrupt JPEG, ...)
 //     ResourceExhaustedError                         kResourceExhausted
 //     UnavailableError                               kUnavailable
 //     CancelledError                                 kCancelled
-//     NotFoundError                                  kNotFound
+//     NotFoundError(Error, FileNotFoundError)        kNotFound
+// (the OSError bases let `except FileNotFoundError` / `except OSError` catch them, as the
+// same failure of open() would be caught)
 // The message is the C++ message unchanged (it names the shard, record and reason).
 #include <string>
 
@@ -45,20 +47,20 @@ void init_errors(py::module_& m) {
   struct Spec {
     ErrorCode code;
     const char* name;
-    bool value_error;
+    PyObject* builtin;  // the built-in exception a caller would catch for this kind, or null
     const char* doc;
   };
   const Spec specs[] = {
-      {ErrorCode::kInvalidArgument, "InvalidArgumentError", true, "A malformed request: bad option, path or state."},
-      {ErrorCode::kIoError, "IoError", false, "The OS refused or failed an operation."},
-      {ErrorCode::kDataLoss, "DataLossError", false, "Stored bytes are corrupt (checksum, truncated, bad JPEG)."},
-      {ErrorCode::kResourceExhausted, "ResourceExhaustedError", false, "Memory, file descriptors or a size limit."},
-      {ErrorCode::kUnavailable, "UnavailableError", false, "A facility is missing (io_uring, GPU, CUDA)."},
-      {ErrorCode::kCancelled, "CancelledError", false, "Stopped by shutdown or interruption."},
-      {ErrorCode::kNotFound, "NotFoundError", false, "A named file, shard or record does not exist."},
+      {ErrorCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError, "A malformed request: bad option, path or state."},
+      {ErrorCode::kIoError, "IoError", PyExc_OSError, "The OS refused or failed an operation."},
+      {ErrorCode::kDataLoss, "DataLossError", nullptr, "Stored bytes are corrupt (checksum, truncated, bad JPEG)."},
+      {ErrorCode::kResourceExhausted, "ResourceExhaustedError", nullptr, "Memory, file descriptors or a size limit."},
+      {ErrorCode::kUnavailable, "UnavailableError", nullptr, "A facility is missing (io_uring, GPU, CUDA)."},
+      {ErrorCode::kCancelled, "CancelledError", nullptr, "Stopped by shutdown or interruption."},
+      {ErrorCode::kNotFound, "NotFoundError", PyExc_FileNotFoundError, "A named file, shard or record does not exist."},
   };
   for (const Spec& s : specs) {
-    py::tuple bases = s.value_error ? py::make_tuple(py::handle(g_classes.base), py::handle(PyExc_ValueError))
+    py::tuple bases = s.builtin ? py::make_tuple(py::handle(g_classes.base), py::handle(s.builtin))
                                     : py::make_tuple(py::handle(g_classes.base));
     g_classes.by_code[static_cast<int>(s.code)] = make_class(m, s.name, bases.ptr(), error_code_name(s.code), s.doc);
   }

@@ -28,7 +28,12 @@
 // runs the same machinery on the CPU (tests).
 //
 // Threading: a Python Loader is driven by one Python thread at a time (like the C++
-// Loader); the GIL serialises its methods. stats() is safe at any time.
+// Loader). next() waits with the GIL released, so a second thread could enter it (or
+// set_epoch, load_state) meanwhile: that is refused with InvalidArgumentError, never
+// interleaved. close() may come from any thread: it closes the C++ Loader first, so a
+// next() waiting on another thread raises CancelledError (the loop fails, it does not
+// end as a short epoch), waits for a direct try_next() in progress, then stops the
+// worker. stats() is safe at any time.
 //
 // Processes: fork() copies the handle but none of its threads. A copy in a forked child
 // raises UnavailableError on use (pid check) and is leaked, never joined, when freed.
@@ -208,7 +213,10 @@ class PyLoader {
 
   py::object next() {
     check_open();
-    Worker& w = *w_;
+    ConsumerGuard guard(*this, "next()");
+    const std::shared_ptr<Worker> keep = w_;  // close() on another thread drops w_ meanwhile
+    Worker& w = *keep;
+    Loader* const loader = loader_;
     if (!staged_) {
       // A batch that is ready is taken here: handing it through the worker would cost
       // two thread switches per batch, a real share of a small machine's CPU at token
@@ -223,14 +231,15 @@ class PyLoader {
         bool would_wait = false;
         std::optional<Batch> b;
         {
+          DirectCall direct(direct_calls_);  // close() waits for it before the loader may go
           py::gil_scoped_release nogil;  // the first call of a run starts its threads
-          b = loader_->try_next(&would_wait);
+          b = loader->try_next(&would_wait);
         }
         if (!would_wait) {
           if (!b) return py::none();
           py::dict out = export_batch(*b, converter_);
           b.reset();  // the tensors hold the lease now
-          warn_if_grown();
+          warn_if_grown(w);
           return out;
         }
       }
@@ -244,8 +253,10 @@ class PyLoader {
         w.cv.notify_all();
       }
     }
-    wait_done();
-    if (staged_) return next_staged();
+    wait_done(w);
+    if (!loader_)  // closed meanwhile: the loop fails rather than end as a short epoch
+      throw_error(ErrorCode::kCancelled, "the Loader was closed (close() on another thread) while next() waited for a batch");
+    if (staged_) return next_staged(w);
     std::unique_lock<std::mutex> lock(w.mu);
     // A plain Batch, not an optional: GCC 12 warns (falsely) about a moved optional here.
     const bool have = w.batch.has_value();
@@ -259,25 +270,25 @@ class PyLoader {
     if (!have) return py::none();
     py::dict out = export_batch(batch, converter_);
     batch = Batch();  // the tensors hold the lease now
-    warn_if_grown();
+    warn_if_grown(w);
     return out;
   }
 
   // One HeldBatchesWarning per Loader once its ring grew (the C++ side stays silent).
-  void warn_if_grown() {
-    if (warned_ || !w_->grew.load()) return;
+  void warn_if_grown(Worker& w) {
+    if (warned_ || !w.grew.load()) return;
     warned_ = true;
     std::string why;
     {
-      std::lock_guard<std::mutex> lock(w_->grew_mu);
-      why = w_->grew_msg;
+      std::lock_guard<std::mutex> lock(w.grew_mu);
+      why = w.grew_msg;
     }
     if (why.find("held by the caller") == std::string::npos) {  // a long run of skipped samples
       if (PyErr_WarnEx(PyExc_RuntimeWarning, ("stoker: " + why).c_str(), 2) != 0) throw py::error_already_set();
       return;
     }
     const std::string msg =
-        "stoker: the caller holds all " + std::to_string(w_->configured_slots) +
+        "stoker: the caller holds all " + std::to_string(w.configured_slots) +
         " batch slots of this Loader (e.g. list(loader)); the ring grows so loading goes on, and memory now "
         "grows with the batches kept. Drop batches (or tensors) you no longer need to keep it bounded.";
     if (PyErr_WarnEx(held_batches_warning(), msg.c_str(), 2) != 0) throw py::error_already_set();
@@ -285,6 +296,7 @@ class PyLoader {
 
   void set_epoch(uint64_t e) {
     check_open();
+    ConsumerGuard guard(*this, "set_epoch()");
     drop_pending();
     if (staged_) {
       w_->stager->set_epoch(e);
@@ -320,9 +332,10 @@ class PyLoader {
 
   void load_state(const std::string& text) {
     check_open();
+    ConsumerGuard guard(*this, "load_state()");
     const OrderState s = OrderState::parse(text);
     {
-      wait_done();  // the worker is idle: the state may be read
+      wait_done(*w_);  // the worker is idle: the state may be read
       std::lock_guard<std::mutex> lock(w_->mu);
       const OrderState now = w_->requested ? w_->state_before : current_state();
       s.check_matches(now.options(), now.total);  // refused: a pending batch is kept
@@ -393,6 +406,8 @@ class PyLoader {
       g["requests_in_flight_avg"] = n.mean_in_flight(s.wall_s);
       g["fetch_wait_s"] = n.fetch_wait_s;
       g["reads"] = n.record_reads ? "records" : "shards";
+      g["range_ignored"] = n.range_ignored;
+      g["whole_fetches"] = n.whole_fetches;
       g["hits"] = n.hits;
       g["misses"] = n.misses;
       g["hit_rate"] = n.hits + n.misses ? py::object(py::float_(n.hit_rate())) : py::object(py::none());
@@ -456,16 +471,41 @@ class PyLoader {
   }
   bool forked() const { return ::getpid() != pid_; }
 
+  // Marks a consumer call (GIL held on entry and exit); a second one from another
+  // thread, while the first waits with the GIL released, is refused.
+  class ConsumerGuard {
+   public:
+    ConsumerGuard(PyLoader& l, const char* what) : l_(l) {
+      if (l_.in_call_)
+        throw_error(ErrorCode::kInvalidArgument,
+                    std::string(what) + " while another thread is inside this Loader's next(), set_epoch() or "
+                                        "load_state(): a Loader is iterated by one thread at a time (use one "
+                                        "Loader per thread)");
+      l_.in_call_ = true;
+    }
+    ~ConsumerGuard() { l_.in_call_ = false; }
+    ConsumerGuard(const ConsumerGuard&) = delete;
+    ConsumerGuard& operator=(const ConsumerGuard&) = delete;
+
+   private:
+    PyLoader& l_;
+  };
+  // Counts a try_next() running on the Python thread without the worker.
+  struct DirectCall {
+    explicit DirectCall(std::atomic<int>& n) : n_(n) { n_++; }
+    ~DirectCall() { n_--; }
+    std::atomic<int>& n_;
+  };
+
   // Waits (GIL released, 50 ms at a time, signals checked in between) until no
   // request is running on the worker.
-  void wait_done() {
+  static void wait_done(Worker& w) {
     for (;;) {
       bool idle;
       {
         py::gil_scoped_release nogil;
-        std::unique_lock<std::mutex> lock(w_->mu);
-        idle = w_->cv.wait_for(lock, std::chrono::milliseconds(50),
-                               [&] { return !w_->requested || w_->done; });
+        std::unique_lock<std::mutex> lock(w.mu);
+        idle = w.cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return !w.requested || w.done; });
       }
       if (idle) return;
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
@@ -474,7 +514,7 @@ class PyLoader {
 
   // Waits for a pending request and throws its batch (or error) away.
   void drop_pending() {
-    wait_done();
+    wait_done(*w_);
     std::lock_guard<std::mutex> lock(w_->mu);
     std::optional<Batch> b(std::move(w_->batch));  // dropped after the lock is released
     w_->batch.reset();
@@ -486,8 +526,13 @@ class PyLoader {
 
   void shutdown() {
     if (!worker_.joinable()) return;
+    Loader* const loader = loader_;
     loader_ = nullptr;
     auto stop = [&] {
+      // A next() on another thread (its wait, or the worker's request) fails with
+      // CancelledError now, and a direct try_next() finishes before the loader may go.
+      loader->close();
+      while (direct_calls_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::unique_lock<std::mutex> lock(w_->mu);
       // A request still running (e.g. after Ctrl-C) gets a moment to finish; past
       // that the worker is left to finish it and tear the loader down on its own, so
@@ -499,7 +544,8 @@ class PyLoader {
       lock.unlock();
       if (busy) worker_.detach();
       else worker_.join();
-      w_.reset();
+      // w_ stays: a next() on another thread may still read it (its own copy keeps it
+      // alive too); the loader itself is gone with the worker.
     };
     if (PyGILState_Check()) {
       py::gil_scoped_release nogil;
@@ -512,8 +558,7 @@ class PyLoader {
   // Where Python stands; read only while the worker is idle.
   OrderState current_state() const { return staged_ ? w_->stager->state() : loader_->state(); }
 
-  py::object next_staged() {
-    Worker& w = *w_;
+  py::object next_staged(Worker& w) {
     std::unique_lock<std::mutex> lock(w.mu);
     const bool have = w.dbatch.has_value();
     DeviceBatch db;
@@ -579,6 +624,8 @@ class PyLoader {
   Loader* loader_ = nullptr;  // w_->loader while open; null once closed
   uint64_t num_batches_ = 0;
   bool warned_ = false;       // HeldBatchesWarning raised (Python thread only)
+  bool in_call_ = false;      // a consumer call runs (ConsumerGuard; read and written with the GIL held)
+  std::atomic<int> direct_calls_{0};  // try_next() calls in progress (DirectCall)
   const pid_t pid_ = ::getpid();  // a fork's copy must not touch the threads (check_open)
   std::thread worker_;        // last: started after everything it uses exists
 };

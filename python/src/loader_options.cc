@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 
@@ -76,11 +77,20 @@ void init_loader_options(py::module_& m) {
           "remote_part_bytes", [](const PyLoaderOptions& x) { return x.o.remote.part_bytes; },
           [](PyLoaderOptions& x, uint64_t v) { x.o.remote.part_bytes = v; })
       .def_property(
+          "remote_timeout",
+          [](const PyLoaderOptions& x) { return std::chrono::duration<double>(x.o.remote.timeout).count(); },
+          [](PyLoaderOptions& x, double v) {
+            x.o.remote.timeout = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+          })
+      .def_property(
           "remote_profile", [](const PyLoaderOptions& x) { return x.o.remote.aws_profile; },
           [](PyLoaderOptions& x, std::string v) { x.o.remote.aws_profile = std::move(v); })
       .def_property(
           "sources", [](const PyLoaderOptions& x) { return x.o.sources; },
           [](PyLoaderOptions& x, const std::vector<std::string>& v) { x.o.sources = v; })
+      .def_property(
+          "source_fields", [](const PyLoaderOptions& x) { return x.o.source_fields; },
+          [](PyLoaderOptions& x, const std::vector<std::map<std::string, std::string>>& v) { x.o.source_fields = v; })
       .def_property(
           "weights", [](const PyLoaderOptions& x) { return x.o.weights; },
           [](PyLoaderOptions& x, const std::vector<double>& v) { x.o.weights = v; })

@@ -157,13 +157,16 @@ void init_pack(py::module_& m) {
 
   m.def(
       "pack_tokens",
-      [](const std::string& file, const std::string& out, const std::string& dtype, uint32_t seq_len,
+      [](const std::string& file, const std::string& out, const std::optional<std::string>& dtype, uint32_t seq_len,
          uint32_t rows_per_record, int zstd, uint64_t shard_size, uint32_t align, int threads, bool overwrite,
          bool progress, std::optional<int64_t> eos) {
         TokensPackOptions o;
         o.eos = eos;
         set_common(o, shard_size, align, threads, false, overwrite, progress);
-        o.dtype = dtype.empty() || dtype == "none" ? DType::kNone : dtype_from_name(dtype);
+        // No default, as the CLI's --dtype has none: a uint32 file read as uint16 would
+        // pack without a word as [4464, 1, 4465, 1, ...]. Unset, a flat file is refused
+        // (naming dtype); a Megatron .idx names its own.
+        o.dtype = !dtype || dtype->empty() || *dtype == "none" ? DType::kNone : dtype_from_name(*dtype);
         o.seq_len = seq_len;
         o.rows_per_record = rows_per_record;
         o.zstd_level = zstd;
@@ -173,7 +176,7 @@ void init_pack(py::module_& m) {
         });
         return to_dict(s);
       },
-      py::arg("file"), py::arg("out"), py::kw_only(), py::arg("dtype") = "uint16", py::arg("seq_len") = 1024,
+      py::arg("file"), py::arg("out"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("seq_len") = 1024,
       py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false,
       py::arg("eos") = py::none(),

@@ -101,14 +101,14 @@ py::capsule to_dlpack(const TensorView& v, std::shared_ptr<void> lease) {
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
-py::array to_numpy(const TensorView& v, const std::shared_ptr<SlotLease>& lease) {
+py::array to_numpy(const TensorView& v, std::shared_ptr<void> lease) {
   if (v.device >= 0) throw_error(ErrorCode::kInvalidArgument, "numpy output needs host tensors (device='cpu')");
   py::dtype dt = numpy_dtype(v.dtype);
   std::vector<py::ssize_t> shape(v.shape.begin(), v.shape.end());
   std::vector<py::ssize_t> strides;
   for (int64_t s : row_major_strides(v.shape)) strides.push_back(static_cast<py::ssize_t>(s * elem_size(v.dtype)));
-  py::capsule base(new std::shared_ptr<SlotLease>(lease),
-                   [](void* p) { delete static_cast<std::shared_ptr<SlotLease>*>(p); });
+  py::capsule base(new std::shared_ptr<void>(std::move(lease)),
+                   [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
   return py::array(dt, shape, strides, v.data, base);
 }
 
@@ -147,6 +147,17 @@ py::dict export_batch(const Batch& b, const py::object& converter) {
     return converter(to_dlpack(v, lease));
   };
   for (const TensorView& v : b.tensors()) {
+    if (v.kind == TensorKind::kDense && v.shape.size() == 1 && v.device < 0) {
+      // One value per sample (index, label, source): a copy of a few hundred bytes, so
+      // keeping them across batches (a list of every b["index"]) pins no batch slot.
+      const size_t bytes = v.bytes();
+      auto copy = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(v.data),
+                                                          static_cast<const uint8_t*>(v.data) + bytes);
+      TensorView c = v;
+      c.data = copy->data();
+      out[py::str(v.name)] = converter.is_none() ? py::object(to_numpy(c, copy)) : converter(to_dlpack(c, copy));
+      continue;
+    }
     if (v.kind == TensorKind::kDense) {
       out[py::str(v.name)] = tensor(v);
       continue;

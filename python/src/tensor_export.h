@@ -21,8 +21,8 @@ namespace py = pybind11;
 /// A "dltensor" capsule viewing `v`, owning a copy of `lease`.
 py::capsule to_dlpack(const TensorView& v, std::shared_ptr<void> lease);
 /// A numpy array viewing host tensor `v` (kInvalidArgument for device tensors or a type
-/// numpy lacks), owning a copy of `lease`.
-py::array to_numpy(const TensorView& v, const std::shared_ptr<SlotLease>& lease);
+/// numpy lacks), owning a copy of `lease` (a SlotLease, or any owner of v's memory).
+py::array to_numpy(const TensorView& v, std::shared_ptr<void> lease);
 /// Adds ragged view `v` of a batch of n samples to `out`: text and byte strings as lists
 /// of str / bytes; a variable-length array as its values [sum of n_i, *inner] under its
 /// name plus `name.offsets` [B + 1] (sample i: values[offsets[i]:offsets[i+1]]), each made

@@ -4,11 +4,49 @@ import math
 import numbers
 import os
 import sys
+import warnings
 
 from . import _stoker
 from .transforms import to_field_transform, to_image_transform
 
 __all__ = ["Loader", "default_rank_world"]
+
+
+class _Iteration:
+    """One pass over a Loader's epoch. A newer iter(loader) supersedes it: using it then
+    raises, so two iterators never share (and split) one epoch."""
+
+    def __init__(self, loader):
+        loader._generation += 1
+        self._loader = loader
+        self._generation = loader._generation
+        self._live = True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._live:
+            raise StopIteration
+        if self._loader._generation != self._generation:
+            self._live = False
+            raise RuntimeError(
+                "this iterator of a stoker.Loader was superseded by a newer iter(loader) (another loop, or another "
+                "thread): two iterators of one Loader would each take part of the same epoch. Iterate a Loader "
+                "with one loop at a time, or use one Loader per consumer")
+        try:
+            b = self._loader._impl.next()
+        except BaseException:
+            self._live = False
+            raise
+        if b is None:
+            self._live = False
+            raise StopIteration
+        return self._loader._post(b)  # nothing else held while fetching the next: the ring stays free
+
+    def close(self):
+        """Ends this iteration (the Loader may then be iterated again)."""
+        self._live = False
 
 _STATE_VERSION = 1
 
@@ -63,6 +101,22 @@ def _number(name, value, minimum=None):
     return value
 
 
+def _schema_fields(schema):
+    """[(name, kind)] of a manifest's schema string ("jpg:image cls:int64 ...")."""
+    out = []
+    for item in schema.split():
+        name, _, kind = item.rpartition(":")
+        out.append((name, kind.split("/")[0]))
+    return out
+
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _flag(name, value):
     if isinstance(value, bool):
         return value
@@ -109,7 +163,11 @@ class Loader:
             that runs out within it starts a reshuffled epoch of its own. Batches hold
             every output the datasets share (``__key__``, text, bytes and ragged ones
             too), each of which must agree across them (else InvalidArgumentError naming
-            it); one only some datasets have is left out with a warning.
+            it); one only some datasets have is left out with a warning, and datasets
+            that share nothing but ``index``/``__key__`` are an InvalidArgumentError.
+            `source_fields`, one dict per dataset, renames its outputs for the mixture:
+            ``source_fields=[{"jpg": "image"}, {"png": "image"}]`` mixes a dataset of
+            jpg with one of png under the key "image".
             A directory can also be an ``http(s)://`` or ``s3://`` URL of one: its shards
             are then downloaded (parallel ranged GETs, every record's CRC checked) into
             `cache_dir` ahead of use and read from there.
@@ -196,12 +254,24 @@ class Loader:
             per record read.
         remote_connections: ranged GETs in flight at once; remote_profile: the S3
             credentials profile (None: $AWS_PROFILE or "default").
+        remote_timeout: seconds: once no request to the server has succeeded for this
+            long, a failing one is given up on and the batch raises stoker.IoError naming
+            the URL and the fault (every request 503, reset or cut), whatever the batch
+            size. A server that ignores Range (answers ranged GETs with whole objects,
+            as ``python3 -m http.server`` does) is detected: one warning names it, shards
+            are then fetched whole (one GET each) and never record by record;
+            stats()["network"]["range_ignored"] and ["whole_fetches"] say so.
         device_slots: device="cuda": batches in the device ring. Holding all but one of
             them (``list(loader)``) makes further batches copies (one warning).
 
     Iterating starts the current epoch from its beginning (or from the point a
     ``load_state_dict`` restored); call ``set_epoch(e)`` before each epoch for a new
-    order, as with DistributedSampler. One iteration at a time per Loader.
+    order, as with DistributedSampler. One iteration at a time per Loader: a new iter()
+    starts the epoch over and supersedes the previous iterator, whose next use raises
+    RuntimeError (two iterators never split one epoch between them); next() entered from
+    a second thread while another waits in it raises stoker.InvalidArgumentError; close()
+    from another thread makes the iterating thread's loop raise (stoker.CancelledError),
+    never end as a quietly short epoch.
 
     Processes: a Loader runs threads, which a fork() does not copy. Create it in the
     process that iterates it (inside a DataLoader worker, after the fork) or use the
@@ -223,7 +293,8 @@ class Loader:
                  direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
-                 remote_reads="auto", remote_connections=None, remote_profile=None, _stage=None):
+                 remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
+                 source_fields=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -233,9 +304,16 @@ class Loader:
             path = sources[0]
         elif weights is not None:
             raise ValueError("weights= goes with a list of datasets")
+        if source_fields is not None:
+            if sources is None:
+                raise ValueError("source_fields= goes with a list of datasets")
+            if not isinstance(source_fields, (list, tuple)) or not all(isinstance(m, dict) for m in source_fields):
+                raise TypeError("source_fields must be a list of dicts, one per dataset: {its output name: the "
+                                f"mixture's name}}, got {source_fields!r:.200}")
         path = os.fspath(path)
         manifest = _stoker.read_manifest(path, remote_profile or "")
         self._tokens = ":tokens" in manifest["schema"]
+        schema_fields = _schema_fields(manifest["schema"])
         self._numpy = _flag("numpy", numpy)
         self._as_tuple = _flag("as_tuple", as_tuple)
         self._device = self._parse_device(device)
@@ -245,12 +323,23 @@ class Loader:
         if sources is not None:
             o.sources, o.weights = sources, weights
             o.samples_per_epoch = int(samples_per_epoch or 0)
+            if source_fields is not None:
+                o.source_fields = [{str(k): str(v) for k, v in m.items()} for m in source_fields]
         o.batch_size = _integer("batch_size", batch_size, 1)
         o.transform = to_image_transform(transform, _integer("size", size, 1, 8192))
+        field_specs = {}
         if fields is not None:
             if not isinstance(fields, dict):
                 raise TypeError(f"fields must be a dict of field name -> transform, got {type(fields).__name__}")
-            o.fields = {str(k): to_field_transform(k, v) for k, v in fields.items()}
+            field_specs = {str(k): to_field_transform(k, v) for k, v in fields.items()}
+        images = [name for name, kind in schema_fields if kind == "image"]
+        if transform is None and images and sources is None and images[0] not in field_specs:
+            # No decode: the first image field comes as stored (a list of bytes), as every
+            # untransformed image does. (C++'s ImageTransform kNone leaves it out instead:
+            # read and checked only, for measuring storage alone.)
+            field_specs[images[0]] = to_field_transform(images[0], None)
+        if field_specs:
+            o.fields = field_specs
         o.pixel_format = _choice("pixel_format", pixel_format, _PIXEL_FORMATS)
         if (mean is not None or std is not None) and pixel_format.startswith("u8"):
             raise ValueError(f"mean/std normalise float pixels, but pixel_format={pixel_format!r} gives uint8 "
@@ -271,6 +360,12 @@ class Loader:
                              f"(schema {manifest['schema']})")
         if position_ids not in (False, True, "document", "row"):
             raise ValueError(f"position_ids must be True/'document' or 'row', got {position_ids!r}")
+        if not self._tokens:
+            for name, value in (("position_ids", position_ids), ("loss_mask", loss_mask), ("doc_ids", doc_ids),
+                                ("cu_seqlens", cu_seqlens)):
+                if value:
+                    raise ValueError(f"{name}={value!r}: document outputs need token data packed with "
+                                     f"boundaries, and {path} holds records (schema {manifest['schema']})")
         o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
         o.position_ids_from_row_start = position_ids == "row"
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
@@ -293,6 +388,10 @@ class Loader:
         o.drop_last = _flag("drop_last", drop_last)
         o.rank, o.world_size = self._rank_world(rank, world_size)
         o.threads = 0 if threads is None else _integer("threads", threads, 0, 4096)
+        if o.threads > 4 * _usable_cpus():
+            # Legal (the threads just take turns), but far past any gain: almost surely a slip.
+            warnings.warn(f"stoker: threads={o.threads} decode threads on {_usable_cpus()} usable CPUs; they will "
+                          "only take turns. threads=None sizes them from the CPU plan", RuntimeWarning, stacklevel=2)
         o.slots = 0 if slots is None else _integer("slots", slots, 1, 1 << 20)
         o.on_error = _choice("on_error", on_error, ("error", "skip"))
         if max_skipped is not None:
@@ -316,16 +415,21 @@ class Loader:
         elif _stage is not None:
             o.stage = _stage  # "host": the staging machinery on the CPU (tests)
         o.device_slots = _integer("device_slots", device_slots, 1, 64)
+        remote = "://" in path or (sources is not None and any("://" in p for p in sources))
         if cache_dir is not None:
             o.cache_dir = os.fspath(cache_dir)
+            if not remote:
+                warnings.warn(f"stoker: cache_dir={o.cache_dir!r} is ignored: it caches a URL's shards, and {path} "
+                              "is local (read in place)", RuntimeWarning, stacklevel=2)
         if cache_limit is not None:
-            o.cache_limit = int(cache_limit)
-        o.cache_prefetch = int(cache_prefetch)
+            o.cache_limit = _integer("cache_limit", cache_limit, 0)
+        o.cache_prefetch = _integer("cache_prefetch", cache_prefetch, 0, 1 << 20)
         o.remote_reads = _choice("remote_reads", remote_reads, ("auto", "shards", "records"))
         if remote_connections is not None:
-            o.remote_connections = int(remote_connections)
+            o.remote_connections = _integer("remote_connections", remote_connections, 1)
         if remote_profile is not None:
             o.remote_profile = str(remote_profile)
+        o.remote_timeout = _number("remote_timeout", remote_timeout, 1)
 
         converter = None
         if not self._numpy:
@@ -334,6 +438,9 @@ class Loader:
         self._impl = _stoker.Loader(o, converter, stream)
         self._options = o
         self._fresh = True  # the next iteration continues where the loader stands
+        self._generation = 0  # iterators made so far: only the latest may be used (_Iteration)
+        # as_tuple: the outputs in the order the dataset's fields come (v1: image, label)
+        self._tuple_keys = None
         self._fingerprint = {
             "dataset_samples": self._impl.epoch_samples,
             "sources": [sources, weights] if sources is not None else None,
@@ -351,32 +458,43 @@ class Loader:
     # --- iteration -------------------------------------------------------------------
     def __iter__(self):
         if not self._fresh:
-            self._impl.set_epoch(self._impl.epoch)
+            self._impl.set_epoch(self._impl.epoch)  # raises while another thread is inside next()
         self._fresh = False
-        return self._batches()
-
-    def _batches(self):
-        impl, post = self._impl, self._post
-        while True:
-            b = impl.next()
-            if b is None:
-                return
-            yield post(b)
-            del b  # hold nothing while fetching the next batch: the ring stays free
+        return _Iteration(self)
 
     def _post(self, b):
         if not self._as_tuple:
             return b
-        if self._tokens:
-            return tuple(b[k] for k in ("tokens", "targets") if k in b)
-        return tuple(b[k] for k in ("image", "label") if k in b)
+        if self._tuple_keys is None:
+            keys = [k for k in b if k not in ("index", "__key__", "source") and not k.endswith(".offsets")]
+            if self._tokens:
+                keys = [k for k in ("tokens", "targets") if k in b] + \
+                       [k for k in keys if k not in ("tokens", "targets")]
+            elif "image" in b:  # version 1: (image, label)
+                keys = [k for k in ("image", "label") if k in b] + [k for k in keys if k not in ("image", "label")]
+            self._tuple_keys = keys
+        return tuple(b[k] for k in self._tuple_keys)
+
+    def __getitem__(self, i):
+        # torch's DataLoader takes anything that is not an IterableDataset for a map-style
+        # dataset and indexes it: say what to do instead of "not subscriptable".
+        raise TypeError(
+            "stoker.Loader is iterable, not indexable: it batches, shuffles and decodes on its own threads, so "
+            "iterate it directly (for batch in loader) instead of wrapping it in torch.utils.data.DataLoader "
+            "(README: 'stoker and torch's DataLoader')")
 
     def __len__(self):
         return int(self._impl.num_batches())
 
     def set_epoch(self, epoch):
-        """Restart at the beginning of `epoch` (a new order and new augmentation draws)."""
-        self._impl.set_epoch(int(epoch))
+        """Restart at the beginning of `epoch` (a new order and new augmentation draws).
+
+        After load_state_dict(), and before the next batch, set_epoch() of the restored
+        epoch keeps the restored position: the usual loop (set_epoch at the top of every
+        epoch, started at the state's epoch) resumes where it stopped, repeating nothing.
+        Another epoch then raises InvalidArgumentError, unless the restored position was
+        the end of its epoch."""
+        self._impl.set_epoch(_integer("epoch", epoch, 0, 2**64 - 1))
         self._fresh = True
 
     @property

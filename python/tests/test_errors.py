@@ -92,3 +92,49 @@ def test_pack_errors_are_typed(tmp_path):
         stoker.pack_imagefolder(str(tmp_path / "empty"), str(tmp_path / "out"))
     with pytest.raises(stoker.Error):
         stoker.pack_tokens(str(tmp_path / "missing.bin"), str(tmp_path / "out2"), seq_len=8)
+
+
+def test_not_found_and_io_errors_are_the_builtin_os_errors(tmp_path):
+    assert issubclass(stoker.NotFoundError, FileNotFoundError) and issubclass(stoker.NotFoundError, stoker.Error)
+    assert issubclass(stoker.IoError, OSError) and issubclass(stoker.IoError, stoker.Error)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        stoker.Loader(str(tmp_path / "missing"), batch_size=4)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(cache_limit=-5), "cache_limit"),
+    (dict(cache_prefetch=-1), "cache_prefetch"),
+    (dict(remote_timeout=0), "remote_timeout"),
+    (dict(position_ids=True), "position_ids"),
+    (dict(cu_seqlens=True), "cu_seqlens"),
+])
+def test_bad_loader_arguments_name_the_parameter(image_dataset, kwargs, name):
+    path, _ = image_dataset
+    with pytest.raises((ValueError, TypeError), match=name):
+        stoker.Loader(path, batch_size=4, size=S, **kwargs)
+
+
+def test_set_epoch_checks_its_argument(image_dataset):
+    path, _ = image_dataset
+    loader = stoker.Loader(path, batch_size=4, size=S, threads=1)
+    with pytest.raises(ValueError, match="epoch"):
+        loader.set_epoch(-1)
+    with pytest.raises(TypeError, match="epoch"):
+        loader.set_epoch("1")
+
+
+def test_oversubscribed_threads_and_a_local_cache_dir_warn(image_dataset, tmp_path):
+    path, _ = image_dataset
+    with pytest.warns(RuntimeWarning, match="threads=4096"):
+        stoker.Loader(path, batch_size=4, size=S, threads=4096).close()
+    with pytest.warns(RuntimeWarning, match="cache_dir"):
+        stoker.Loader(path, batch_size=4, size=S, threads=1, cache_dir=str(tmp_path / "c")).close()
+
+
+def test_pack_tokens_needs_a_dtype(tmp_path):
+    np.arange(1000, dtype=np.uint32).tofile(tmp_path / "t.bin")
+    with pytest.raises(stoker.InvalidArgumentError, match="dtype"):
+        stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), seq_len=8)
+    stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), dtype="uint32", seq_len=8)
+    b = next(iter(stoker.Loader(str(tmp_path / "ds"), batch_size=2, shuffle=False, numpy=True)))
+    assert b["tokens"][0].tolist() == list(range(8))

@@ -92,3 +92,35 @@ def test_mixture_sources_that_disagree_on_a_field_are_named(seg_dataset, tmp_pat
     with pytest.raises(stoker.InvalidArgumentError, match="'txt'") as e:
         stoker.Loader([seg_dataset, other], batch_size=5, fields={"jpg": stoker.RandomResizedCrop(32)})
     assert other in str(e.value) and seg_dataset in str(e.value)
+
+
+def test_as_tuple_gives_every_field_of_a_multi_field_dataset(seg_dataset):
+    loader = stoker.Loader(seg_dataset, batch_size=4, shuffle=False, threads=1, as_tuple=True,
+                           fields={"jpg": stoker.CenterCrop(32), "png": stoker.Follow("jpg")})
+    t = next(iter(loader))
+    assert len(t) == 3  # jpg, png, txt in the schema's order
+    assert tuple(t[0].shape) == (4, 32, 32, 3) and tuple(t[1].shape) == (4, 32, 32, 1)
+    assert t[2][0] == "scène 0 ✓"
+
+
+def test_transform_none_gives_the_images_as_stored_bytes(seg_dataset):
+    b = next(iter(stoker.Loader(seg_dataset, batch_size=4, shuffle=False, threads=1, transform=None)))
+    assert isinstance(b["jpg"], list) and b["jpg"][0] == stoker.read_record(seg_dataset, 0)["jpg"]
+
+
+def test_mixture_sources_named_apart_mix_through_source_fields(tmp_path):
+    paths = []
+    for name in ("jpg", "png"):
+        path = str(tmp_path / name)
+        with stoker.Writer(path, fields={name: "image"}) as w:
+            for i in range(6):
+                w.write({"__key__": f"{name}/{i}", name: pair(32, 32, i)[0]})
+        paths.append(path)
+    with pytest.raises(stoker.InvalidArgumentError, match="share no output"):
+        stoker.Loader(paths, batch_size=4, transform="eval", size=16, threads=1)
+    loader = stoker.Loader(paths, batch_size=4, transform="eval", size=16, threads=1,
+                           source_fields=[{"jpg": "image"}, {"png": "image"}])
+    b = next(iter(loader))
+    assert tuple(b["image"].shape) == (4, 16, 16, 3) and "source" in b
+    with pytest.raises(stoker.InvalidArgumentError, match="no output 'txt'"):
+        stoker.Loader(paths, batch_size=4, transform="eval", size=16, source_fields=[{"txt": "x"}, {}])

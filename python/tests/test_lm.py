@@ -23,7 +23,8 @@ def doc_dataset(tmp_path_factory):
         parts.append(doc)
     stream = np.concatenate(parts)
     stream.tofile(d / "train.bin")
-    stoker.pack_tokens(str(d / "train.bin"), str(d / "ds"), seq_len=N, rows_per_record=5, zstd=3, eos=EOS)
+    stoker.pack_tokens(str(d / "train.bin"), str(d / "ds"), dtype="uint16", seq_len=N, rows_per_record=5, zstd=3,
+                       eos=EOS)
     return str(d / "ds"), stream
 
 
@@ -86,7 +87,7 @@ def test_position_ids_from_the_row_start(doc_dataset):
 
 def test_position_ids_need_boundaries(tmp_path):
     np.arange(3000, dtype=np.uint16).tofile(tmp_path / "t.bin")
-    stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), seq_len=16)
+    stoker.pack_tokens(str(tmp_path / "t.bin"), str(tmp_path / "ds"), dtype="uint16", seq_len=16)
     with pytest.raises(stoker.InvalidArgumentError, match="--eos"):
         stoker.Loader(str(tmp_path / "ds"), batch_size=4, position_ids=True)
 
@@ -97,7 +98,8 @@ def test_mixture_with_position_ids(doc_dataset, tmp_path):
     stream_b = rng.integers(0, 50000, size=20000).astype(np.uint16)
     stream_b[rng.integers(0, 20000, size=300)] = EOS
     stream_b.tofile(tmp_path / "b.bin")
-    stoker.pack_tokens(str(tmp_path / "b.bin"), str(tmp_path / "b"), seq_len=N, rows_per_record=7, eos=EOS)
+    stoker.pack_tokens(str(tmp_path / "b.bin"), str(tmp_path / "b"), dtype="uint16", seq_len=N, rows_per_record=7,
+                       eos=EOS)
     streams = [stream_a, stream_b]
     opts = dict(batch_size=8, seed=2, threads=1, weights=[3, 1], position_ids=True)
     full = stoker.Loader([path_a, str(tmp_path / "b")], **opts)

@@ -1,6 +1,7 @@
 """Batches from Python: layout, values against a direct decode, labels, determinism."""
 
 import math
+import time
 import warnings
 
 import numpy as np
@@ -167,10 +168,11 @@ def test_no_flip_no_crop_train_transform_is_eval_like_and_flip_changes_pixels(im
     assert torch.equal(flip[0]["image"], noflip[0]["image"].flip(2))
 
 
-def test_transform_none_delivers_labels_and_indices_only(image_dataset):
+def test_transform_none_delivers_images_as_stored_bytes(image_dataset):
     path, n = image_dataset
     batches = epoch_batches(stoker.Loader(path, batch_size=32, transform=None, shuffle=False))
-    assert set(batches[0]) == {"label", "index", "__key__"}
+    assert set(batches[0]) == {"image", "label", "index", "__key__"}
+    assert batches[0]["image"][:3] == [stoker.read_record(path, i)["image"] for i in range(3)]
     assert torch.cat([b["index"] for b in batches]).tolist() == list(range(n))
     labels = torch.cat([b["label"] for b in batches]).tolist()
     assert labels == [stoker.read_record(path, i)["label"] for i in range(n)]
@@ -211,3 +213,71 @@ def test_closed_loader_raises(image_dataset):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loader.close()  # idempotent
+
+
+# --- one consumer at a time ------------------------------------------------------------
+
+def test_two_iterators_never_split_an_epoch(image_dataset):
+    path, n = image_dataset
+    loader = stoker.Loader(path, batch_size=8, size=S, threads=1)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)  # starts the epoch over
+    assert sum(len(b["index"]) for b in second) == n
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(first)
+
+
+def _slow_loader(path):
+    # 5 KB/s of reads (after a first burst): a batch takes seconds, so another thread acts meanwhile.
+    return stoker.Loader(path, batch_size=8, size=S, threads=1, shuffle=False, io_limit_mbps=0.005, direct=False)
+
+
+def test_next_from_a_second_thread_is_refused(image_dataset):
+    import threading
+    path, _ = image_dataset
+    loader = _slow_loader(path)
+    it = iter(loader)
+    next(it)  # the throttle's first burst: the next batch is the slow one
+    got = []
+    t = threading.Thread(target=lambda: got.append(next(it)))
+    t.start()
+    time.sleep(0.3)
+    with pytest.raises(stoker.InvalidArgumentError, match="another thread"):
+        next(it)
+    with pytest.raises(stoker.InvalidArgumentError, match="another thread"):
+        loader.set_epoch(1)
+    t.join()
+    assert len(got) == 1
+    loader.close()
+
+
+def test_close_from_another_thread_makes_the_loop_raise(image_dataset):
+    import threading
+    path, _ = image_dataset
+    for trial in range(4):
+        loader = _slow_loader(path)
+        seen = []
+        timer = threading.Timer(0.2 + 0.1 * trial, loader.close)
+        timer.start()
+        with pytest.raises(stoker.Error, match="closed"):
+            for b in loader:
+                seen.append(len(b["index"]))
+        timer.join()
+
+
+def test_torch_dataloader_gets_a_clear_error(image_dataset):
+    path, _ = image_dataset
+    loader = stoker.Loader(path, batch_size=8, size=S, threads=1)
+    with pytest.raises(TypeError, match="iterate it directly"):
+        next(iter(torch.utils.data.DataLoader(loader, batch_size=None)))
+
+
+def test_keeping_every_batch_index_and_label_pins_no_slot(image_dataset):
+    path, n = image_dataset
+    loader = stoker.Loader(path, batch_size=4, size=S, threads=1, slots=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", stoker.HeldBatchesWarning)
+        kept = [(b["index"], b["label"]) for b in loader]
+    assert loader.stats()["slots"] == 2
+    assert sorted(torch.cat([i for i, _ in kept]).tolist()) == list(range(n))

@@ -135,3 +135,44 @@ def test_remote_reads_records_gives_the_local_batches_with_nothing_cached(nginx,
     assert not [p for p in (tmp_path / "cache").rglob("*.stk")], "records mode cached a shard"
     with pytest.raises(ValueError, match="remote_reads"):
         stoker.Loader(url, cache_dir=tmp_path / "cache", remote_reads="ranged", **kw)
+
+
+@pytest.fixture
+def plain_http(tmp_path, image_dataset):
+    """url of a copy of the image dataset served by `python3 -m http.server`, which
+    answers a ranged GET with the whole file (HTTP 200)."""
+    import sys
+    root = tmp_path / "plain"
+    shutil.copytree(image_dataset[0], root / "ds")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root),
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.skip("python3 -m http.server could not start on 127.0.0.1")
+                time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}/ds"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_server_without_range_is_read_by_whole_shards_and_says_so(plain_http, image_dataset, tmp_path, caplog):
+    import logging
+    kw = dict(batch_size=8, transform="eval", size=16, seed=3, threads=1)
+    want = _epoch(stoker.Loader(image_dataset[0], **kw), 0)
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        remote = stoker.Loader(plain_http, cache_dir=tmp_path / "cache", remote_reads="records", **kw)
+        got = _epoch(remote, 0)
+    assert [g["index"].tolist() for g in got] == [w["index"].tolist() for w in want]
+    net = remote.stats()["network"]
+    assert net["range_ignored"] and net["whole_fetches"] >= 1 and net["reads"] == "shards", net
+    shards = [f for f in os.listdir(image_dataset[0]) if f.endswith(".stk")]
+    size = sum(os.path.getsize(os.path.join(image_dataset[0], f)) for f in shards)
+    assert net["bytes_fetched"] < 2 * size + (1 << 20), net
+    assert any("ignores HTTP Range" in r.getMessage() and "127.0.0.1" in r.getMessage() for r in caplog.records)

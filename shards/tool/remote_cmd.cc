@@ -25,6 +25,7 @@ RemoteOptions RemoteArgs::options() const {
   o.connections = connections;
   if (!part.empty()) o.part_bytes = parse_size(part);
   o.aws_profile = profile;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   return o;
 }
 
@@ -34,6 +35,11 @@ void add_remote_options(CLI::App* cmd, RemoteArgs& a) {
       ->capture_default_str();
   cmd->add_option("--part", a.part, "URL: bytes per ranged GET of a shard download (default 4MiB, at least 64KiB)")
       ->check(byte_size());
+  cmd->add_option("--remote-timeout", a.timeout_s,
+                  "URL: seconds without any successful request before a failing one is given up on (the retry "
+                  "budget of all requests together)")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--profile", a.profile, "s3:// URL: the credentials profile (default: $AWS_PROFILE or default)");
 }
 
@@ -167,6 +173,8 @@ DoctorReport doctor_remote(DoctorOptions o, const std::string& url, uint64_t pro
   DoctorReport r = run_doctor(o);
   // The local dataset checks have nothing to look at; the remote ones stand in.
   std::erase_if(r.checks, [](const Check& c) { return c.name == "o_direct" || c.name == "read_probe"; });
+  for (Check& c : r.checks)
+    if (c.name == "fast_crop") c = check_fast_crop(url);  // from the remote MANIFEST
   for (Check& c : check_remote_dataset(url, probe, remote.options())) r.checks.push_back(std::move(c));
   return r;
 }

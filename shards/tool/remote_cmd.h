@@ -16,15 +16,16 @@
 
 namespace stoker::cli {
 
-/// How a command reaches a remote dataset: --connections, --part, --profile.
+/// How a command reaches a remote dataset: --connections, --part, --remote-timeout, --profile.
 struct RemoteArgs {
   unsigned connections = RemoteOptions{}.connections;
   std::string part;     ///< bytes per ranged GET ("4MiB"); "" = the default
   std::string profile;  ///< s3:// credentials profile; "" = $AWS_PROFILE or "default"
+  double timeout_s = 60;  ///< --remote-timeout: RemoteOptions::timeout in seconds
   RemoteOptions options() const;
 };
 
-/// Declares --connections, --part and --profile on `cmd`, parsed into `a`.
+/// Declares --connections, --part, --remote-timeout and --profile on `cmd`, parsed into `a`.
 void add_remote_options(CLI::App* cmd, RemoteArgs& a);
 
 /// Fails with a usage error naming the first of `names` given on `cmd`: options that do

@@ -23,6 +23,7 @@
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
+#include "stoker/remote.h"
 #include "stoker/stage.h"
 #include "util/bytes.h"
 #include "util/parse.h"
@@ -594,9 +595,9 @@ Check check_fast_crop(const std::optional<std::string>& dataset) {
   }
   Manifest m;
   try {
-    m = read_manifest(*dataset);
+    m = is_remote_url(*dataset) ? RemoteStore::open(*dataset)->read_manifest() : read_manifest(*dataset);
   } catch (const Error&) {
-    c.reading = "no readable manifest in " + *dataset;
+    c.reading = "no readable manifest in " + redact_url(*dataset);
     return c;
   }
   if (std::none_of(m.schema.fields.begin(), m.schema.fields.end(),

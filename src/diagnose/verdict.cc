@@ -48,6 +48,7 @@ FeedFigures FeedFigures::from(const LoaderStats& s) {
   f.io_direct = s.io_engine.direct;
   f.slot_memory = s.slot_memory;
   f.tokens = s.tokens;
+  f.fast_crop = s.fast_crop;
   f.network = s.network;
   return f;
 }
@@ -99,6 +100,7 @@ NetworkStats network_diff(const NetworkStats& a, const NetworkStats& b) {
   d.bytes_fetched = sub(b.bytes_fetched, a.bytes_fetched);
   d.requests = sub(b.requests, a.requests);
   d.retries = sub(b.retries, a.retries);
+  d.whole_fetches = sub(b.whole_fetches, a.whole_fetches);
   d.busy_s = std::max(0.0, b.busy_s - a.busy_s);
   d.request_s = std::max(0.0, b.request_s - a.request_s);
   d.fetch_wait_s = std::max(0.0, b.fetch_wait_s - a.fetch_wait_s);
@@ -259,11 +261,14 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
       else if (f.tokens)
         v.advice = "every CPU unpacks tokens: pack without --zstd (rows are then copied, not decompressed), "
                    "or add CPUs";
+      else if (f.fast_crop)  // crops already decode only what they cover
+        v.advice = "every CPU decodes: decode fewer pixels — store images nearer the training size so the "
+                   "decoder's 1/2-1/4 DCT scaling applies, use a cheaper transform, or add CPUs";
       else
         v.advice = "every CPU decodes: decode fewer pixels — repack JPEG training sets with `stoker pack ... "
-                   "--fast-crop` (lossless; crops then decode only what they cover) unless they are, store images "
-                   "nearer the training size so the decoder's 1/2-1/4 DCT scaling applies, use a cheaper "
-                   "transform, or add CPUs";
+                   "--fast-crop` (lossless; crops then decode only what they cover), store images nearer the "
+                   "training size so the decoder's 1/2-1/4 DCT scaling applies, use a cheaper transform, or add "
+                   "CPUs";
       break;
     }
     case Bottleneck::kCopy: {
@@ -316,6 +321,8 @@ void NetworkStats::add_counts(const NetworkStats& n) noexcept {
   if (!n.remote) return;
   remote = true;
   record_reads = record_reads || n.record_reads;
+  range_ignored = range_ignored || n.range_ignored;
+  whole_fetches += n.whole_fetches;
   bytes_fetched += n.bytes_fetched;
   requests += n.requests;
   retries += n.retries;
@@ -338,6 +345,7 @@ std::string NetworkStats::summary(double wall_s) const {
                                                     std::to_string(hits + misses) + " shards in place)"
                                               : std::string("- (no shard read)"));
   s += ", cache " + fmt("%.1f MB", cache_bytes / 1e6) + " of " + fmt("%.1f MB", cache_limit / 1e6);
+  if (range_ignored) s += ", the server ignores Range (" + std::to_string(whole_fetches) + " whole-object GETs)";
   return s;
 }
 
@@ -377,6 +385,8 @@ Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait) {
               {"fetch_wait_s", figure(n.fetch_wait_s)},
               {"fetch_wait_frac", figure(fetch_wait)},
               {"reads", n.record_reads ? "records" : "shards"},
+              {"range_ignored", n.range_ignored},
+              {"whole_fetches", n.whole_fetches},
               {"hits", n.hits},
               {"misses", n.misses},
               {"hit_rate", n.hits + n.misses ? Json(figure(n.hit_rate())) : Json(nullptr)},

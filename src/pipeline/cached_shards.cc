@@ -67,6 +67,13 @@ void CachedShards::choose_reads(const LoaderOptions& opt, bool tokens) {
   // (token data's shuffle reads a window of shards at a time, which whole shards serve).
   const bool small_shuffle = !tokens && opt.order.kind == OrderKind::kShuffled && hard_ < shards_.size();
   records_ = opt.remote_reads == RemoteReads::kRecords || (opt.remote_reads == RemoteReads::kAuto && small_shuffle);
+  // A server that ignores Range answers each record's GET with its whole shard: whole
+  // shards through the cache cost less whatever the order (the store warned, naming it).
+  if (records_ && !shards_.empty() && !store_->serves_ranges(cache_->manifest().shards.front().name)) {
+    records_ = false;
+    log_info(url + ": its server ignores Range, so shards are read whole through the cache instead of records "
+                   "by ranged GET (remote_reads " + std::string(remote_reads_name(opt.remote_reads)) + ")");
+  }
   const std::string holds = "cache_limit " + std::to_string(cache_->stats().limit) + " bytes holds " +
                             std::to_string(hard_) + " of the dataset's " + std::to_string(shards_.size()) + " shards";
   if (records_ && small_shuffle) {

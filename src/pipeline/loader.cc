@@ -48,10 +48,31 @@ using internal::SlotRing;
 
 }  // namespace
 
+namespace {
+// Marks a consumer call for its duration; a second one meanwhile (another thread) is
+// refused instead of interleaving with it.
+class ConsumerCall {
+ public:
+  ConsumerCall(std::atomic<bool>& busy, const char* what) : busy_(busy) {
+    if (busy_.exchange(true))
+      throw_error(ErrorCode::kInvalidArgument,
+                  std::string(what) + " while another thread is inside this Loader's next(), try_next(), set_epoch() "
+                                      "or load_state(): a Loader has one consumer thread (use one Loader per thread)");
+  }
+  ~ConsumerCall() { busy_ = false; }
+  ConsumerCall(const ConsumerCall&) = delete;
+  ConsumerCall& operator=(const ConsumerCall&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+}  // namespace
+
 struct Loader::Impl {
   LoaderOptions opt;
   internal::Context ctx;
   bool tokens = false;
+  bool fast_crop = false;  // manifest meta "fast_crop" (LoaderStats::fast_crop)
   // Token data trims the final step to a multiple of the world size instead of padding it
   // (order.h TailPolicy): padding would need the first window decompressed again.
   TailPolicy tail_policy() const noexcept { return tokens ? TailPolicy::kTrim : TailPolicy::kPad; }
@@ -69,11 +90,24 @@ struct Loader::Impl {
   std::unique_ptr<internal::LoaderReporter> reporter;
   std::unique_ptr<internal::MixtureFeed> mix;  // LoaderOptions::sources: the mixture does it all
 
+  // ---- the one-consumer contract (loader.h "Threading") ----
+  std::atomic<bool> in_call{false};  // a consumer call (next, try_next, set_epoch, load_state) runs
+  std::atomic<bool> closed{false};   // close() was called
+  // load_state() restored a position and no batch was asked for since: set_epoch() of the
+  // restored epoch keeps it (the README loop calls set_epoch at every epoch's top).
+  bool resume_pending = false;
+  void check_open() const {
+    if (closed) throw_error(ErrorCode::kCancelled, "the Loader was closed (close()); it delivers no more batches");
+  }
+
   // ---- the consumer's side of the current run ----
   uint64_t epoch = 0;
   uint64_t start_consumed = 0;
   std::atomic<bool> running{false};  // atomic, like the figures below: stats() may run on any thread
   uint64_t next_deliver = 0;
+  // OnError::kSkip on one rank: the stream position the delivered batches reached (a
+  // batch filled up from later batches reaches into them); state() resumes there.
+  std::optional<uint64_t> stream_consumed;
   std::exception_ptr delivered_error;  // sticky after a throw
   std::atomic<Clock::time_point> run_start{};
   std::atomic<double> first_batch_s{0};
@@ -120,6 +154,8 @@ void Loader::Impl::setup() {
   ctx.dataset = Dataset::open(ctx.cached ? ctx.cached->local_dir() : opt.path, ro);
   const Dataset& dataset = *ctx.dataset;
   const Schema& schema = dataset.schema();
+  if (auto it = dataset.manifest().meta.find("fast_crop"); it != dataset.manifest().meta.end() && it->second == "1")
+    fast_crop = true;
   internal::TokenFacts tok;
   for (size_t i = 0; i < schema.fields.size(); ++i)
     if (schema.fields[i].kind == FieldKind::kTokens && tok.field < 0) tok.field = static_cast<int>(i);
@@ -278,6 +314,7 @@ void Loader::Impl::start_run() {
     ctx.skip_first.clear();
   }
   next_deliver = 0;
+  stream_consumed.reset();
   delivered_error = nullptr;
   first_batch_s = 0;
   batches_out = 0;
@@ -323,12 +360,18 @@ Loader::~Loader() {
 }
 
 std::optional<Batch> Loader::next() {
+  ConsumerCall call(impl_->in_call, "next()");
+  impl_->check_open();
+  impl_->resume_pending = false;
   if (impl_->mix) return impl_->mix->next();
   return impl_->next_batch(true, nullptr);
 }
 
 std::optional<Batch> Loader::try_next(bool* would_wait) {
+  ConsumerCall call(impl_->in_call, "try_next()");
   *would_wait = false;
+  impl_->check_open();
+  impl_->resume_pending = false;
   if (impl_->mix) {  // its next() waits on its sources and copies: always the caller's other thread
     *would_wait = true;
     return std::nullopt;
@@ -390,13 +433,22 @@ std::optional<Batch> Loader::Impl::next_batch(bool block, bool* would_wait) {
         }
       }
       n = job->samples.size();
+      std::optional<internal::Compacted> compacted;
       if (internal::needs_compaction(opt, *job, n)) {
         try {
-          n = internal::compact_batch(ctx, r, job, lock);
+          compacted = internal::compact_batch(ctx, r, job, lock);
+          n = compacted->n;
         } catch (...) {
           delivered_error = std::current_exception();
           throw;
         }
+      }
+      // Where this rank's stream stands once the batch is out: a batch filled from later
+      // ones used part of them, which a resume must not deliver again.
+      if (n > 0) {
+        if (!compacted) stream_consumed = r.sched->consumed_after(k + 1);
+        else if (compacted->through_j == 0) stream_consumed = r.sched->consumed_after(compacted->through_k);
+        else stream_consumed = r.sched->position(compacted->through_k, compacted->through_j - 1) + 1;
       }
       if (opt.on_error == OnError::kSkip && r.fatal) {  // e.g. past the skip budget: stop here
         delivered_error = r.fatal;
@@ -503,6 +555,20 @@ Batch Loader::Impl::make_batch(const std::shared_ptr<internal::Job>& job, uint64
 }
 
 void Loader::set_epoch(uint64_t e) {
+  ConsumerCall call(impl_->in_call, "set_epoch()");
+  impl_->check_open();
+  if (impl_->resume_pending) {
+    const OrderState s = state();
+    if (e == s.epoch) return;  // the restored position stands
+    if (num_batches() != 0)
+      throw_error(ErrorCode::kInvalidArgument,
+                  "set_epoch(" + std::to_string(e) + ") after load_state() restored epoch " + std::to_string(s.epoch) +
+                      " at sample " + std::to_string(s.consumed) + " of " + std::to_string(s.total) +
+                      ": starting another epoch would drop the rest of the restored one. Resume the loop at epoch " +
+                      std::to_string(s.epoch) + " (set_epoch(" + std::to_string(s.epoch) +
+                      ") keeps the restored position), or make a new Loader to start afresh");
+    impl_->resume_pending = false;  // the restored epoch was over: the next one starts
+  }
   if (impl_->mix) return impl_->mix->set_epoch(e);
   impl_->stop_run();
   impl_->epoch = e;
@@ -528,17 +594,49 @@ OrderState Loader::state() const {
   const Impl& m = *impl_;
   if (m.mix) return m.mix->state();
   OrderState s = OrderState::start(m.ctx.order_opt, m.ctx.layout->units(), m.epoch);
-  if (m.running) s.consumed = m.run->sched->consumed_after(m.next_deliver);
-  else s.consumed = m.start_consumed;
+  if (m.running) {
+    s.consumed = m.run->sched->consumed_after(m.next_deliver);
+    // Skipped samples filled in from later batches: on one rank the stream is the global
+    // order, and the resume point is the last sample taken. (On several ranks each fills
+    // from its own later batches, so no global point covers them all; a resume there may
+    // repeat the samples taken ahead, at most those skipped since.)
+    if (m.stream_consumed && m.ctx.rank.world_size == 1 && m.next_deliver < m.run->sched->num_batches())
+      s.consumed = std::max(s.consumed, *m.stream_consumed);
+  } else {
+    s.consumed = m.start_consumed;
+  }
   return s;
 }
 
 void Loader::load_state(const OrderState& s) {
-  if (impl_->mix) return impl_->mix->load_state(s);
-  s.check_matches(impl_->ctx.order_opt, impl_->ctx.layout->units());
-  impl_->stop_run();
-  impl_->epoch = s.epoch;
-  impl_->start_consumed = s.consumed;
+  ConsumerCall call(impl_->in_call, "load_state()");
+  impl_->check_open();
+  if (impl_->mix) {
+    impl_->mix->load_state(s);
+  } else {
+    s.check_matches(impl_->ctx.order_opt, impl_->ctx.layout->units());
+    impl_->stop_run();
+    impl_->epoch = s.epoch;
+    impl_->start_consumed = s.consumed;
+  }
+  impl_->resume_pending = true;
+}
+
+void Loader::close() {
+  Impl& m = *impl_;
+  if (m.closed.exchange(true)) return;
+  if (m.mix) return m.mix->close();
+  {
+    // Under the ring's lock, as stop_run: a thread between checking and waiting cannot
+    // miss it. The consumer's wait (Run::wait_ready) sees `closed` and throws; the
+    // threads stop here and are joined by the consumer's thread (destructor, stop_run).
+    std::lock_guard<std::mutex> lock(m.ring->mu);
+    m.run->closed = true;
+    m.run->stop = true;
+  }
+  m.ring->cv.notify_all();
+  m.ring->producer_cv.notify_all();
+  m.producer->wake();
 }
 
 LoaderStats Loader::stats() const {
@@ -559,6 +657,7 @@ LoaderStats Loader::Impl::snapshot() const {
   s.record_bytes = record_bytes_out;
   s.skipped = c.skipped;
   s.tokens = tokens;
+  s.fast_crop = fast_crop;
   s.io.threads = 1;
   s.io.busy_s = c.io_busy_ns / 1e9;
   s.io.wait_s = c.io_wait_ns / 1e9;
@@ -591,6 +690,8 @@ LoaderStats Loader::Impl::snapshot() const {
     n.bytes_fetched = sub(now.remote.bytes_fetched, base.remote.bytes_fetched);
     n.requests = sub(now.remote.requests, base.remote.requests);
     n.retries = sub(now.remote.retries, base.remote.retries);
+    n.range_ignored = now.remote.range_ignored;
+    n.whole_fetches = sub(now.remote.whole_fetches, base.remote.whole_fetches);
     n.busy_s = std::max(0.0, now.remote.busy_s - base.remote.busy_s);
     n.request_s = std::max(0.0, now.remote.request_s - base.remote.request_s);
     n.requests_in_flight = now.remote.requests_in_flight;

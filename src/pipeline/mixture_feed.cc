@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 
 #include "stoker/error.h"
 #include "stoker/mixture.h"
@@ -62,9 +63,15 @@ struct MixtureFeed::Impl {
     std::optional<Batch> cur;     // the batch holding positions [cur_pos, cur_pos + size)
     uint64_t cur_pos = 0, next_pos = 0;  // next_pos: where the loader's next batch starts
     std::vector<const TensorView*> views;  // per output (outs' order): `cur`'s; null for "source"
+    std::map<std::string, std::string> own_name;  // mixture output name -> this source's (source_fields)
+    const std::string& own(const std::string& name) const {
+      auto it = own_name.find(name);
+      return it == own_name.end() ? name : it->second;
+    }
   };
   std::vector<Source> src;
   uint64_t epoch = 0, start_consumed = 0;
+  std::atomic<bool> closed{false};  // close(): next() throws kCancelled
   std::unique_ptr<MixtureOrder> order;
   std::unique_ptr<RankSchedule> sched;
   uint64_t next_k = 0;
@@ -97,7 +104,21 @@ struct MixtureFeed::Impl {
   // The outputs every source has, each agreeing across them; the others named in one warning.
   void plan_outputs() {
     std::vector<std::vector<OutputSpec>> specs;
-    for (const Source& x : src) specs.push_back(LoaderOutputs::of(*x.loader));
+    for (size_t s = 0; s < src.size(); ++s) {
+      specs.push_back(LoaderOutputs::of(*src[s].loader));
+      if (s >= opt.source_fields.size()) continue;
+      for (const auto& [from, to] : opt.source_fields[s]) {
+        auto it = std::find_if(specs[s].begin(), specs[s].end(), [&](const OutputSpec& o) { return o.name == from; });
+        if (it == specs[s].end()) {
+          std::string have;
+          for (const OutputSpec& o : specs[s]) have += (have.empty() ? "" : ", ") + o.name;
+          throw_error(ErrorCode::kInvalidArgument, "source_fields: " + source_name(s) + " has no output '" + from +
+                                                       "' to call '" + to + "' (it has " + have + ")");
+        }
+        it->name = to;
+        src[s].own_name[to] = from;
+      }
+    }
     auto find = [](const std::vector<OutputSpec>& v, const std::string& name) -> const OutputSpec* {
       for (const OutputSpec& o : v)
         if (o.name == name) return &o;
@@ -143,6 +164,11 @@ struct MixtureFeed::Impl {
         }
         outs.push_back(std::move(x));
       }
+    if (std::all_of(outs.begin(), outs.end(), [](const Out& o) { return o.spec.name == "index" || o.spec.name == "__key__"; }))
+      throw_error(ErrorCode::kInvalidArgument,
+                  "mixture sources share no output but index and __key__ (" + left_out +
+                      "): batches would carry no data. Name their fields alike with source_fields (Python: "
+                      "source_fields=[{\"jpg\": \"image\"}, {\"png\": \"image\"}]), one map per source");
     Out so;
     so.spec = OutputSpec{"source", TensorKind::kDense, ElemType::kInt64, {}, false};
     so.is_source = true;
@@ -196,7 +222,7 @@ struct MixtureFeed::Impl {
       // Each batch's outputs found once, not per sample.
       x.views.clear();
       for (const Out& o : outs) {
-        const TensorView* t = o.is_source ? nullptr : x.cur->find(o.spec.name);
+        const TensorView* t = o.is_source ? nullptr : x.cur->find(x.own(o.spec.name));
         if (!o.is_source && !t) throw std::logic_error(source_name(s) + " delivered no '" + o.spec.name + "' as planned");
         x.views.push_back(t);
       }
@@ -213,6 +239,9 @@ MixtureFeed::MixtureFeed(const LoaderOptions& options) : impl_(std::make_unique<
     throw_error(ErrorCode::kInvalidArgument, "a mixture of " + std::to_string(opt.sources.size()) + " sources needs " +
                                                  std::to_string(opt.sources.size()) + " weights, got " +
                                                  std::to_string(opt.weights.size()));
+  if (!opt.source_fields.empty() && opt.source_fields.size() != opt.sources.size())
+    throw_error(ErrorCode::kInvalidArgument, "source_fields: one map per source (" + std::to_string(opt.sources.size()) +
+                                                 "), got " + std::to_string(opt.source_fields.size()));
   if (opt.on_error != OnError::kError)
     throw_error(ErrorCode::kInvalidArgument, "mixtures take on_error 'error' only (a skipped sample would shift a source's positions)");
   if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
@@ -256,6 +285,7 @@ MixtureFeed::~MixtureFeed() = default;
 
 std::optional<Batch> MixtureFeed::next() {
   Impl& m = *impl_;
+  if (m.closed) throw_error(ErrorCode::kCancelled, "the mixture's Loader was closed (close()); it delivers no more batches");
   if (m.next_k >= m.sched->num_batches()) return std::nullopt;
   const uint64_t k = m.next_k;
   const uint64_t n = m.sched->batch_length(k);
@@ -355,6 +385,11 @@ void MixtureFeed::load_state(const OrderState& s) {
   impl_->epoch = s.epoch;
   impl_->start_consumed = s.consumed;
   impl_->start();
+}
+
+void MixtureFeed::close() {
+  impl_->closed = true;
+  for (auto& x : impl_->src) x.loader->close();  // a source's next() in progress throws kCancelled
 }
 
 LoaderStats MixtureFeed::stats() const {

@@ -51,6 +51,8 @@ class MixtureFeed {
   uint64_t epoch_samples() const noexcept;
   OrderState state() const;
   void load_state(const OrderState& s);
+  /// Loader::close(): closes every source's loader; thread-safe.
+  void close();
   /// The sources' summed figures (their runs), this run's batches and samples.
   LoaderStats stats() const;
   int rank() const noexcept;

@@ -65,8 +65,11 @@ bool needs_compaction(const LoaderOptions& opt, const Job& job, uint64_t n) {
   return job.any_bad || job.taken_front > 0 || (opt.on_error == OnError::kSkip && n < opt.batch_size);
 }
 
-uint64_t compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
-                       std::unique_lock<std::mutex>& lock) {
+Compacted compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
+                        std::unique_lock<std::mutex>& lock) {
+  Compacted c;
+  c.through_k = job->k;
+  c.through_j = job->samples.size();  // its own samples all used or dropped
   uint64_t n = 0, skip = job->taken_front;
   for (uint64_t j = 0; j < job->samples.size(); ++j) {
     if (job->bad[j]) continue;
@@ -82,10 +85,13 @@ uint64_t compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>&
       if (skip_q) { --skip_q; continue; }
       move_sample(ctx, *next, j, *job, n++);
       next->taken_front++;
+      c.through_k = q;
+      c.through_j = j + 1;
     }
     // `next` used up: keep filling from the one after.
   }
-  return n;
+  c.n = n;
+  return c;
 }
 
 }  // namespace stoker::internal

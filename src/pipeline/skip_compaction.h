@@ -25,9 +25,17 @@ namespace stoker::internal {
 /// were dropped from it or moved out of it, or it is short under kSkip.
 bool needs_compaction(const LoaderOptions& opt, const Job& job, uint64_t n);
 
+/// What compact_batch made: the batch's sample count, and how far into the rank's
+/// stream it reached: every sample before sample `through_j` of batch `through_k` is
+/// delivered or dropped (a resume point, Loader::state()).
+struct Compacted {
+  uint64_t n = 0;
+  uint64_t through_k = 0, through_j = 0;
+};
+
 /// Moves the good samples of `job` to the front of its slot and fills it up from the
-/// following batches; returns its sample count.
-uint64_t compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
-                       std::unique_lock<std::mutex>& lock);
+/// following batches.
+Compacted compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
+                        std::unique_lock<std::mutex>& lock);
 
 }  // namespace stoker::internal

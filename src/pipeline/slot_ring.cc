@@ -133,6 +133,9 @@ std::shared_ptr<Job> Run::wait_ready(uint64_t k, std::unique_lock<std::mutex>& l
     auto it = jobs.find(k);
     if (it != jobs.end() && it->second->ready) return it->second;
     if (fatal) std::rethrow_exception(fatal);
+    if (closed)
+      throw_error(ErrorCode::kCancelled, "the Loader was closed (close() on another thread) while next() waited for batch " +
+                                             std::to_string(k) + " of epoch " + std::to_string(epoch));
     if (it == jobs.end()) {
       bool can_start = false, all_held = true;
       for (auto& s : ring->slots) {

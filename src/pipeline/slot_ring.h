@@ -131,6 +131,8 @@ struct Run {
   std::unique_ptr<EpochOrder> order;
   std::unique_ptr<RankSchedule> sched;
   std::atomic<bool> stop{false};
+  /// Loader::close() was called (never reset): the consumer's wait throws kCancelled.
+  std::atomic<bool> closed{false};
   uint64_t next_start = 0;                        ///< the next batch to get a slot (ring->mu)
   std::map<uint64_t, std::shared_ptr<Job>> jobs;  ///< ring->mu
   std::exception_ptr fatal;                       ///< ring->mu

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "remote/remote_internal.h"
 #include "stoker/error.h"
+#include "util/log.h"
 
 namespace stoker::internal {
 
@@ -93,8 +95,11 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
                    std::to_string(t->want_start);
         return 0;
       }
+      t->fetcher->range_known = true;
     } else if (t->status == 200 && !p.whole) {
       t->skip = t->want_start;  // the server ignored Range: drop the bytes before the window
+      t->fetcher->whole_fetches++;
+      if (!p.no_range) t->fetcher->note_range_ignored(p.shown);
     }
   }
   if (t->status < 200 || t->status > 299) {
@@ -228,8 +233,34 @@ void Fetcher::end_request() {
   if (--inflight_ == 0) busy_s_ += std::chrono::duration<double>(now - busy_since_).count();
 }
 
+void Fetcher::note_range_ignored(const std::string& shown) {
+  range_known = true;
+  if (range_ignored.exchange(true)) return;
+  log_warn(loc_.display + ": the server ignores HTTP Range (it answered a ranged GET of " + shown +
+           " with the whole object, HTTP 200): stoker reads whole shards from it instead, one GET each (network "
+           "stats: range_ignored, whole_fetches), and no records by ranged GET. Serve the dataset with a server "
+           "that supports Range (nginx, Apache, any S3 store) to fetch only what is read");
+}
+
+void Fetcher::note_success() {
+  std::lock_guard<std::mutex> lock(budget_mu_);
+  failing_since_ = {};
+}
+
+double Fetcher::note_failure() {
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(budget_mu_);
+  // A spell ends with a success, or when nothing was asked for a whole budget (a later
+  // fault is a new one, not the tail of an old one).
+  if (failing_since_ == Clock::time_point{} || now - last_failure_ > options_.timeout) failing_since_ = now;
+  last_failure_ = now;
+  return std::chrono::duration<double>(now - failing_since_).count();
+}
+
 RemoteStats Fetcher::stats() const {
   RemoteStats s;
+  s.range_ignored = range_ignored.load();
+  s.whole_fetches = whole_fetches.load();
   s.bytes_fetched = bytes.load();
   s.requests = requests.load();
   s.retries = retries.load();
@@ -326,7 +357,7 @@ void Fetcher::run(std::vector<Part>& parts) {
     curl_easy_setopt(e, CURLOPT_USERAGENT, "stoker/0.1");
     // Large receive buffers: one pwrite per 512 KiB instead of per 16 KiB.
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L << 10);
-    if (p.whole) {
+    if (p.whole || p.no_range) {
       curl_easy_setopt(e, CURLOPT_RANGE, nullptr);
     } else {
       const std::string range = std::to_string(t->want_start) + "-" + std::to_string(p.offset + p.length - 1);
@@ -382,6 +413,7 @@ void Fetcher::run(std::vector<Part>& parts) {
       if (status >= 200 && status <= 299) {
         if (p.whole || t->got == p.length) {
           ++finished;
+          note_success();
           if (p.on_done) p.on_done();
           return;
         }
@@ -398,12 +430,24 @@ void Fetcher::run(std::vector<Part>& parts) {
     }
     t->last_error = why;
     if (t->attempt >= options_.max_attempts) fail(t, why, status);
+    // One budget for all requests: a persistent fault ends within it, however many
+    // requests queue behind each other.
+    const double spell = note_failure();
+    const double budget = std::chrono::duration<double>(options_.timeout).count();
+    if (spell >= budget) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.0f", spell);
+      fail(t, why + "; no request to this server has succeeded for " + secs + " s (remote timeout " +
+                  std::to_string(static_cast<long long>(budget)) + " s)", status);
+    }
     retries++;
     const double cap = std::min<double>(static_cast<double>(options_.backoff_max.count()),
                                         static_cast<double>(options_.backoff_base.count()) *
                                             static_cast<double>(1ull << std::min(t->attempt - 1, 30u)));
     const double jitter = std::uniform_real_distribution<double>(0.5, 1.0)(rng);
-    t->ready_at = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(cap * jitter * 1000));
+    // Never wait past the budget: the last try comes when it runs out.
+    const double left_ms = (budget - spell) * 1000;
+    t->ready_at = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(std::min(cap * jitter, left_ms) * 1000));
     waiting.push_back(t);
   };
 

@@ -66,15 +66,27 @@ std::vector<Check> check_remote_dataset(const std::string& url, uint64_t probe_b
                   "shard " + e.name);
       times.push_back(ms_since(t0));
     }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    latency.reading = fmt("median %.2f ms per 4 KiB ranged GET (min %.2f ms)", med, times.front());
-    latency.status = med > 50 ? CheckStatus::kWarn : CheckStatus::kOk;
-    latency.meaning = "a record read by ranged GET (global shuffle beyond the cache) waits this long; whole shards "
-                      "through the cache do not";
-    if (med > 50)
-      latency.advice = "give the loader a cache (cache_dir, cache_limit) that holds the shards an epoch touches, "
-                       "or a shard-local order";
+    if (!store->serves_ranges(e.name)) {
+      // Each of those reads fetched the shard from its first byte: every read by range
+      // (records, the parts of a download) would cost a whole object.
+      latency.status = CheckStatus::kFail;
+      latency.reading = store->display_url() + " ignores HTTP Range: a ranged GET of " + store->object_url(e.name) +
+                        " was answered with the whole object (HTTP 200)";
+      latency.meaning = "the loader falls back to whole-shard reads (one GET per shard, no records by ranged GET), "
+                        "and a cache smaller than the dataset then refetches whole shards";
+      latency.advice = "serve the dataset with a server that supports Range (nginx, Apache, an S3 store); "
+                       "`python3 -m http.server` does not";
+    } else {
+      std::sort(times.begin(), times.end());
+      const double med = times[times.size() / 2];
+      latency.reading = fmt("median %.2f ms per 4 KiB ranged GET (min %.2f ms)", med, times.front());
+      latency.status = med > 50 ? CheckStatus::kWarn : CheckStatus::kOk;
+      latency.meaning = "a record read by ranged GET (global shuffle beyond the cache) waits this long; whole shards "
+                        "through the cache do not";
+      if (med > 50)
+        latency.advice = "give the loader a cache (cache_dir, cache_limit) that holds the shards an epoch touches, "
+                         "or a shard-local order";
+    }
   } catch (const Error& e) {
     latency.status = CheckStatus::kFail;
     latency.reading = e.what();

@@ -56,6 +56,9 @@ struct Part {
   uint8_t* mem = nullptr;
   int fd = -1;
   bool whole = false;
+  /// Ask without a Range header (a server known to ignore it): the 200 answer's bytes
+  /// before `offset` are dropped, as for any 200 answer to a range.
+  bool no_range = false;
   std::string* out = nullptr;
   /// Called (on run()'s thread) once the part's bytes are all in, before run() returns.
   std::function<void()> on_done;
@@ -81,6 +84,16 @@ class Fetcher {
   void begin_request();
   void end_request();
   std::atomic<uint64_t> bytes{0}, requests{0}, retries{0}, failures{0};
+  /// A ranged GET got an answer (206 or 200); the server ignored Range (200).
+  std::atomic<bool> range_known{false}, range_ignored{false};
+  std::atomic<uint64_t> whole_fetches{0};
+  /// A 200 answer to a ranged GET of `shown`: records it, warning once naming the server.
+  void note_range_ignored(const std::string& shown);
+
+  /// The retry budget (RemoteOptions::timeout), shared by every request: a success ends
+  /// a failing spell; a failure starts one, and returns the seconds it has lasted.
+  void note_success();
+  double note_failure();
 
  private:
   struct Share;
@@ -94,6 +107,8 @@ class Fetcher {
   // inflight_ integrated over time up to last_change_ (RemoteStats::request_s).
   std::chrono::steady_clock::time_point last_change_;
   double request_s_ = 0;
+  std::mutex budget_mu_;
+  std::chrono::steady_clock::time_point failing_since_{}, last_failure_{};  // {}: not failing
 };
 
 }  // namespace stoker::internal

@@ -54,7 +54,28 @@ class CurlStore final : public RemoteStore {
   void download(const std::string& name, uint64_t size, int fd, const std::string& what) override {
     std::vector<internal::Part> parts;
     split(name, what, 0, size, nullptr, fd, parts);
+    if (!fetcher_.range_known && parts.size() > 1) {
+      // The first part alone until the server has shown whether it honours Range: one
+      // that does not answers every part with the object from byte 0 (each part would
+      // fetch everything before it), so the rest then comes by one GET.
+      std::vector<internal::Part> first(parts.begin(), parts.begin() + 1);
+      fetcher_.run(first);
+      parts.erase(parts.begin());
+    }
+    if (fetcher_.range_ignored && !parts.empty()) {
+      const uint64_t from = parts.front().offset;
+      parts.assign(1, whole_from(name, what, from, size - from, fd));
+    }
     fetcher_.run(parts);
+  }
+
+  bool serves_ranges(const std::string& name) override {
+    if (!fetcher_.range_known) {
+      // 16 bytes (every shard's header is longer): some servers mishandle "bytes=0-0".
+      uint8_t head[16];
+      read(name, 0, std::span<uint8_t>(head, sizeof head), "a probe for Range support");
+    }
+    return !fetcher_.range_ignored;
   }
 
   Manifest read_manifest() override {
@@ -67,6 +88,17 @@ class CurlStore final : public RemoteStore {
     p.url = fetcher_.location().base + "/" + name;
     p.shown = object_url(name);
     p.what = what;
+    return p;
+  }
+
+  // Bytes [offset, offset + length) of `name` into `fd` by one GET without a Range header.
+  internal::Part whole_from(const std::string& name, const std::string& what, uint64_t offset, uint64_t length,
+                            int fd) const {
+    internal::Part p = make_part(name, what);
+    p.offset = offset;
+    p.length = length;
+    p.fd = fd;
+    p.no_range = true;
     return p;
   }
 
@@ -93,6 +125,9 @@ std::shared_ptr<RemoteStore> RemoteStore::open(const std::string& url, RemoteOpt
     throw_error(ErrorCode::kInvalidArgument, "remote connections must be 1..256, got " + std::to_string(o.connections));
   if (o.part_bytes < (64u << 10))
     throw_error(ErrorCode::kInvalidArgument, "remote part size must be at least 64 KiB");
+  if (o.timeout < std::chrono::seconds(1))
+    throw_error(ErrorCode::kInvalidArgument, "remote timeout must be at least 1 s, got " +
+                                                 std::to_string(o.timeout.count()) + " ms");
   if (o.max_attempts < 1 || o.max_attempts > 100)
     throw_error(ErrorCode::kInvalidArgument, "remote max_attempts must be 1..100");
   if (o.backoff_base.count() < 0 || o.backoff_max < o.backoff_base)

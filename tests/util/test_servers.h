@@ -165,6 +165,24 @@ struct Nginx {
   }
 };
 
+// `python3 -m http.server` serving `root` on 127.0.0.1: a server that ignores Range
+// (every GET is answered 200 with the whole file).
+struct PlainHttpServer {
+  Child child;
+  int port = 0;
+  bool start(const std::string& root) {
+    for (int tries = 0; tries < 3; ++tries) {
+      port = free_port();
+      child = Child({"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", root,
+                     std::to_string(port)});
+      if (wait_port(port, child)) return true;
+      child.stop();
+    }
+    return false;
+  }
+  std::string url(const std::string& path = "ds") const { return "http://127.0.0.1:" + std::to_string(port) + "/" + path; }
+};
+
 inline std::string proxy_script() {
   for (fs::path p = fs::current_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
     if (fs::exists(p / "tests/fault_proxy.py")) return (p / "tests/fault_proxy.py").string();
