@@ -118,8 +118,8 @@ void setup(CLI::App& tool) {
                         "seconds per measurement",
                         "batch size",
                         "stoker's image rows: the first image field's transform (train|eval|none; default train)",
-                        "the same images packed with --fast-crop: fed beside DATASET, alternating, for the train "
-                        "and eval transforms, with fast-crop/plain (table in compare.md)",
+                        ("the same images packed with --fast-crop: fed beside DATASET, alternating, for the "
+                         "train and eval transforms, with fast-crop/plain (table in compare.md)"),
                         "alternating rounds of the --fast-crop-dataset comparison (default 2)"};
   size_t i = 0;
   for (auto& [k, v] : a->pass) {
