@@ -101,7 +101,60 @@ EOS
   in_root "$root" /bin/bash "/tmp/$(basename "$work")/check.sh" "$wheel"
 }
 
-STEPS=(wheel)
+# --- Debian 13 (trixie: GCC 14, Python 3.13, newer liburing, curl, libarchive) --------
+# A minimal trixie root (debootstrap, kept under $CACHE), the build dependencies
+# installed inside it, then the Release build and its CPU tests there (C++ and Python).
+TRIXIE_PKGS=(build-essential cmake ninja-build pkg-config liburing-dev libturbojpeg0-dev
+  libjpeg62-turbo-dev libspng-dev libwebp-dev libzstd-dev libnuma-dev libarchive-dev
+  libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+  nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
+  python3-pil curl nginx-light patchelf python3-venv python3-pip python3-setuptools python3-wheel)
+
+trixie_root() {
+  local root="$CACHE/trixie"
+  if [[ ! -f "$root/.stoker-ready" ]]; then
+    command -v debootstrap >/dev/null || { echo "needs debootstrap (apt-get install debootstrap)" >&2; return 1; }
+    if [[ ! -x "$root/usr/bin/apt-get" ]]; then
+      rm -rf "$root"; mkdir -p "$CACHE"
+      debootstrap --variant=minbase trixie "$root" "$MIRROR" >&2
+    fi
+    cp /etc/resolv.conf "$root/etc/resolv.conf"
+    chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends ${TRIXIE_PKGS[*]} >/dev/null && apt-get clean" >&2
+    touch "$root/.stoker-ready"
+  fi
+  echo "$root"
+}
+
+step_debian13() {
+  local root src
+  root=$(trixie_root)
+  src="$root/src/stoker"
+  rm -rf "$src"; mkdir -p "$src"
+  # The working tree as it is: tracked and untracked files that git does not ignore.
+  (cd "$ROOT_DIR" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$src"
+  cat >"$src/check.sh" <<EOS
+set -euo pipefail
+cd /src/stoker
+g++ --version | head -1; python3 --version
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTOKER_ENABLE_CUDA=OFF >/dev/null
+cmake --build build -j$(nproc) >/dev/null
+ctest --test-dir build --output-on-failure -j$(nproc) --timeout 600 -L cpu | tail -25
+EOS
+  in_root "$root" /bin/bash /src/stoker/check.sh
+}
+
+# --- Clang on Debian 12: the Release build of everything and every CPU test ------------
+# (CI's ASan+UBSan tree is clang too; this is the optimised build users would make.)
+step_clang() {
+  cd "$ROOT_DIR"
+  CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DSTOKER_ENABLE_CUDA=OFF >/dev/null
+  cmake --build build-clang -j"$(nproc)" >/dev/null
+  ctest --test-dir build-clang --output-on-failure -j"$(nproc)" --timeout 600 -L cpu | tail -25
+}
+
+STEPS=(wheel debian13 clang)
 run_step() {
   local start rc
   start=$(date +%s)

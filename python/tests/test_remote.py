@@ -19,6 +19,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _wait_listening(proc, port, what):
+    """Returns once `proc` accepts connections on 127.0.0.1:port; skips if it died."""
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                pytest.skip(f"{what} could not start on 127.0.0.1")
+            time.sleep(0.02)
+
+
 @pytest.fixture
 def nginx(tmp_path, image_dataset):
     """(url of the image dataset, access log path): nginx serving a copy of it."""
@@ -40,14 +52,7 @@ def nginx(tmp_path, image_dataset):
     proc = subprocess.Popen(["nginx", "-p", str(tmp_path), "-c", str(conf)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.skip("nginx could not start on 127.0.0.1")
-                time.sleep(0.02)
+        _wait_listening(proc, port, "nginx")
         yield f"http://127.0.0.1:{port}/ds", log
     finally:
         proc.terminate()
@@ -148,14 +153,7 @@ def plain_http(tmp_path, image_dataset):
     proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root),
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.skip("python3 -m http.server could not start on 127.0.0.1")
-                time.sleep(0.02)
+        _wait_listening(proc, port, "python3 -m http.server")
         yield f"http://127.0.0.1:{port}/ds"
     finally:
         proc.terminate()

@@ -107,7 +107,9 @@ struct MixtureFeed::Impl {
     for (size_t s = 0; s < src.size(); ++s) {
       specs.push_back(LoaderOutputs::of(*src[s].loader));
       if (s >= opt.source_fields.size()) continue;
-      for (const auto& [from, to] : opt.source_fields[s]) {
+      for (const auto& rename : opt.source_fields[s]) {
+        const std::string& from = rename.first;
+        const std::string& to = rename.second;
         auto it = std::find_if(specs[s].begin(), specs[s].end(), [&](const OutputSpec& o) { return o.name == from; });
         if (it == specs[s].end()) {
           std::string have;
