@@ -36,7 +36,7 @@ install_packages() {
 # Tests that run the CLI run it through the emulator (STOKER_TEST_TOOL); binfmt_misc is
 # not needed.
 AARCH64_BUILD=${STOKER_AARCH64_BUILD:-build-aarch64}
-AARCH64_EMULATOR="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+AARCH64_EMULATOR=qemu-aarch64  # no -L: see tests/toolchains/aarch64-linux-gnu.cmake
 step_aarch64() {
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     dpkg --add-architecture arm64 && APT_UPDATED=0 || return 1
@@ -45,7 +45,8 @@ step_aarch64() {
     nlohmann-json3-dev libcli11-dev \
     liburing-dev:arm64 libturbojpeg0-dev:arm64 libjpeg62-turbo-dev:arm64 libspng-dev:arm64 \
     libwebp-dev:arm64 libzstd-dev:arm64 libnuma-dev:arm64 libarchive-dev:arm64 \
-    libcurl4-openssl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64 ||
+    libcurl4-openssl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64 \
+    libc6:arm64 ||
     return 1
   cmake -S . -B "$AARCH64_BUILD" -G Ninja \
     -DCMAKE_TOOLCHAIN_FILE="$ROOT/tests/toolchains/aarch64-linux-gnu.cmake" \

@@ -20,7 +20,9 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
 
-# gtest_discover_tests and ctest run every test binary through this: qemu-user, with the
-# arm64 dynamic loader and libraries found under /usr/aarch64-linux-gnu (the multiarch
-# libraries in /usr/lib/aarch64-linux-gnu are found through its ld.so's default paths).
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+# gtest_discover_tests and ctest run every test binary through qemu-user. No -L: the
+# binaries load the multiarch libc6:arm64 (/lib/ld-linux-aarch64.so.1), which the arm64 -dev
+# packages pull in. The cross toolchain's own copy under /usr/aarch64-linux-gnu is another
+# glibc build: its ld.so with the multiarch libc.so.6 corrupts glibc's private state and
+# the first pthread_create spins forever.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64)
