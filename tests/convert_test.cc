@@ -24,7 +24,12 @@ float from_bits(uint32_t b) {
 
 uint16_t half_reference(float f) {
   // The compiler's own conversion (IEEE, round to nearest even), independent of ours.
+  // GCC 12 has no _Float16 in C++ on aarch64; its __fp16 is the same IEEE binary16.
+#if defined(__aarch64__) && !defined(__clang__) && __GNUC__ < 13
+  const __fp16 h = static_cast<__fp16>(f);
+#else
   const _Float16 h = static_cast<_Float16>(f);
+#endif
   uint16_t b;
   std::memcpy(&b, &h, 2);
   return b;

@@ -57,9 +57,18 @@ step_aarch64() {
   cmake --build "$AARCH64_BUILD" -j"$JOBS" >"$AARCH64_BUILD/build.log" 2>&1 ||
     { tail -40 "$AARCH64_BUILD/build.log"; return 1; }
   file -b "$AARCH64_BUILD/stoker" | grep -q "ARM aarch64" || { echo "not an aarch64 binary"; return 1; }
+  # Tests that check the host kernel through a door qemu-user does not emulate: left out,
+  # and said so.
+  local excluded=(
+    'Refusals/RefusedUring\.'  # refuses io_uring with a seccomp filter: qemu-user refuses the filter (the pread fallback itself runs in every io test: qemu has no io_uring)
+    'SlabStartsOnAHugePageBoundaryAndIsWhollyUsable'  # reads THPeligible from /proc/self/smaps: qemu-user's smaps is not the guest's
+  )
+  echo "left out under qemu-user: ${excluded[*]}"
+  local pattern="^install_and_find_package\$"
+  for e in "${excluded[@]}"; do pattern+="|$e"; done
   # The emulator is about 10-30x slower than the host: the per-test limit is widened.
   STOKER_TEST_TOOL="$AARCH64_EMULATOR $ROOT/$AARCH64_BUILD/stoker" \
-    ctest --test-dir "$AARCH64_BUILD" -L cpu -E '^install_and_find_package$' \
+    ctest --test-dir "$AARCH64_BUILD" -L cpu -E "$pattern" \
     --output-on-failure -j"$JOBS" --timeout 900 ${STOKER_CTEST_ARGS:-}
 }
 
