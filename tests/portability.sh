@@ -61,7 +61,8 @@ step_aarch64() {
   # and said so.
   local excluded=(
     'Refusals/RefusedUring\.'  # refuses io_uring with a seccomp filter: qemu-user refuses the filter (the pread fallback itself runs in every io test: qemu has no io_uring)
-    'SlabStartsOnAHugePageBoundaryAndIsWhollyUsable'  # reads THPeligible from /proc/self/smaps: qemu-user's smaps is not the guest's
+    'SlabStartsOnAHugePageBoundaryAndIsWhollyUsable'  # these two read THPeligible
+    'LargeSlotsGoOnHugePagesSmallOnesArePageAligned'  # from /proc/self/smaps: qemu-user's smaps is not the guest's
     'CliCommands\.BenchCompare'  # bench compare's harness is the host's python3, which runs build/stoker itself: that needs binfmt_misc, not registered here
   )
   echo "left out under qemu-user: ${excluded[*]}"
