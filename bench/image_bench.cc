@@ -279,14 +279,14 @@ BENCHMARK(BM_Image_FastCropTranscode);
 // ---- resize -------------------------------------------------------------------------------
 
 // Resize of the train crops (same draws) from a decoded image to 224x224, flip included.
+// Arg 1: the platform's SIMD kernel (AVX2 on x86-64, NEON on aarch64); 0: scalar.
 void BM_Image_Resize(benchmark::State& state) {
-  const bool avx2 = state.range(0) != 0;
-  if (avx2 && !stoker::internal::cpu_has_avx2()) {
-    state.SkipWithError("CPU has no AVX2");
+  const bool simd = state.range(0) != 0;
+  const auto kernel = simd ? stoker::internal::best_resize_kernel() : stoker::internal::ResizeKernel::kScalar;
+  if (simd && kernel == stoker::internal::ResizeKernel::kScalar) {
+    state.SkipWithError("no SIMD resize kernel on this CPU");
     return;
   }
-  const auto kernel = avx2 ? stoker::internal::ResizeKernel::kAvx2
-                           : stoker::internal::ResizeKernel::kScalar;
   stoker::ImageDecoder dec;
   stoker::ImageTransform none;
   none.kind = stoker::ImageTransform::Kind::kNone;
@@ -303,25 +303,39 @@ void BM_Image_Resize(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations());
-  state.SetLabel(avx2 ? "avx2" : "scalar");
+  state.SetLabel(kernel == stoker::internal::ResizeKernel::kAvx2   ? "avx2"
+                 : kernel == stoker::internal::ResizeKernel::kNeon ? "neon"
+                                                                   : "scalar");
 }
 BENCHMARK(BM_Image_Resize)->Arg(1)->Arg(0);
 
 // ---- CRC32C and zstd ----------------------------------------------------------------------
 
-void BM_Crc32c(benchmark::State& state) {
+// The hardware path where the CPU has one (SSE4.2, ARMv8 CRC32), against the portable
+// slicing-by-8 table loop on the same bytes.
+template <bool kPortable>
+void crc32c_loop(benchmark::State& state) {
   std::vector<uint8_t> buf(static_cast<size_t>(state.range(0)));
   std::mt19937 rng(1);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   uint32_t crc = 0;
   for (auto _ : state) {
-    crc = stoker::crc32c_extend(crc, buf.data(), buf.size());
+    crc = kPortable ? stoker::crc32c_extend_portable(crc, buf.data(), buf.size())
+                    : stoker::crc32c_extend(crc, buf.data(), buf.size());
     benchmark::DoNotOptimize(crc);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(buf.size()));
-  state.SetLabel(stoker::crc32c_is_hardware() ? "sse4.2" : "portable");
+#if defined(__aarch64__)
+  const char* hw = "armv8 crc32";
+#else
+  const char* hw = "sse4.2";
+#endif
+  state.SetLabel(kPortable || !stoker::crc32c_is_hardware() ? "portable" : hw);
 }
+void BM_Crc32c(benchmark::State& state) { crc32c_loop<false>(state); }
+void BM_Crc32c_Portable(benchmark::State& state) { crc32c_loop<true>(state); }
 BENCHMARK(BM_Crc32c)->Arg(4096)->Arg(1 << 20);
+BENCHMARK(BM_Crc32c_Portable)->Arg(4096)->Arg(1 << 20);
 
 // 1 MiB of uint16 "tokens" with a Zipf-like distribution over a 50k vocabulary, in
 // runs of repeated phrases, compressed at level 3; decompression into a fixed buffer.

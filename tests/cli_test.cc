@@ -499,8 +499,11 @@ TEST(CliSignals, CtrlCDuringPackRemovesThePartialOutputAndSaysSo) {
     ::dup2(fd, 2);
     const int null = ::open("/dev/null", O_WRONLY);
     ::dup2(null, 1);
-    ::execl(tool().c_str(), "stoker", "pack", "tokens", tmp.str("t.bin").c_str(), out.c_str(), "--dtype", "uint16",
-            "--seq-len", "1024", "--zstd", "19", "--threads", "1", "--shard-size", "1MiB", static_cast<char*>(nullptr));
+    // Through the shell's exec, as tool() is shell words (an emulator prefix under
+    // tests/portability.sh aarch64): the child's pid is still the tool's.
+    const std::string cmd = "exec " + tool() + " pack tokens " + tmp.str("t.bin") + " " + out +
+                            " --dtype uint16 --seq-len 1024 --zstd 19 --threads 1 --shard-size 1MiB";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   // Wait for the second shard to be under way: one finished shard and one .tmp.

@@ -22,9 +22,16 @@ float from_bits(uint32_t b) {
   return f;
 }
 
+// GCC 12 has no _Float16 in C++ on aarch64; its __fp16 is the same IEEE binary16.
+#if defined(__aarch64__) && !defined(__clang__) && __GNUC__ < 13
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 uint16_t half_reference(float f) {
   // The compiler's own conversion (IEEE, round to nearest even), independent of ours.
-  const _Float16 h = static_cast<_Float16>(f);
+  const Half h = static_cast<Half>(f);
   uint16_t b;
   std::memcpy(&b, &h, 2);
   return b;
@@ -61,7 +68,7 @@ TEST(Convert, HalfMatchesTheCompilersConversionAcrossTheFloats) {
   // Every half and the midpoints around it: the ties, where rounding to even decides.
   for (uint32_t h = 0; h < 0x7C00u; ++h) {
     for (uint32_t sign : {0u, 0x8000u}) {
-      _Float16 v;
+      Half v;
       const uint16_t bits = static_cast<uint16_t>(h | sign);
       std::memcpy(&v, &bits, 2);
       const float f = static_cast<float>(v);

@@ -519,7 +519,7 @@ TEST(ImageDecode, SimdAndScalarDecodersAgree) {
   const auto jpeg = textured_jpeg(500, 375, 13);
   ImageDecoder simd, scalar(ImageDecoderOptions{.allow_simd = false});
   EXPECT_FALSE(scalar.uses_simd());
-  EXPECT_EQ(simd.uses_simd(), internal::cpu_has_avx2());
+  EXPECT_EQ(simd.uses_simd(), internal::best_resize_kernel() != internal::ResizeKernel::kScalar);
   std::vector<uint8_t> a(224 * 224 * 3), b(a.size());
   for (uint64_t seed = 0; seed < 20; ++seed) {
     simd.decode(jpeg, train(), seed, a.data(), a.size());
@@ -533,23 +533,44 @@ TEST(ImageDecode, SimdAndScalarDecodersAgree) {
 
 // ---- resize kernels -----------------------------------------------------------------------
 
-TEST(ImageResize, Avx2AndScalarGiveIdenticalBytes) {
-  if (!internal::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+// The SIMD kernel of this machine (AVX2 on x86-64, NEON on aarch64) against the scalar
+// one: random crops and sizes (tap counts 4 and 8 apart, pixels whose loads would leave
+// the row, flips), then narrow sources where most pixels sit near the row's end.
+TEST(ImageResize, SimdAndScalarGiveIdenticalBytes) {
+  const auto simd = internal::best_resize_kernel();
+  if (simd == internal::ResizeKernel::kScalar) GTEST_SKIP() << "no SIMD resize kernel on this CPU";
   std::mt19937 rng(7);
-  const int W = 301, H = 211;
-  auto src = textured_rgb(W, H, 11);
   internal::Resizer a, b;
-  for (int i = 0; i < 60; ++i) {
-    const int dw = 1 + static_cast<int>(rng() % 300), dh = 1 + static_cast<int>(rng() % 300);
-    const int cw = 1 + static_cast<int>(rng() % W), ch = 1 + static_cast<int>(rng() % H);
-    const int cx = static_cast<int>(rng() % (W - cw + 1)), cy = static_cast<int>(rng() % (H - ch + 1));
-    const bool flip = rng() % 2;
-    internal::ResizeAxis ax{cx + 0.25, cw - 0.25, cx, cx + cw}, ay{static_cast<double>(cy), static_cast<double>(ch), cy, cy + ch};
-    std::vector<uint8_t> o1(static_cast<size_t>(dw) * dh * 3), o2(o1.size());
-    a.resize(src.data(), W * 3, W, H, ax, ay, flip, o1.data(), dw, dh, internal::ResizeKernel::kAvx2);
-    b.resize(src.data(), W * 3, W, H, ax, ay, flip, o2.data(), dw, dh, internal::ResizeKernel::kScalar);
-    ASSERT_EQ(o1, o2) << dw << "x" << dh << " from " << cw << "x" << ch << "+" << cx << "+" << cy;
-  }
+  auto check = [&](int W, int H, int n, uint32_t seed) {
+    auto src = textured_rgb(W, H, seed);
+    for (int i = 0; i < n; ++i) {
+      const int dw = 1 + static_cast<int>(rng() % 300), dh = 1 + static_cast<int>(rng() % 300);
+      const int cw = 1 + static_cast<int>(rng() % W), ch = 1 + static_cast<int>(rng() % H);
+      const int cx = static_cast<int>(rng() % (W - cw + 1)), cy = static_cast<int>(rng() % (H - ch + 1));
+      const bool flip = rng() % 2;
+      internal::ResizeAxis ax{cx + 0.25, cw - 0.25, cx, cx + cw}, ay{static_cast<double>(cy), static_cast<double>(ch), cy, cy + ch};
+      std::vector<uint8_t> o1(static_cast<size_t>(dw) * dh * 3), o2(o1.size());
+      a.resize(src.data(), W * 3, W, H, ax, ay, flip, o1.data(), dw, dh, simd);
+      b.resize(src.data(), W * 3, W, H, ax, ay, flip, o2.data(), dw, dh, internal::ResizeKernel::kScalar);
+      ASSERT_EQ(o1, o2) << W << "x" << H << ": " << dw << "x" << dh << " from " << cw << "x" << ch << "+" << cx
+                        << "+" << cy;
+    }
+  };
+  check(301, 211, 60, 11);
+  check(37, 29, 30, 12);
+}
+
+// Each platform's SIMD kernel is the one in use where it exists, so the test above runs it.
+TEST(ImageResize, BestKernelIsThePlatformsSimdKernel) {
+#if defined(__aarch64__)
+  EXPECT_EQ(internal::best_resize_kernel(), internal::ResizeKernel::kNeon);
+#elif defined(__x86_64__)
+  EXPECT_EQ(internal::best_resize_kernel() == internal::ResizeKernel::kAvx2, internal::cpu_has_avx2());
+#else
+  GTEST_SKIP() << "no SIMD resize kernel for this architecture";
+#endif
+  // A kernel the platform lacks runs scalar.
+  EXPECT_TRUE(internal::resize_kernel_available(internal::ResizeKernel::kScalar));
 }
 
 TEST(ImageResize, ConstantImageStaysConstant) {

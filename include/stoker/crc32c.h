@@ -1,8 +1,8 @@
 // CRC32C (Castagnoli), the checksum of every byte stoker stores.
 //
-// Uses the SSE4.2 crc32 instruction when the CPU has it (checked once at run time;
-// the library is not built with -march=native) and a portable slicing-by-8 table
-// otherwise. Both give identical results. Thread-safe, no allocation.
+// Uses the SSE4.2 crc32 instruction (x86-64) or the ARMv8 crc32c instructions (aarch64)
+// when the CPU has them (checked once at run time; the library is not built with
+// -march=native) and a portable slicing-by-8 table otherwise. Both give identical results. Thread-safe, no allocation.
 #pragma once
 
 #include <cstddef>

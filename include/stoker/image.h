@@ -135,8 +135,9 @@ struct FollowOutput {
 
 /// Options of an ImageDecoder.
 struct ImageDecoderOptions {
-  /// Use the AVX2 resize when the CPU has it (checked at run time). false forces the
-  /// portable path; both give identical bytes (tests compare them).
+  /// Use the SIMD resize where there is one (AVX2 on x86-64 when the CPU has it, checked
+  /// at run time; NEON on aarch64). false forces the portable path; both give identical
+  /// bytes (tests compare them).
   bool allow_simd = true;
 };
 
@@ -195,7 +196,7 @@ class ImageDecoder {
   DecodeResult decode_with(std::span<const uint8_t> image, const ImageGeometry& g,
                            const FollowOutput& o, uint8_t* out, size_t out_size);
 
-  /// True when this decoder's resizes use the AVX2 path.
+  /// True when this decoder's resizes use a SIMD path (AVX2 or NEON).
   bool uses_simd() const noexcept;
 
  private:

@@ -208,7 +208,7 @@ ImageDecoder::ImageDecoder(ImageDecoder&&) noexcept = default;
 ImageDecoder& ImageDecoder::operator=(ImageDecoder&&) noexcept = default;
 
 bool ImageDecoder::uses_simd() const noexcept {
-  return impl_->kernel == ResizeKernel::kAvx2;
+  return impl_->kernel != ResizeKernel::kScalar;
 }
 
 DecodeResult ImageDecoder::decode(std::span<const uint8_t> jpeg, const ImageTransform& t,

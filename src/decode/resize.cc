@@ -1,6 +1,12 @@
 #include "decode/resize.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define STOKER_RESIZE_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define STOKER_RESIZE_NEON 1
+#endif
 
 #include <algorithm>
 #include <cassert>
@@ -45,6 +51,7 @@ void vertical_scalar(const uint8_t* const* rows, const int16_t* w, int taps, siz
 }
 
 // ---- AVX2 kernels ---------------------------------------------------------------------
+#if defined(STOKER_RESIZE_AVX2)
 
 // Per-channel sums (rounded, shifted) of output pixels x (lane 0) and x + 1 (lane 1).
 __attribute__((target("avx2"), always_inline)) inline __m256i pair_sums(
@@ -149,18 +156,106 @@ __attribute__((target("avx2"))) size_t vertical_avx2(const uint8_t* const* rows,
   return i;
 }
 
+#endif  // STOKER_RESIZE_AVX2
+
+// ---- NEON kernels (aarch64, where NEON is part of the base ISA) ------------------------
+#if defined(STOKER_RESIZE_NEON)
+
+// One output pixel: 8 taps a step, de-interleaved by vld3 into r, g, b lanes, each lane's
+// product w[k] * p[k] widened to int32 (the same products the scalar kernel adds, in
+// another order: the sums are exact, so the bytes are identical). A tap count that is 4
+// mod 8 ends with a half step whose upper weights are zero. vld3 reads 8 pixels, so the
+// caller checks that the last step stays inside the row.
+inline void horizontal_neon_pixel(const uint8_t* p, const int16_t* w, int taps, uint8_t* out) {
+  int32x4_t r = vdupq_n_s32(0), g = r, b = r;
+  for (int k = 0; k < taps; k += 8) {
+    const uint8x8x3_t px = vld3_u8(p + 3 * k);
+    const int16x8_t wk = taps - k >= 8 ? vld1q_s16(w + k) : vcombine_s16(vld1_s16(w + k), vdup_n_s16(0));
+    const int16x8_t r16 = vreinterpretq_s16_u16(vmovl_u8(px.val[0]));
+    const int16x8_t g16 = vreinterpretq_s16_u16(vmovl_u8(px.val[1]));
+    const int16x8_t b16 = vreinterpretq_s16_u16(vmovl_u8(px.val[2]));
+    r = vmlal_high_s16(vmlal_s16(r, vget_low_s16(r16), vget_low_s16(wk)), r16, wk);
+    g = vmlal_high_s16(vmlal_s16(g, vget_low_s16(g16), vget_low_s16(wk)), g16, wk);
+    b = vmlal_high_s16(vmlal_s16(b, vget_low_s16(b16), vget_low_s16(wk)), b16, wk);
+  }
+  out[0] = clamp_u8((kHalf + vaddvq_s32(r)) >> kBits);
+  out[1] = clamp_u8((kHalf + vaddvq_s32(g)) >> kBits);
+  out[2] = clamp_u8((kHalf + vaddvq_s32(b)) >> kBits);
+}
+
+void horizontal_neon_rows(const uint8_t* src, size_t src_stride, int rows, const int* first,
+                          const uint8_t* safe, const int16_t* weight, int taps, int dst_w,
+                          uint8_t* tmp, size_t tstride) {
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* srow = src + static_cast<size_t>(r) * src_stride;
+    uint8_t* out = tmp + static_cast<size_t>(r) * tstride;
+    for (int x = 0; x < dst_w; ++x) {
+      const int16_t* w = weight + static_cast<size_t>(x) * taps;
+      if (safe[x]) {
+        horizontal_neon_pixel(srow + static_cast<size_t>(first[x]) * 3, w, taps, out + 3 * x);
+      } else {
+        horizontal_scalar_pixel(srow, first[x], w, taps, out + 3 * x);
+      }
+    }
+  }
+}
+
+// 16 bytes of a row per step: each tap's bytes widened to int16 and multiplied by its
+// weight into four int32 quarters; shift, then saturating narrows (the clamp).
+size_t vertical_neon(const uint8_t* const* rows, const int16_t* w, int taps, size_t n,
+                     uint8_t* out) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    int32x4_t a0 = vdupq_n_s32(kHalf), a1 = a0, a2 = a0, a3 = a0;
+    for (int k = 0; k < taps; ++k) {
+      const uint8x16_t v = vld1q_u8(rows[k] + i);
+      const int16x8_t lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(v)));
+      const int16x8_t hi = vreinterpretq_s16_u16(vmovl_high_u8(v));
+      a0 = vmlal_n_s16(a0, vget_low_s16(lo), w[k]);
+      a1 = vmlal_high_n_s16(a1, lo, w[k]);
+      a2 = vmlal_n_s16(a2, vget_low_s16(hi), w[k]);
+      a3 = vmlal_high_n_s16(a3, hi, w[k]);
+    }
+    const int16x8_t s0 = vcombine_s16(vqshrn_n_s32(a0, kBits), vqshrn_n_s32(a1, kBits));
+    const int16x8_t s1 = vcombine_s16(vqshrn_n_s32(a2, kBits), vqshrn_n_s32(a3, kBits));
+    vst1q_u8(out + i, vcombine_u8(vqmovun_s16(s0), vqmovun_s16(s1)));
+  }
+  return i;
+}
+
+#endif  // STOKER_RESIZE_NEON
+
 }  // namespace
 
 bool cpu_has_avx2() noexcept {
+#if defined(STOKER_RESIZE_AVX2)
   static const bool has = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
   return has;
+#else
+  return false;
+#endif
+}
+
+bool resize_kernel_available(ResizeKernel kernel) noexcept {
+  switch (kernel) {
+    case ResizeKernel::kScalar: return true;
+    case ResizeKernel::kAvx2: return cpu_has_avx2();
+#if defined(STOKER_RESIZE_NEON)
+    case ResizeKernel::kNeon: return true;
+#else
+    case ResizeKernel::kNeon: return false;
+#endif
+  }
+  return false;
 }
 
 ResizeKernel best_resize_kernel() noexcept {
-  return cpu_has_avx2() ? ResizeKernel::kAvx2 : ResizeKernel::kScalar;
+  if (resize_kernel_available(ResizeKernel::kAvx2)) return ResizeKernel::kAvx2;
+  if (resize_kernel_available(ResizeKernel::kNeon)) return ResizeKernel::kNeon;
+  return ResizeKernel::kScalar;
 }
 
 void Resizer::compute(Coeffs& c, Scratch& s, int out_n, const ResizeAxis& a, bool flip,
@@ -237,7 +332,10 @@ void Resizer::resize(const uint8_t* src, size_t src_stride, int src_w, int src_h
   assert(ay.clip_lo >= 0 && ay.clip_hi <= src_h && ay.clip_lo < ay.clip_hi);
   assert(dst_w > 0 && dst_h > 0);
   (void)src_h;
-  const bool avx = kernel == ResizeKernel::kAvx2 && cpu_has_avx2();
+  // A kernel this build or CPU lacks falls back to scalar (the bytes are the same).
+  if (!resize_kernel_available(kernel)) kernel = ResizeKernel::kScalar;
+  const bool avx = kernel == ResizeKernel::kAvx2;
+  const bool neon = kernel == ResizeKernel::kNeon;
   compute(h_, scratch_, dst_w, ax, flip, 4);
   compute(v_, scratch_, dst_h, ay, false, 1);
 
@@ -274,7 +372,9 @@ void Resizer::resize(const uint8_t* src, size_t src_stride, int src_w, int src_h
     }
   }
   const uint8_t* src_rows = src + static_cast<size_t>(row_lo) * src_stride;
+  const bool h_neon = neon && ht % 4 == 0;
   if (h_avx) {
+#if defined(STOKER_RESIZE_AVX2)
     // A 16-byte load at a pixel's last tap quad must stay inside the source row.
     const int pairs = dst_w / 2;
     pair_safe_.resize(pairs);
@@ -284,6 +384,16 @@ void Resizer::resize(const uint8_t* src, size_t src_stride, int src_w, int src_h
     }
     horizontal_avx2_rows(src_rows, src_stride, rows, h_.first.data(), h_avx_.data(),
                          pair_safe_.data(), h_.weight.data(), ht, dst_w, tmp_.data(), tstride);
+#endif
+  } else if (h_neon) {
+#if defined(STOKER_RESIZE_NEON)
+    // vld3 reads whole groups of 8 pixels: the last group must stay inside the source row.
+    const int span = (ht + 7) / 8 * 8;
+    pair_safe_.resize(dst_w);
+    for (int x = 0; x < dst_w; ++x) pair_safe_[x] = h_.first[x] + span <= src_w;
+    horizontal_neon_rows(src_rows, src_stride, rows, h_.first.data(), pair_safe_.data(),
+                         h_.weight.data(), ht, dst_w, tmp_.data(), tstride);
+#endif
   } else {
     for (int r = 0; r < rows; ++r) {
       const uint8_t* srow = src_rows + static_cast<size_t>(r) * src_stride;
@@ -305,7 +415,12 @@ void Resizer::resize(const uint8_t* src, size_t src_stride, int src_w, int src_h
     }
     const int16_t* w = &v_.weight[static_cast<size_t>(y) * vt];
     uint8_t* out = dst + static_cast<size_t>(y) * trow;
-    const size_t done = avx ? vertical_avx2(rowp, w, vt, trow, out) : 0;
+    size_t done = 0;
+#if defined(STOKER_RESIZE_AVX2)
+    if (avx) done = vertical_avx2(rowp, w, vt, trow, out);
+#elif defined(STOKER_RESIZE_NEON)
+    if (neon) done = vertical_neon(rowp, w, vt, trow, out);
+#endif
     vertical_scalar(rowp, w, vt, done, trow, out);
   }
 }

@@ -9,8 +9,9 @@
 // The horizontal pass runs first (only over the rows the vertical pass needs) into a
 // uint8 intermediate; a horizontal flip is folded into its coefficient table.
 //
-// Two kernels: portable scalar C++ and AVX2 (compiled with a target attribute, chosen at
-// run time). They compute the same integer sums and give identical bytes.
+// Three kernels: portable scalar C++; AVX2 on x86-64 (compiled with a target attribute,
+// chosen at run time); NEON on aarch64 (part of the base ISA there). They compute the same
+// integer sums and give identical bytes.
 //
 // Threading: a Resizer owns scratch buffers; one thread at a time.
 #pragma once
@@ -21,12 +22,15 @@
 
 namespace stoker::internal {
 
-enum class ResizeKernel { kScalar, kAvx2 };
+enum class ResizeKernel { kScalar, kAvx2, kNeon };
 
-/// True when the CPU supports AVX2 (checked once).
+/// True when the CPU supports AVX2 (checked once; false off x86-64).
 bool cpu_has_avx2() noexcept;
 
-/// kAvx2 when the CPU has it, else kScalar.
+/// True when this build and CPU can run `kernel` (Resizer::resize runs scalar otherwise).
+bool resize_kernel_available(ResizeKernel kernel) noexcept;
+
+/// The fastest available kernel: kAvx2, kNeon, else kScalar.
 ResizeKernel best_resize_kernel() noexcept;
 
 /// One axis of a resize, in the source buffer's pixel coordinates.
@@ -65,7 +69,7 @@ class Resizer {
   std::vector<int16_t> h_avx_;  // AVX2 layout of h_, see resize.cc
   std::vector<uint8_t> tmp_;
   std::vector<const uint8_t*> rows_;
-  std::vector<uint8_t> pair_safe_;
+  std::vector<uint8_t> pair_safe_;  // per AVX2 pixel pair / NEON pixel: loads stay in the row
 };
 
 }  // namespace stoker::internal

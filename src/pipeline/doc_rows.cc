@@ -4,8 +4,10 @@
 #include <climits>
 #include <cstring>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#include "util/stream_copy.h"  // its ISA includes, and stnp16 on aarch64
+
+#if defined(__SSE2__) || defined(STOKER_STREAM_NEON)
+#define STOKER_DOC_ROWS_SIMD 1
 #endif
 
 namespace stoker::internal {
@@ -61,12 +63,33 @@ class Pieces {
   int32_t k_ = 0;
 };
 
+// The 16-byte vectors the outputs are made of: four int32 lanes, or sixteen bytes.
 #if defined(__SSE2__)
+using Vec = __m128i;
+inline Vec splat32(int32_t v) { return _mm_set1_epi32(v); }
+inline Vec splat8(uint8_t v) { return _mm_set1_epi8(static_cast<char>(v)); }
+inline Vec lanes0123() { return _mm_set_epi32(3, 2, 1, 0); }
+inline Vec add32(Vec a, Vec b) { return _mm_add_epi32(a, b); }
+inline Vec load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 // 16 bytes to dst: streamed (the slot's rows: never read back by this thread) where
 // asked and dst is 16-byte aligned.
-inline void put16(void* dst, __m128i v, bool stream) {
+inline void put16(void* dst, Vec v, bool stream) {
   if (stream) _mm_stream_si128(static_cast<__m128i*>(dst), v);
   else _mm_storeu_si128(static_cast<__m128i*>(dst), v);
+}
+#elif defined(STOKER_STREAM_NEON)
+using Vec = int32x4_t;
+inline Vec splat32(int32_t v) { return vdupq_n_s32(v); }
+inline Vec splat8(uint8_t v) { return vreinterpretq_s32_u8(vdupq_n_u8(v)); }
+inline Vec lanes0123() {
+  static constexpr int32_t k[4] = {0, 1, 2, 3};
+  return vld1q_s32(k);
+}
+inline Vec add32(Vec a, Vec b) { return vaddq_s32(a, b); }
+inline Vec load16(const void* p) { return vreinterpretq_s32_u8(vld1q_u8(static_cast<const uint8_t*>(p))); }
+inline void put16(void* dst, Vec v, bool stream) {
+  if (stream) stnp16(dst, vreinterpretq_u8_s32(v));
+  else vst1q_u8(static_cast<uint8_t*>(dst), vreinterpretq_u8_s32(v));
 }
 #endif
 
@@ -75,16 +98,16 @@ inline void put16(void* dst, __m128i v, bool stream) {
 void write_int32s(int32_t* dst, int64_t N, Pieces p, bool positions, bool stream) {
   auto value = [&](int64_t x) { return positions ? p.position(x) : p.index(); };
   int64_t x = 0;
-#if defined(__SSE2__)
+#if defined(STOKER_DOC_ROWS_SIMD)
   stream = stream && (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
-  const __m128i step = positions ? _mm_set_epi32(3, 2, 1, 0) : _mm_setzero_si128();
-  const __m128i inc = _mm_set1_epi32(positions ? 4 : 0);
+  const Vec step = positions ? lanes0123() : splat32(0);
+  const Vec inc = splat32(positions ? 4 : 0);
   while (x + 4 <= N) {
     if (x + 4 <= p.end()) {
-      __m128i v = _mm_add_epi32(_mm_set1_epi32(value(x)), step);
+      Vec v = add32(splat32(value(x)), step);
       for (; x + 4 <= p.end(); x += 4) {
         put16(dst + x, v, stream);
-        v = _mm_add_epi32(v, inc);
+        v = add32(v, inc);
       }
       continue;
     }
@@ -93,7 +116,7 @@ void write_int32s(int32_t* dst, int64_t N, Pieces p, bool positions, bool stream
       while (x + l >= p.end()) p.advance();
       lanes[l] = value(x + l);
     }
-    put16(dst + x, _mm_load_si128(reinterpret_cast<const __m128i*>(lanes)), stream);
+    put16(dst + x, load16(lanes), stream);
     x += 4;
   }
 #endif
@@ -113,9 +136,9 @@ void write_mask(uint8_t* dst, int64_t N, Pieces p, bool stream) {
     return p.next() <= N ? p.next() - 1 : INT64_MAX;
   };
   int64_t x = 0;
-#if defined(__SSE2__)
+#if defined(STOKER_DOC_ROWS_SIMD)
   stream = stream && (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
-  const __m128i ones = _mm_set1_epi8(1);
+  const Vec ones = splat8(1);
   for (; x + 16 <= N; x += 16) {
     if (z >= x + 16) {
       put16(dst + x, ones, stream);
@@ -124,7 +147,7 @@ void write_mask(uint8_t* dst, int64_t N, Pieces p, bool stream) {
     alignas(16) uint8_t lanes[16];
     std::memset(lanes, 1, 16);
     for (; z < x + 16; z = next_zero()) lanes[z - x] = 0;
-    put16(dst + x, _mm_load_si128(reinterpret_cast<const __m128i*>(lanes)), stream);
+    put16(dst + x, load16(lanes), stream);
   }
 #endif
   for (; x < N; ++x) {

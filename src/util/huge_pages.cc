@@ -1,6 +1,7 @@
 #include "util/huge_pages.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cerrno>
@@ -20,7 +21,9 @@ void* map_pages(size_t bytes) noexcept {
   if (span == bytes) return base;
   auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1));
   if (aligned != base) ::munmap(base, static_cast<size_t>(aligned - base));
-  const size_t page = 4096;
+  // The kernel's page, not 4 KiB: aarch64 kernels often use 64 KiB pages (Grace), and an
+  // unmap at an address inside a page fails, leaving the tail mapped.
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t used = (bytes + page - 1) & ~(page - 1);
   const size_t tail = static_cast<size_t>(base + span - (aligned + used));
   if (tail) ::munmap(aligned + used, tail);
