@@ -10,30 +10,20 @@
 
 namespace stoker::internal {
 
-namespace {
-
-int64_t start_at(std::span<const uint8_t> s, size_t i) {
-  int32_t v;
-  std::memcpy(&v, s.data() + 4 * i, 4);
-  return v;
-}
-
-}  // namespace
-
 std::string check_doc_starts(std::span<const uint8_t> starts, uint64_t rows, uint32_t seq_len) {
   if (starts.size() % 4 != 0) return "doc_starts is " + std::to_string(starts.size()) + " bytes, not whole int32s";
   const size_t n = starts.size() / 4;
   if (n == 0) return "doc_starts is empty (it needs the start of the document holding the first token)";
-  if (start_at(starts, 0) > 0)
-    return "doc_starts begins at " + std::to_string(start_at(starts, 0)) + ", after the record's first token";
+  if (doc_start_at(starts, 0) > 0)
+    return "doc_starts begins at " + std::to_string(doc_start_at(starts, 0)) + ", after the record's first token";
   const int64_t end = static_cast<int64_t>(rows * seq_len);
   // Every position in the record is at most end - (the first entry): int32 must hold it.
-  if (end - start_at(starts, 0) > INT32_MAX)
-    return "doc_starts begins at " + std::to_string(start_at(starts, 0)) + ": positions up to the record's end (" +
+  if (end - doc_start_at(starts, 0) > INT32_MAX)
+    return "doc_starts begins at " + std::to_string(doc_start_at(starts, 0)) + ": positions up to the record's end (" +
            std::to_string(end) + ") pass what int32 holds";
   for (size_t i = 1; i < n; ++i) {
-    const int64_t v = start_at(starts, i);
-    if (v <= start_at(starts, i - 1))
+    const int64_t v = doc_start_at(starts, i);
+    if (v <= doc_start_at(starts, i - 1))
       return "doc_starts entry " + std::to_string(i) + " (" + std::to_string(v) + ") does not increase";
     if (v > end)
       return "doc_starts entry " + std::to_string(i) + " (" + std::to_string(v) + ") lies past the record's " +

@@ -4,12 +4,21 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
 #include "stoker/shard.h"
 
 namespace stoker::internal {
+
+/// Entry `i` of a `doc_starts` field: little-endian int32s, unaligned in the
+/// decompressed record.
+inline int64_t doc_start_at(std::span<const uint8_t> starts, size_t i) {
+  int32_t v;
+  std::memcpy(&v, starts.data() + 4 * i, 4);
+  return v;
+}
 
 /// Empty when `starts` (little-endian int32s) are valid for a record of `rows` rows of
 /// `seq_len`: at least one, the first <= 0, then increasing, all <= rows * seq_len, and

@@ -14,13 +14,6 @@ namespace stoker::internal {
 
 namespace {
 
-// The stored entries are unaligned in the decompressed record.
-int64_t start_at(std::span<const uint8_t> s, size_t i) {
-  int32_t v;
-  std::memcpy(&v, s.data() + 4 * i, 4);
-  return v;
-}
-
 // The row's pieces of documents, walked in order: piece k covers the row's inputs
 // [begin, end) (relative to the row), and its first input has position `first_pos`.
 class Pieces {
@@ -31,10 +24,10 @@ class Pieces {
     size_t lo = 0, hi = n_;
     while (hi - lo > 1) {
       const size_t mid = (lo + hi) / 2;
-      (start_at(s_, mid) <= a_ ? lo : hi) = mid;
+      (doc_start_at(s_, mid) <= a_ ? lo : hi) = mid;
     }
     t_ = lo;
-    first_pos_ = from_row_start ? 0 : a_ - start_at(s_, t_);
+    first_pos_ = from_row_start ? 0 : a_ - doc_start_at(s_, t_);
     set_end();
   }
   int64_t begin() const { return begin_; }
@@ -54,7 +47,7 @@ class Pieces {
 
  private:
   void set_end() {
-    next_ = t_ + 1 < n_ ? start_at(s_, t_ + 1) - a_ : INT64_MAX;
+    next_ = t_ + 1 < n_ ? doc_start_at(s_, t_ + 1) - a_ : INT64_MAX;
     end_ = next_ < N_ ? next_ : N_;
   }
   std::span<const uint8_t> s_;
