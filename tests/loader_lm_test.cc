@@ -303,9 +303,18 @@ TEST(PackTokensDocs, DocumentOutputsNeedBoundariesAndTheEosMustFitTheDtype) {
   }
   po.eos = 70000;  // not a uint16
   EXPECT_THROW(pack_tokens(dir.str("t.bin"), dir.str("bad"), po), Error);
-  // An EOS that never occurs: one document, positions counting on across records.
+  // An EOS that never occurs is refused (a wrong id would give one document silently).
   po.eos = 9;
   po.rows_per_record = 4;
+  try {
+    pack_tokens(dir.str("t.bin"), dir.str("none"), po);
+    FAIL() << "an --eos that never occurs";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--eos 9 never occurs"), std::string::npos) << e.what();
+  }
+  // One EOS, at the very end: one document, positions counting on across records.
+  s.back() = 9;
+  write_file(dir.str("t.bin"), bytes_of(s));
   pack_tokens(dir.str("t.bin"), dir.str("one"), po);
   o.path = dir.str("one");
   o.order.kind = OrderKind::kSequential;

@@ -11,6 +11,8 @@
 #     stoker.libs/ or among the host's glibc and GCC runtime, and nothing links libtorch.
 set -euo pipefail
 build=$(cd "$1" && pwd)
+cuda=OFF
+readelf -d "$build/libstoker.so" 2>/dev/null | grep -q 'NEEDED.*\[libcudart' && cuda=ON
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${STOKER_WHEEL_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
@@ -55,7 +57,10 @@ for f in "${elves[@]}"; do
   done <"$tmp/ldd.txt"
 done
 for f in "${elves[@]}" "$site"/stoker.libs/*; do
-  if readelf -d "$f" | grep -E 'NEEDED.*\[lib(torch|c10|cudart)'; then fail "$f links torch or CUDA"; fi
+  if readelf -d "$f" | grep -E 'NEEDED.*\[lib(torch|c10)'; then fail "$f links torch"; fi
+  # A wheel from a CUDA build carries its CUDA runtime like any other library (checked
+  # above); one from a CPU-only build must not need it.
+  if [[ $cuda != ON ]] && readelf -d "$f" | grep -E 'NEEDED.*\[libcudart'; then fail "$f of a CPU-only build links CUDA"; fi
 done
 # Each bundled copy's soname is hash-suffixed, so it cannot be taken for another copy
 # of the same library already in the process.

@@ -194,7 +194,7 @@ class InvalidArgumentError(Error, ValueError):
     """
     code: str
 
-class IoError(Error):
+class IoError(Error, OSError):
     """
     The OS refused or failed an operation.
     """
@@ -286,6 +286,11 @@ class LoaderOptions:
     @remote_part_bytes.setter
     def remote_part_bytes(self, value: int) -> None: ...
     @property
+    def remote_timeout(self) -> float:
+        ...
+    @remote_timeout.setter
+    def remote_timeout(self, value: float) -> None: ...
+    @property
     def remote_profile(self) -> str:
         ...
     @remote_profile.setter
@@ -295,6 +300,11 @@ class LoaderOptions:
         ...
     @sources.setter
     def sources(self, value: List[str]) -> None: ...
+    @property
+    def source_fields(self) -> List[Dict[str, str]]:
+        ...
+    @source_fields.setter
+    def source_fields(self, value: List[Dict[str, str]]) -> None: ...
     @property
     def weights(self) -> List[float]:
         ...
@@ -486,7 +496,7 @@ class LoaderOptions:
     @gpu_pci_bus_id.setter
     def gpu_pci_bus_id(self, value: Optional[str]) -> None: ...
 
-class NotFoundError(Error):
+class NotFoundError(Error, FileNotFoundError):
     """
     A named file, shard or record does not exist.
     """
@@ -509,9 +519,11 @@ def decode_image(jpeg: bytes, transform: ImageTransform, sample_seed: int) -> nu
     Decodes one JPEG with `transform` and the per-sample seed, as the loader does: a uint8 HWC numpy array.
     """
 
-def extract(dataset: str, out: str, *, threads: int = ...) -> dict:
+def extract(dataset: str, out: str, *, threads: int = ..., skip_bad: bool = ...) -> dict:
     """
-    Writes a dataset's records back out as files, under their __key__ names.
+    Writes a dataset's records back out as files, under their __key__ names, into `out` (absent or empty;
+    it appears only when complete). skip_bad=True skips records whose checksum fails (listed in
+    "skipped") instead of raising.
     """
 
 has_cuda: bool
@@ -521,15 +533,58 @@ def make_sample_imagefolder(out: str, *, images: int = ..., classes: int = ..., 
 def make_sample_tokens(path: str, *, tokens: int = ..., vocab: int = ..., dtype: str = ..., seed: int = ...) -> dict:
     ...
 
-def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ...) -> dict:
-    ...
-
-def pack_tokens(file: str, out: str, *, dtype: str = ..., seq_len: int = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., eos: Optional[int] = ...) -> dict:
-    ...
-
-def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ...) -> dict:
+def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ..., check: bool = ...) -> dict:
     """
-    Packs WebDataset tars (plain or compressed): one field per member extension, plus __key__.
+    Packs an ImageFolder tree into a dataset; returns the summary as a dict.
+
+    src: root with one sub-directory per class (SRC/<class>/<...>/<image>); labels are the
+        class indices in byte-wise order of the names, class names go to the manifest.
+    out: dataset directory to write. A dataset already there is refused unless
+        overwrite=True; it then stays whole until the new one is complete.
+    Files are taken by extension, as torchvision's ImageFolder does (jpg jpeg png webp;
+    others such as .DS_Store are ignored and counted in "notes"); each image's format is
+    sniffed from its bytes. check=True (default) decodes every image's data once, so an
+    image the loader would fail on is refused now (or skipped and listed in "skipped"
+    with skip_bad=True); check=False checks headers only.
+    baseline: rewrite progressive JPEGs as baseline (lossless).
+    fast_crop: rewrite every JPEG losslessly with a restart-interval index, so training
+        crops decode only the part they cover.
+    shard_size (bytes), align (1 or 4096), threads (0: every CPU allowed), progress,
+    max_file_bytes: as the CLI's options of the same names.
+    Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. Errors
+    raise stoker.Error subclasses naming the file and the reason.
+    """
+
+def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., eos: Optional[int] = ...) -> dict:
+    """
+    Packs a token stream into a dataset of rows; returns the summary as a dict.
+
+    file: a flat little-endian token file (nanoGPT's train.bin) of `dtype`, or a
+        Megatron-LM .bin/.idx pair (the index names its own dtype).
+    out: dataset directory to write (overwrite=True replaces a dataset there, which stays
+        whole until the new one is complete).
+    seq_len: training sequence length N; each row holds N+1 tokens, rows overlap by one.
+    rows_per_record: rows per record (0: as many as fit in ~256 KiB). zstd: 0 stores raw,
+        1..19 compresses each record.
+    eos: end-of-document token id of a flat file: stores document boundaries (for
+        position_ids, loss_mask, doc_ids, cu_seqlens). An id that never occurs is an error.
+    The trailing tokens that make no full row are dropped and counted ("tokens_dropped").
+    """
+
+def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ...) -> dict:
+    """
+    Packs WebDataset tars (plain or compressed) into a dataset; returns the summary.
+
+    tars: the tar files, in order; out: dataset directory to write.
+    One field per member extension, plus __key__: jpg/jpeg (one field, "jpg"), png, webp:
+    image; cls: int64; txt/json: text; npy: array; anything else: bytes.
+    check=True (default) decodes every image once so that one the loader would fail on is
+    refused now; skip_bad=True skips (and lists in "skipped") bad samples and the rest of a
+    truncated tar instead; skip_incomplete=True skips samples lacking a member others have.
+    A pack that would write 0 records raises.
+    fast_crop: rewrite JPEGs losslessly for fast training crops (as pack_imagefolder).
+    class_names: names stored in the manifest; labels must be below their count.
+    overwrite=True replaces a dataset at out, kept whole until the new one is complete.
     """
 
 def probe_jpeg(jpeg: bytes) -> dict:
