@@ -473,17 +473,19 @@ LoaderOptions tiny_crop_options(const std::string& dir) {
   return o;
 }
 
-// Runs the loader for at most `max_s` seconds (or the epoch); the consumer sleeps
+// Runs the loader for at most `max_s` seconds (or the epoch), and past that until it
+// has `min_snaps` snapshots (a slow machine, a sanitizer build); the consumer sleeps
 // `consumer_ms` per batch. Returns the cumulative snapshots taken every `every` batches
 // (0: only the final one).
-std::vector<LoaderStats> run(Loader& l, double max_s, double consumer_ms, int every = 0) {
+std::vector<LoaderStats> run(Loader& l, double max_s, double consumer_ms, int every = 0, size_t min_snaps = 0) {
   std::vector<LoaderStats> snaps;
   const auto t0 = std::chrono::steady_clock::now();
   int n = 0;
   while (auto b = l.next()) {
     if (consumer_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(consumer_ms));
     if (every > 0 && ++n % every == 0) snaps.push_back(l.stats());
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(max_s)) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(max_s) && snaps.size() >= min_snaps)
+      break;
   }
   snaps.push_back(l.stats());
   return snaps;
@@ -573,7 +575,7 @@ TEST_F(RealPipeline, ThrottledCopyStreamIsCopyBound) {
 TEST_F(RealPipeline, SteadyDecodeBoundRunGivesOneVerdictAfterWarmUp) {
   const LoaderOptions o = heavy_decode_options(path());
   Loader l(o);
-  const std::vector<LoaderStats> snaps = run(l, 4.0, 0, 3);  // a snapshot every 3 batches (24 images)
+  const std::vector<LoaderStats> snaps = run(l, 4.0, 0, 3, 10);  // a snapshot every 3 batches (24 images)
   ASSERT_GE(snaps.size(), 10u) << "run too short for a series";
   DiagnoseOptions d;
   d.min_interval_s = 0.005;
