@@ -17,6 +17,7 @@
 // sources have is left out with one warning naming it. OnError::kSkip is refused.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>

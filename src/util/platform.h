@@ -8,6 +8,7 @@
 // hides a file must not stop the loader. Thread-safe (pure functions of the files).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
