@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <span>
+#include <vector>
 
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
@@ -182,6 +184,33 @@ TEST(Dataset, ReplacedShardIsDetected) {
   VerifyReport rep = verify_path(a.str());
   ASSERT_FALSE(rep.ok());
   EXPECT_EQ(rep.problems[0].where, "manifest");
+}
+
+// A truncated JPEG packed without pack's check has a right checksum: verify passes it,
+// verify with decode names it (record, __key__, field and the decoder's reason), and
+// only it.
+TEST(Dataset, VerifyDecodeNamesAnImageTheLoaderWouldFailOn) {
+  TempDir dir;
+  {
+    DatasetWriter w(dir.str(), Schema{{Field{kKeyField, FieldKind::kText}, Field{"jpeg", FieldKind::kImage}}});
+    for (int i = 0; i < 4; ++i) {
+      std::vector<uint8_t> jpeg = testing::make_jpeg(64, 48, static_cast<uint32_t>(i));
+      if (i == 2) jpeg.resize(jpeg.size() / 2);
+      const std::string key = "photo-" + std::to_string(i);
+      std::vector<std::span<const uint8_t>> f{{reinterpret_cast<const uint8_t*>(key.data()), key.size()}, jpeg};
+      w.add(f);
+    }
+    w.finish();
+  }
+  EXPECT_TRUE(verify_path(dir.str()).ok());
+  VerifyOptions decode;
+  decode.threads = 1;
+  decode.decode = true;
+  const VerifyReport rep = verify_path(dir.str(), decode);
+  EXPECT_EQ(rep.records, 4u);
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_EQ(rep.problems[0].where, "record 2 (__key__ 'photo-2')");
+  EXPECT_NE(rep.problems[0].reason.find("field 'jpeg': JPEG"), std::string::npos) << rep.problems[0].reason;
 }
 
 TEST(Dataset, VerifyReportsMissingAndStrayShards) {

@@ -197,6 +197,29 @@ TEST(Loader, CorruptRecordStopsWithShardAndRecordNamed) {
   }
 }
 
+TEST(Loader, CorruptRecordErrorNamesItsKey) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 20, .shard_size = 1 << 20, .keys = true});
+  auto ds = Dataset::open(dir.str());
+  auto r = ds->shard(0);
+  auto bytes = testing::read_file(ds->shard_path(0));
+  bytes[r->location(7).offset + 10] ^= 0x55;  // inside the JPEG; the key, stored last, is intact
+  testing::write_file(ds->shard_path(0), bytes);
+  auto o = image_options(dir.str());
+  o.order.kind = OrderKind::kSequential;
+  Loader l(o);
+  try {
+    while (l.next()) {
+    }
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("shard-00000.stk: record 7 (__key__ 'img-00007'): checksum mismatch"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Loader, ShutdownWithWorkInFlightIsPrompt) {
   TempDir dir;
   testing::write_image_dataset(dir.str(), {.count = 60});

@@ -202,6 +202,41 @@ TEST_F(RemoteLoader, AShardCorruptOnEveryFetchFailsTheBatchNamingItsUrl) {
   }
 }
 
+// The retry budget is the Loader's too: batches of 16 records from a server that answers
+// every shard read with 503 fail within the remote timeout, however the records come
+// (each shard's parts, or each record by its own ranged GET, with their own retries).
+TEST_F(RemoteLoader, APersistentFaultFailsTheBatchWithinTheRemoteTimeout) {
+  testing::Proxy proxy;
+  ASSERT_TRUE(proxy.start(nginx_.url(""), {"--always", "503"}));
+  for (RemoteReads reads : {RemoteReads::kShards, RemoteReads::kRecords}) {
+    SCOPED_TRACE(remote_reads_name(reads));
+    TempDir cache;
+    LoaderOptions o = options(proxy.url());
+    o.cache_dir = cache.str();
+    o.remote_reads = reads;
+    o.remote.max_attempts = 100;  // the budget, not the attempt count, ends it
+    o.remote.backoff_base = std::chrono::milliseconds(100);
+    o.remote.backoff_max = std::chrono::milliseconds(400);
+    o.remote.timeout = std::chrono::seconds(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      Loader l(o);
+      while (l.next()) {
+      }
+      FAIL() << "batches came from a server that refuses every shard read";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kIoError) << m;
+      EXPECT_NE(m.find("127.0.0.1:" + std::to_string(proxy.port)), std::string::npos) << m;
+      EXPECT_NE(m.find("HTTP 503"), std::string::npos) << m;
+      EXPECT_NE(m.find("remote timeout 2 s"), std::string::npos) << m;
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, std::chrono::milliseconds(1900));
+    EXPECT_LT(took, std::chrono::seconds(6));  // the budget and one backoff, not 16 records' retries end to end
+  }
+}
+
 TEST_F(RemoteLoader, NoCacheDirOrACacheBelowTheLargestShardIsANamedErrorAtOpen) {
   LoaderOptions o = options(nginx_.url());
   try {

@@ -80,6 +80,13 @@ struct ImageFolderPackOptions : PackOptions {
   /// at low bit rates); summary.notes gives the JPEGs' total size before and after.
   /// Manifest meta "fast_crop" = "1"; extract gives pixel-identical, not byte-identical, files.
   bool fast_crop = false;
+  /// Turn JPEGs whose EXIF Orientation tag is not 1 upright, losslessly (TurboJPEG's
+  /// transform; the tag is then set to 1), as PIL's ImageOps.exif_transpose would before
+  /// training. Without it the pixels are stored as the camera wrote them and trained on
+  /// that way (libjpeg-turbo and torchvision's decode_jpeg ignore EXIF). Where the image's
+  /// size makes the exact turn impossible, the partial edge MCU (< 16 px) is dropped;
+  /// summary.notes counts both. PNG and WebP orientation is not read.
+  bool exif_transpose = false;
   /// Files larger than this are bad inputs (kResourceExhausted unless skip_bad).
   uint64_t max_file_bytes = 1ull << 30;
 };
@@ -145,6 +152,8 @@ struct WdsPackOptions : PackOptions {
   uint64_t max_member_bytes = 1ull << 30;  ///< larger tar members are rejected
   /// As ImageFolderPackOptions::fast_crop.
   bool fast_crop = false;
+  /// As ImageFolderPackOptions::exif_transpose (every JPEG field).
+  bool exif_transpose = false;
   /// Skip (count and list in summary.skipped) samples that lack a member other samples
   /// have, instead of failing on the first.
   bool skip_incomplete = false;

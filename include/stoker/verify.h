@@ -36,16 +36,30 @@ struct VerifyReport {
 /// Progress callback: bytes checked so far (called from the verifying thread).
 using VerifyProgress = std::function<void(uint64_t bytes_done)>;
 
+struct VerifyOptions {
+  /// Shards checked in parallel by verify_path (0 = the CPUs this process may keep busy:
+  /// affinity mask, cgroup quota).
+  unsigned threads = 0;
+  /// Also decode every image field, as pack's check does (JPEG: header and every scan's
+  /// entropy-coded data; PNG, WebP: a full decode): an image the loader would fail on,
+  /// though its checksum is right (damaged before it was packed, or packed with
+  /// --no-check), is a problem naming its record, `__key__` and field. About as fast as
+  /// a decode (~1,000 JPEG/s per thread), where the checksums alone run at disk speed.
+  bool decode = false;
+  VerifyProgress progress;
+};
+
 /// Checks one shard file: header, trailer, index, every record's CRC, zero padding,
-/// that records tile the data region, and the fast-crop index of every uncompressed
-/// jpeg field that has one (CRC, geometry, RST markers). When `expected` is given, also checks it
-/// against that manifest entry.
+/// that records tile the data region, the reader's content rules (the fast-crop index of
+/// every uncompressed image field that has one: CRC, geometry, RST markers; a token
+/// record's doc_starts) and, with `options.decode`, that every image decodes. When
+/// `expected` is given, also checks it against that manifest entry.
+VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, const VerifyOptions& options);
 VerifyReport verify_shard(const std::string& path, const ShardEntry* expected = nullptr,
                           const VerifyProgress& progress = {});
 
-/// A dataset directory (manifest and every shard, in parallel on `threads` threads,
-/// 0 = the CPUs this process may keep busy: affinity mask, cgroup quota) or a single
-/// shard file.
+/// A dataset directory (manifest and every shard, in parallel) or a single shard file.
+VerifyReport verify_path(const std::string& path, const VerifyOptions& options);
 VerifyReport verify_path(const std::string& path, unsigned threads = 0,
                          const VerifyProgress& progress = {});
 

@@ -98,6 +98,8 @@ with skip_bad=True); check=False checks headers only.
 baseline: rewrite progressive JPEGs as baseline (lossless).
 fast_crop: rewrite every JPEG losslessly with a restart-interval index, so training
     crops decode only the part they cover.
+exif_transpose: turn JPEGs upright by their EXIF orientation, losslessly (as PIL's
+    ImageOps.exif_transpose); without it pixels train as the camera stored them.
 shard_size (bytes), align (1 or 4096), threads (0: every CPU allowed), progress,
 max_file_bytes: as the CLI's options of the same names.
 Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. Errors
@@ -126,6 +128,7 @@ refused now; skip_bad=True skips (and lists in "skipped") bad samples and the re
 truncated tar instead; skip_incomplete=True skips samples lacking a member others have.
 A pack that would write 0 records raises.
 fast_crop: rewrite JPEGs losslessly for fast training crops (as pack_imagefolder).
+exif_transpose: turn JPEGs upright by their EXIF orientation (as pack_imagefolder).
 class_names: names stored in the manifest; labels must be below their count.
 overwrite=True replaces a dataset at out, kept whole until the new one is complete.)";
 
@@ -136,12 +139,13 @@ void init_pack(py::module_& m) {
       "pack_imagefolder",
       [](const std::string& src, const std::string& out, uint64_t shard_size, uint32_t align, int threads,
          bool skip_bad, bool overwrite, bool progress, bool baseline, bool fast_crop, uint64_t max_file_bytes,
-         bool check) {
+         bool check, bool exif_transpose) {
         ImageFolderPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
         o.check_decode = check;
         o.baseline = baseline;
         o.fast_crop = fast_crop;
+        o.exif_transpose = exif_transpose;
         o.max_file_bytes = max_file_bytes;
         PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
           o.cancel = cancel;
@@ -153,7 +157,7 @@ void init_pack(py::module_& m) {
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("overwrite") = false,
       py::arg("progress") = false, py::arg("baseline") = false, py::arg("fast_crop") = false,
       py::arg("max_file_bytes") = ImageFolderPackOptions{}.max_file_bytes, py::arg("check") = true,
-      kPackImageFolderDoc);
+      py::arg("exif_transpose") = false, kPackImageFolderDoc);
 
   m.def(
       "pack_tokens",
@@ -186,10 +190,11 @@ void init_pack(py::module_& m) {
       "pack_wds",
       [](const std::vector<std::string>& tars, const std::string& out, uint64_t shard_size, uint32_t align,
          int threads, bool skip_bad, bool skip_incomplete, bool overwrite, bool progress,
-         const std::vector<std::string>& class_names, bool fast_crop, bool check) {
+         const std::vector<std::string>& class_names, bool fast_crop, bool check, bool exif_transpose) {
         WdsPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
         o.fast_crop = fast_crop;
+        o.exif_transpose = exif_transpose;
         o.check_decode = check;
         o.skip_incomplete = skip_incomplete;
         o.class_names = class_names;
@@ -203,7 +208,7 @@ void init_pack(py::module_& m) {
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("skip_incomplete") = false,
       py::arg("overwrite") = false, py::arg("progress") = false,
       py::arg("class_names") = std::vector<std::string>{}, py::arg("fast_crop") = false, py::arg("check") = true,
-      kPackWdsDoc);
+      py::arg("exif_transpose") = false, kPackWdsDoc);
 
   m.def(
       "extract",

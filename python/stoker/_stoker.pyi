@@ -533,7 +533,7 @@ def make_sample_imagefolder(out: str, *, images: int = ..., classes: int = ..., 
 def make_sample_tokens(path: str, *, tokens: int = ..., vocab: int = ..., dtype: str = ..., seed: int = ...) -> dict:
     ...
 
-def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ..., check: bool = ...) -> dict:
+def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ..., check: bool = ..., exif_transpose: bool = ...) -> dict:
     """
     Packs an ImageFolder tree into a dataset; returns the summary as a dict.
 
@@ -549,6 +549,8 @@ def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = 
     baseline: rewrite progressive JPEGs as baseline (lossless).
     fast_crop: rewrite every JPEG losslessly with a restart-interval index, so training
         crops decode only the part they cover.
+    exif_transpose: turn JPEGs upright by their EXIF orientation, losslessly (as PIL's
+        ImageOps.exif_transpose); without it pixels train as the camera stored them.
     shard_size (bytes), align (1 or 4096), threads (0: every CPU allowed), progress,
     max_file_bytes: as the CLI's options of the same names.
     Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. Errors
@@ -571,7 +573,7 @@ def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int
     The trailing tokens that make no full row are dropped and counted ("tokens_dropped").
     """
 
-def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ...) -> dict:
+def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ..., exif_transpose: bool = ...) -> dict:
     """
     Packs WebDataset tars (plain or compressed) into a dataset; returns the summary.
 
@@ -583,6 +585,7 @@ def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = .
     truncated tar instead; skip_incomplete=True skips samples lacking a member others have.
     A pack that would write 0 records raises.
     fast_crop: rewrite JPEGs losslessly for fast training crops (as pack_imagefolder).
+    exif_transpose: turn JPEGs upright by their EXIF orientation (as pack_imagefolder).
     class_names: names stored in the manifest; labels must be below their count.
     overwrite=True replaces a dataset at out, kept whole until the new one is complete.
     """

@@ -71,7 +71,7 @@ int print_summary(const PackSummary& s, const std::string& out, bool fast_crop =
 struct ImageFolderArgs {
   std::string src, out;
   CommonArgs common;
-  bool baseline = false, fast_crop = false;
+  bool baseline = false, fast_crop = false, exif_transpose = false;
 };
 
 int pack_imagefolder_cmd(const ImageFolderArgs& a) {
@@ -79,6 +79,7 @@ int pack_imagefolder_cmd(const ImageFolderArgs& a) {
   a.common.apply(o);
   o.baseline = a.baseline;
   o.fast_crop = a.fast_crop;
+  o.exif_transpose = a.exif_transpose;
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
     return print_summary(pack_imagefolder(a.src, a.out, o), a.out, o.fast_crop);
@@ -110,13 +111,14 @@ struct WdsArgs {
   std::vector<std::string> paths;  // TAR... OUT
   std::string classes;
   CommonArgs common;
-  bool fast_crop = false, skip_incomplete = false;
+  bool fast_crop = false, skip_incomplete = false, exif_transpose = false;
 };
 
 int pack_wds_cmd(const WdsArgs& a) {
   WdsPackOptions o;
   a.common.apply(o);
   o.fast_crop = a.fast_crop;
+  o.exif_transpose = a.exif_transpose;
   o.skip_incomplete = a.skip_incomplete;
   if (!a.classes.empty()) {
     std::ifstream in(a.classes);
@@ -149,6 +151,9 @@ void setup(CLI::App& tool) {
   c->add_flag("--fast-crop", im->fast_crop,
               "rewrite every JPEG losslessly with a restart-interval index, so training crops decode only what they "
               "cover (recommended for training sets; extract then gives pixel-identical, not byte-identical, files)");
+  c->add_flag("--exif-transpose", im->exif_transpose,
+              "turn JPEGs upright by their EXIF orientation, losslessly (as PIL's exif_transpose; without it the "
+              "pixels train as the camera stored them)");
   on_run(c, [im] { return pack_imagefolder_cmd(*im); });
 
   auto tk = std::make_shared<TokensArgs>();
@@ -175,6 +180,7 @@ void setup(CLI::App& tool) {
   c->add_option("PATH", wd->paths, "TAR... OUT: the WebDataset tars, then the dataset directory to write")->required()->expected(2, -1);
   c->add_option("--classes", wd->classes, "file of class names, one a line (the labels' names)");
   c->add_flag("--fast-crop", wd->fast_crop, "as for imagefolder: rewrite JPEGs for fast crops (lossless)");
+  c->add_flag("--exif-transpose", wd->exif_transpose, "as for imagefolder: turn JPEGs upright by their EXIF orientation");
   c->add_flag("--skip-incomplete", wd->skip_incomplete,
               "skip samples lacking a member other samples have (listed at the end) instead of stopping");
   wd->common.declare(c);

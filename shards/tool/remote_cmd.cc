@@ -50,8 +50,8 @@ void reject_options(const CLI::App* cmd, const std::vector<std::string>& names, 
 
 // Every shard is downloaded to a scratch file and checked by the same verify_shard the
 // local command runs; problems name the URL of the shard.
-int verify_remote(const std::vector<std::string>& paths, unsigned threads, bool quiet, const std::string& tmp,
-                  const RemoteArgs& remote) {
+int verify_remote(const std::vector<std::string>& paths, const VerifyOptions& options, bool quiet,
+                  const std::string& tmp, const RemoteArgs& remote) {
   const bool tty = ::isatty(2) && !quiet;
   size_t problems = 0;
   uint64_t records = 0, shards = 0, bytes = 0;
@@ -60,7 +60,7 @@ int verify_remote(const std::vector<std::string>& paths, unsigned threads, bool 
   const RemoteOptions ro = remote.options();
   for (const std::string& url : paths) {
     if (!is_remote_url(url)) {  // a local path among URLs: the local check
-      VerifyReport r = verify_path(url, threads);
+      VerifyReport r = verify_path(url, options);
       for (const auto& pr : r.problems) std::cout << "FAIL " << pr.to_string() << "\n";
       problems += r.problems.size();
       records += r.records;
@@ -91,7 +91,7 @@ int verify_remote(const std::vector<std::string>& paths, unsigned threads, bool 
         internal::UniqueFd fd(::open(scratch.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
         if (!fd) throw errno_error("create " + scratch, errno);
         store->download(e.name, e.file_size, fd.get(), "shard " + e.name);
-        r = verify_shard(scratch, &e);
+        r = verify_shard(scratch, &e, options);
       } catch (const Error& err) {
         r.shards = 1;
         r.problems.push_back({store->object_url(e.name), "file", err.what()});

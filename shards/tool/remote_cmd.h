@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "stoker/diagnose.h"
 #include "stoker/remote.h"
+#include "stoker/verify.h"
 
 namespace stoker::cli {
 
@@ -35,8 +36,8 @@ void reject_options(const CLI::App* cmd, const std::vector<std::string>& names, 
 /// `stoker verify`: URLs are downloaded shard by shard into a scratch file under
 /// `tmp_dir` ("" = the system's) and checked as local shards are; local paths among
 /// them are checked locally. One "FAIL" line per problem; exit 1 when any.
-int verify_remote(const std::vector<std::string>& paths, unsigned threads, bool quiet, const std::string& tmp_dir,
-                  const RemoteArgs& remote);
+int verify_remote(const std::vector<std::string>& paths, const VerifyOptions& options, bool quiet,
+                  const std::string& tmp_dir, const RemoteArgs& remote);
 
 /// `stoker inspect URL`: the manifest plus every shard's index.
 int inspect_remote(const std::string& url, bool json, const RemoteArgs& remote);

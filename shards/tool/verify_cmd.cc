@@ -16,6 +16,7 @@ namespace {
 struct VerifyArgs {
   std::vector<std::string> paths;
   unsigned threads = 0;
+  bool decode = false;
   bool quiet = false;
   std::string tmp_dir;
   RemoteArgs remote;
@@ -29,7 +30,10 @@ int run_verify(const VerifyArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   for (const std::string& path : a.paths) {
     auto last = std::chrono::steady_clock::now();
-    VerifyReport r = verify_path(path, threads, [&](uint64_t done) {
+    VerifyOptions vo;
+    vo.threads = threads;
+    vo.decode = a.decode;
+    vo.progress = [&](uint64_t done) {
       if (!tty) return;
       auto now = std::chrono::steady_clock::now();
       if (now - last < std::chrono::milliseconds(200)) return;
@@ -37,7 +41,8 @@ int run_verify(const VerifyArgs& a) {
       double s = std::chrono::duration<double>(now - t0).count();
       std::fprintf(stderr, "\rverifying %s: %s checked, %.0f MB/s   ", path.c_str(), format_bytes(static_cast<double>(done)).c_str(),
                    done / 1e6 / std::max(s, 1e-3));
-    });
+    };
+    VerifyReport r = verify_path(path, vo);
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     for (const auto& pr : r.problems) std::cout << "FAIL " << pr.to_string() << "\n";
     problems += r.problems.size();
@@ -62,12 +67,20 @@ void setup(CLI::App& tool) {
       "verify", "Check every checksum of datasets or shard files; exit 1 and one line per problem when any is found.");
   c->add_option("PATH", a->paths, "dataset directories, shard files or http(s):// / s3:// dataset URLs")->required();
   c->add_option("--threads", a->threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
+  c->add_flag("--decode", a->decode,
+              "also decode every image (as pack's check does): catches an image the loader would fail on "
+              "though its checksum is right; decode speed, not disk speed");
   c->add_flag("--quiet", a->quiet, "no progress line on a terminal");
   c->add_option("--tmp-dir", a->tmp_dir, "URL: where each shard is downloaded to be checked (default: the system's)");
   add_remote_options(c, a->remote);
   on_run(c, [a, c] {
     for (const std::string& p : a->paths)
-      if (is_remote_url(p)) return verify_remote(a->paths, a->threads, a->quiet, a->tmp_dir, a->remote);
+      if (is_remote_url(p)) {
+        VerifyOptions vo;
+        vo.threads = a->threads;
+        vo.decode = a->decode;
+        return verify_remote(a->paths, vo, a->quiet, a->tmp_dir, a->remote);
+      }
     reject_options(c, {"--tmp-dir", "--connections", "--part", "--profile"}, "without a URL");
     return run_verify(*a);
   });

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "stoker/crc32c.h"
 #include "stoker/error.h"
 #include "stoker/image.h"
 
@@ -80,5 +81,14 @@ std::string unverified_key(const Schema& schema, const RecordLocation& l, std::s
 }
 
 std::string key_suffix(const std::string& key) { return key.empty() ? std::string() : " (__key__ '" + key + "')"; }
+
+void check_record_crc(const Schema& schema, const RecordLocation& l, std::span<const uint8_t> stored,
+                      const std::string& where) {
+  const uint32_t crc = crc32c(stored.data(), stored.size());
+  if (crc == l.crc) return;
+  char b[96];
+  std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", l.crc, crc);
+  throw Error(ErrorCode::kDataLoss, where + key_suffix(unverified_key(schema, l, stored)) + b);
+}
 
 }  // namespace stoker::internal

@@ -42,4 +42,9 @@ std::string unverified_key(const Schema& schema, const RecordLocation& location,
 /// " (__key__ 'KEY')", or "" for an empty key: to follow "record N" in a message.
 std::string key_suffix(const std::string& key);
 
+/// Throws kDataLoss "<where> (__key__ 'KEY'): checksum mismatch (stored 0x..., computed
+/// 0x...)" when `stored`'s CRC32C is not the index's: the one message of every reader.
+void check_record_crc(const Schema& schema, const RecordLocation& location, std::span<const uint8_t> stored,
+                      const std::string& where);
+
 }  // namespace stoker::internal

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "format/path_hint.h"
+#include "format/record_checks.h"
 #include "format/shard_layout.h"
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
@@ -116,10 +117,7 @@ std::vector<uint8_t> ShardReader::read_stored(uint64_t i) const {
   if (n != buf.size())
     throw_error(ErrorCode::kDataLoss, path_ + ": record " + std::to_string(i) + ": short read (" + std::to_string(n) +
                                           " of " + std::to_string(buf.size()) + " bytes): file truncated");
-  uint32_t crc = crc32c(buf.data(), buf.size());
-  if (crc != l.crc)
-    throw_error(ErrorCode::kDataLoss, path_ + ": record " + std::to_string(i) + ": checksum mismatch (stored " +
-                                          hex32(l.crc) + ", computed " + hex32(crc) + ")");
+  internal::check_record_crc(header_.schema, l, buf, path_ + ": record " + std::to_string(i));
   return buf;
 }
 
@@ -161,9 +159,7 @@ std::vector<std::span<const uint8_t>> unpack_record_into(const Schema& schema, c
   if (stored.size() != loc.stored_size)
     throw_error(ErrorCode::kDataLoss, where + ": read " + std::to_string(stored.size()) + " bytes, expected " +
                                           std::to_string(loc.stored_size) + " (short read or truncated file)");
-  uint32_t crc = crc32c(stored.data(), stored.size());
-  if (crc != loc.crc)
-    throw_error(ErrorCode::kDataLoss, where + ": checksum mismatch (stored " + hex32(loc.crc) + ", computed " + hex32(crc) + ")");
+  internal::check_record_crc(schema, loc, stored, where);
   if (out.size() < loc.raw_size)
     throw_error(ErrorCode::kInvalidArgument, where + ": output buffer of " + std::to_string(out.size()) +
                                                  " bytes is smaller than the record's " + std::to_string(loc.raw_size));

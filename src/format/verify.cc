@@ -10,6 +10,7 @@
 
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
+#include "decode/image_check.h"
 #include "format/record_checks.h"
 #include "stoker/image.h"
 #include "util/bytes.h"
@@ -38,8 +39,9 @@ std::string hex32(uint32_t v) {
 
 // The reader's content rules (record_checks.h) on a record whose checksum is right:
 // what the record CRC cannot vouch for, since it was computed over whatever was packed.
+// With `decode`, every image field must also decode (check_image_decodes).
 void check_content(const ShardReader& reader, const RecordLocation& l, const uint8_t* data, uint64_t i,
-                   const std::string& path, VerifyReport& rep) {
+                   const std::string& path, bool decode, VerifyReport& rep) {
   const Schema& schema = reader.schema();
   std::vector<std::span<const uint8_t>> fields;
   Record decompressed;
@@ -54,7 +56,13 @@ void check_content(const ShardReader& reader, const RecordLocation& l, const uin
     decompressed = reader.read_record(i);
     fields = decompressed.fields;
   }
-  if (std::string why = internal::check_record_content(schema, fields, &rep.fast_crop_indexes); !why.empty()) {
+  std::string why = internal::check_record_content(schema, fields, &rep.fast_crop_indexes);
+  for (size_t f = 0; why.empty() && decode && f < fields.size() && f < schema.fields.size(); ++f)
+    if (schema.fields[f].kind == FieldKind::kImage) {
+      std::string bad = internal::check_image_decodes(fields[f]);
+      if (!bad.empty()) why = "field '" + schema.fields[f].name + "': " + bad;
+    }
+  if (!why.empty()) {
     const int key = schema.key_field();
     const std::string k = key >= 0 && static_cast<size_t>(key) < fields.size()
                               ? std::string(fields[static_cast<size_t>(key)].begin(), fields[static_cast<size_t>(key)].end())
@@ -63,16 +71,31 @@ void check_content(const ShardReader& reader, const RecordLocation& l, const uin
   }
 }
 
-// Whether a schema has anything for check_content to look at.
+// Whether a schema has anything for check_content to look at (image fields carry the
+// fast-crop rule and, with decode, the decode check).
 bool has_content_rules(const Schema& schema) {
   for (const Field& f : schema.fields)
-    if (f.kind == FieldKind::kJpeg || f.kind == FieldKind::kImage) return true;
+    if (f.kind == FieldKind::kImage) return true;
   return schema.find("doc_starts") >= 0;
 }
 
 }  // namespace
 
 VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, const VerifyProgress& progress) {
+  VerifyOptions o;
+  o.progress = progress;
+  return verify_shard(path, expected, o);
+}
+
+VerifyReport verify_path(const std::string& path, unsigned threads, const VerifyProgress& progress) {
+  VerifyOptions o;
+  o.threads = threads;
+  o.progress = progress;
+  return verify_path(path, o);
+}
+
+VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, const VerifyOptions& options) {
+  const VerifyProgress& progress = options.progress;
   VerifyReport rep;
   rep.shards = 1;
   std::shared_ptr<const ShardReader> reader;
@@ -139,7 +162,7 @@ VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, c
                  internal::key_suffix(internal::unverified_key(reader->schema(), l, {data, l.stored_size})),
              "checksum mismatch (stored " + hex32(l.crc) + ", computed " + hex32(crc) + ")"});
       else if (content_rules) {
-        check_content(*reader, l, data, i, path, rep);
+        check_content(*reader, l, data, i, path, options.decode, rep);
       }
       ++rep.records;
       pos = l.offset + l.stored_size;
@@ -153,8 +176,10 @@ VerifyReport verify_shard(const std::string& path, const ShardEntry* expected, c
   return rep;
 }
 
-VerifyReport verify_path(const std::string& path, unsigned threads, const VerifyProgress& progress) {
+VerifyReport verify_path(const std::string& path, const VerifyOptions& options) {
   namespace fs = std::filesystem;
+  const VerifyProgress& progress = options.progress;
+  unsigned threads = options.threads;
   VerifyReport total;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
@@ -162,7 +187,7 @@ VerifyReport verify_path(const std::string& path, unsigned threads, const Verify
       total.problems.push_back({path, "file", "does not exist"});
       return total;
     }
-    return verify_shard(path, nullptr, progress);
+    return verify_shard(path, nullptr, options);
   }
   Manifest m;
   bool have_manifest = true;
@@ -210,14 +235,16 @@ VerifyReport verify_path(const std::string& path, unsigned threads, const Verify
     for (size_t i = next++; i < todo.size(); i = next++) {
       if (todo[i].second && !fs::exists(todo[i].first)) continue;
       uint64_t last = 0;
-      reports[i] = verify_shard(todo[i].first, todo[i].second, [&](uint64_t b) {
+      VerifyOptions one = options;
+      one.progress = [&](uint64_t b) {
         done_bytes += b - last;
         last = b;
         if (progress) {
           std::lock_guard<std::mutex> lock(progress_mu);
           progress(done_bytes.load());
         }
-      });
+      };
+      reports[i] = verify_shard(todo[i].first, todo[i].second, one);
     }
   };
   std::vector<std::thread> pool;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "decode/exif_orientation.h"
 #include "decode/image_check.h"
 #include "decode/restart_index.h"
 #include "pack/ordered_pool.h"
@@ -42,6 +43,7 @@ struct Prepared {
   bool rewritten = false;
   uint64_t input_bytes = 0;
   uint64_t fast_crop_before = 0, fast_crop_after = 0;  // a JPEG rewritten for fast crop
+  bool exif_turned = false, exif_trimmed = false;       // exif_transpose turned it (and trimmed it)
   PreparedRecord record;
 };
 
@@ -164,6 +166,14 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
           return p;
         }
       }
+      if (options.exif_transpose && format == ImageFormat::kJpeg) {
+        ExifTranspose upright = jpeg_exif_transpose(bytes);
+        if (!upright.jpeg.empty()) {
+          bytes = std::move(upright.jpeg);
+          p.exif_turned = true;
+          p.exif_trimmed = upright.trimmed;
+        }
+      }
       if (options.fast_crop && format == ImageFormat::kJpeg) {
         p.fast_crop_before = bytes.size();
         bytes = internal::fast_crop_within_budget(bytes, {}, kFastCropMaxGrowth);
@@ -186,6 +196,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
 
   PackSummary summary;
   uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
+  uint64_t exif_turned = 0, exif_trimmed = 0;
   ProgressReporter progress("pack imagefolder", items.size(), total_bytes, options.progress);
   uint64_t done = 0;
   const int threads = resolve_threads(options.threads);
@@ -203,6 +214,8 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
           summary.skipped.push_back(msg);
         } else {
           if (p.rewritten) ++summary.rewritten;
+          exif_turned += p.exif_turned;
+          exif_trimmed += p.exif_trimmed;
           if (p.fast_crop_before) {
             ++fast_crop_jpegs;
             fast_crop_before += p.fast_crop_before;
@@ -217,6 +230,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   fill_summary(summary, m, writer);
   if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
     summary.notes.push_back(note);
+  if (std::string note = exif_transpose_note(exif_turned, exif_trimmed); !note.empty()) summary.notes.push_back(note);
   if (!ignored.empty())
     summary.notes.push_back("ignored " + std::to_string(ignored.size()) + " file" + (ignored.size() == 1 ? "" : "s") +
                             " without an image extension (" + ignored.front() + (ignored.size() > 1 ? ", ..." : "") +

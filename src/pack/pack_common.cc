@@ -181,6 +181,15 @@ std::string fast_crop_size_note(uint64_t jpegs, uint64_t before, uint64_t after)
   return buf;
 }
 
+std::string exif_transpose_note(uint64_t turned, uint64_t trimmed) {
+  if (turned == 0) return {};
+  std::string note = "exif transpose: " + std::to_string(turned) + " JPEG" + (turned == 1 ? "" : "s") +
+                     " turned upright (lossless)";
+  if (trimmed)
+    note += ", " + std::to_string(trimmed) + " of them trimmed by their partial edge MCU (< 16 px) to stay lossless";
+  return note;
+}
+
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {
   s.records = w.records();
   s.shards = m.shards.size();

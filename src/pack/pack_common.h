@@ -69,6 +69,10 @@ inline constexpr double kFastCropMaxGrowth = 0.05;
 /// -> 10.6 MiB (+3.9 %)"), or "" when none was rewritten.
 std::string fast_crop_size_note(uint64_t jpegs, uint64_t bytes_before, uint64_t bytes_after);
 
+/// The note on what exif_transpose did ("exif transpose: 12 JPEGs turned upright
+/// (lossless), 3 of them trimmed ..."), or "" when no JPEG was turned.
+std::string exif_transpose_note(uint64_t turned, uint64_t trimmed);
+
 /// Fills records/shards/bytes/raw/stored of `summary` from a finished writer.
 void fill_summary(PackSummary& summary, const Manifest& manifest, const DatasetWriter& writer);
 

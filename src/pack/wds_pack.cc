@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "decode/exif_orientation.h"
 #include "decode/image_check.h"
 #include "decode/restart_index.h"
 #include "format/npy.h"
@@ -297,6 +298,7 @@ struct Prepared {
   bool rewritten = false;
   uint64_t fast_crop_before = 0, fast_crop_after = 0;  // JPEGs rewritten for fast crop
   uint64_t fast_crop_jpegs = 0;
+  uint64_t exif_turned = 0, exif_trimmed = 0;  // JPEGs exif_transpose turned (and trimmed)
   PreparedRecord record;
 };
 
@@ -360,6 +362,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   uint64_t consumed_before = 0;  // bytes of finished tars
   uint64_t samples_seen = 0, incomplete = 0;
   uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
+  uint64_t exif_turned = 0, exif_trimmed = 0;
 
   auto produce = [&](const Sample& s) {
     Prepared p;
@@ -374,7 +377,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
     }
     std::vector<std::span<const uint8_t>> fields(schema.fields.size());
     std::vector<std::array<uint8_t, 8>> scalars(schema.fields.size());
-    std::vector<std::vector<uint8_t>> rewritten(schema.fields.size());  // --fast-crop JPEGs
+    std::vector<std::vector<uint8_t>> rewritten(schema.fields.size());  // JPEGs turned upright or rewritten for fast crop
     fields[0] = as_bytes(s.key);
     for (size_t f = 1; f < schema.fields.size(); ++f) {
       const Field& field = schema.fields[f];
@@ -401,11 +404,27 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
             }
           }
           fields[f] = data;
+          if (options.exif_transpose && image_format_of(data) == ImageFormat::kJpeg) {
+            try {
+              ExifTranspose upright = jpeg_exif_transpose(data);
+              if (!upright.jpeg.empty()) {
+                rewritten[f] = std::move(upright.jpeg);
+                fields[f] = rewritten[f];
+                ++p.exif_turned;
+                p.exif_trimmed += upright.trimmed;
+              }
+            } catch (const Error& e) {
+              p.bad = mwhere + ": " + e.what();
+              return p;
+            }
+          }
           if (options.fast_crop && image_format_of(data) == ImageFormat::kJpeg) {
             try {
-              rewritten[f] = internal::fast_crop_within_budget(data, {}, kFastCropMaxGrowth);
-              p.fast_crop_before += data.size();
-              p.fast_crop_after += rewritten[f].size();
+              const std::span<const uint8_t> source = fields[f];
+              std::vector<uint8_t> fast = internal::fast_crop_within_budget(source, {}, kFastCropMaxGrowth);
+              p.fast_crop_before += source.size();
+              p.fast_crop_after += fast.size();
+              rewritten[f] = std::move(fast);
               ++p.fast_crop_jpegs;
             } catch (const Error& e) {
               p.bad = mwhere + ": " + e.what();
@@ -495,6 +514,8 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
             fast_crop_jpegs += p.fast_crop_jpegs;
             fast_crop_before += p.fast_crop_before;
             fast_crop_after += p.fast_crop_after;
+            exif_turned += p.exif_turned;
+            exif_trimmed += p.exif_trimmed;
           }
         });
     samples_seen += batch.size();
@@ -566,6 +587,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   if (incomplete) writer.manifest().meta["skipped_incomplete"] = std::to_string(incomplete);
   Manifest done = finish_nonempty(writer, "pack wds", summary);
   fill_summary(summary, done, writer);
+  if (std::string note = exif_transpose_note(exif_turned, exif_trimmed); !note.empty()) summary.notes.push_back(note);
   if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
     summary.notes.push_back(note);
   if (incomplete) summary.notes.push_back("skipped " + std::to_string(incomplete) + " incomplete samples");

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "format/record_checks.h"
 #include "format/shard_layout.h"
 #include "pipeline/producer.h"
 #include "stoker/crc32c.h"
@@ -21,12 +22,7 @@ std::vector<std::span<const uint8_t>> record_fields(const Schema& schema, const 
     return unpack_record_into(schema, loc, stored, scratch, where);
   }
   // Zero-copy: check the CRC and slice the fields out of the buffer read.
-  const uint32_t crc = crc32c(stored.data(), stored.size());
-  if (crc != loc.crc) {
-    char b[96];
-    std::snprintf(b, sizeof b, ": checksum mismatch (stored 0x%08x, computed 0x%08x)", loc.crc, crc);
-    throw Error(ErrorCode::kDataLoss, where + b);
-  }
+  check_record_crc(schema, loc, stored, where);
   return slice_fields(stored.data(), loc);
 }
 

@@ -3,7 +3,7 @@
 // Whatever the input, stoker must not crash, hang, leak or read out of bounds: every
 // failure has to surface as a stoker::Error. Exercised: the train transform (ROI decode,
 // DCT scaling, resize), the eval transform, the header probe and, for small inputs, the
-// lossless baseline rewrite. max_pixels is lowered so that declared sizes cannot make a
+// lossless baseline rewrite and EXIF orientation turn. max_pixels is lowered so that declared sizes cannot make a
 // single input take seconds (the limit itself is what is being tested for big ones).
 //
 // Build: CC=clang CXX=clang++ cmake -S . -B build-fuzz -DSTOKER_BUILD_FUZZ=ON
@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "decode/exif_orientation.h"
 #include "stoker/error.h"
 #include "stoker/image.h"
 
@@ -41,6 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const stoker::Error&) {
   }
 
+  const int orientation = stoker::internal::jpeg_exif_orientation(bytes);
+  if (orientation < 0 || orientation > 8) __builtin_trap();
+
   try {
     stoker::probe_jpeg(bytes);
   } catch (const stoker::Error&) {
@@ -51,6 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto info = stoker::probe_jpeg(bytes);
       if (static_cast<uint64_t>(info.width) * info.height <= (1u << 20)) {
         stoker::jpeg_to_baseline(bytes);
+        stoker::internal::jpeg_exif_transpose(bytes);
       }
     } catch (const stoker::Error&) {
     }

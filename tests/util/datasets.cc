@@ -1,6 +1,7 @@
 #include "util/datasets.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <span>
 #include <vector>
 
@@ -13,12 +14,17 @@ namespace stoker::testing {
 void write_image_dataset(const std::string& dir, const ImageDatasetSpec& spec) {
   DatasetWriterOptions o;
   o.shard_size = spec.shard_size;
-  DatasetWriter w(dir, Schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}}, o);
+  Schema schema{{Field{"jpeg", FieldKind::kJpeg}, Field{"label", FieldKind::kInt64}}};
+  if (spec.keys) schema.fields.push_back(Field{kKeyField, FieldKind::kText});
+  DatasetWriter w(dir, schema, o);
   for (int i = 0; i < spec.count; ++i) {
     const auto [width, height] = spec.size(i);
     const auto jpeg = make_jpeg(width, height, static_cast<uint32_t>(i), spec.quality);
     const auto label = internal::le64(i % spec.classes);
+    char key[32];
+    const int key_len = std::snprintf(key, sizeof key, "img-%05d", i);
     std::vector<std::span<const uint8_t>> f{jpeg, label};
+    if (spec.keys) f.emplace_back(reinterpret_cast<const uint8_t*>(key), static_cast<size_t>(key_len));
     w.add(f);
   }
   if (spec.class_names)

@@ -24,9 +24,12 @@ struct ImageDatasetSpec {
     return std::pair<int, int>{40 + (i * 7) % 50, 30 + (i * 11) % 40};
   };
   int quality = 85;
+  /// Add a third field, "__key__" (text "img-NNNNN", N = i): what error messages name.
+  bool keys = false;
 };
 
-/// Fields "jpeg" (make_jpeg(w, h, seed i)) and "label" (int64 i % classes).
+/// Fields "jpeg" (make_jpeg(w, h, seed i)) and "label" (int64 i % classes), and
+/// "__key__" when spec.keys.
 void write_image_dataset(const std::string& dir, const ImageDatasetSpec& spec);
 
 /// Tokens: a stream of `tokens` values (position % 65521, uint16), rows of seq_len L
