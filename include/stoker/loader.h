@@ -326,10 +326,6 @@ struct LoaderStats {
   double consumer_wait_frac() const;
 };
 
-namespace internal {
-struct LoaderOutputs;  // the library's own view of a Loader's outputs (a mixture's planning)
-}  // namespace internal
-
 class Loader {
  public:
   /// Opens the dataset and checks the options (kInvalidArgument naming the option).
@@ -380,8 +376,7 @@ class Loader {
   const std::vector<std::string>& class_names() const noexcept;
 
  private:
-  friend struct internal::LoaderOutputs;
-  struct Impl;
+  struct Impl;  // the feed (one dataset, or a mixture) and the consumer guard
   std::unique_ptr<Impl> impl_;
 };
 
