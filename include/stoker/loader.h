@@ -55,11 +55,6 @@ enum class OnError {
   kError,  ///< stop: next() throws the error, naming shard, record and reason (default)
   kSkip,   ///< drop it, count it (stats().skipped), log it once, keep batches full
 };
-/// How a remote dataset's records are fetched (LoaderOptions::remote_reads).
-enum class RemoteReads { kAuto, kShards, kRecords };
-const char* remote_reads_name(RemoteReads r) noexcept;  ///< "auto", "shards", "records"
-RemoteReads remote_reads_from_name(const std::string& s);  ///< throws kInvalidArgument
-
 const char* on_error_name(OnError e) noexcept;
 OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"
 

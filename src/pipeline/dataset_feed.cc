@@ -96,7 +96,8 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   ctx.rank = rank;
   ShardReaderOptions ro;
   ro.max_record_bytes = opt.max_record_bytes;
-  ctx.cached = CachedShards::open(opt);
+  ctx.cached = CachedShards::open(CachedShardsOptions{opt.path, opt.cache_dir, opt.cache_limit, opt.cache_prefetch,
+                                                      opt.remote, opt.max_record_bytes});
   ctx.dataset = Dataset::open(ctx.cached ? ctx.cached->local_dir() : opt.path, ro);
   const Dataset& dataset = *ctx.dataset;
   const Schema& schema = dataset.schema();
@@ -105,7 +106,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   TokenFacts tok;
   tok.field = tokens_field(schema);
   tokens = tok.field >= 0;
-  if (ctx.cached) ctx.cached->choose_reads(opt, tokens);
+  if (ctx.cached) ctx.cached->choose_reads(opt.remote_reads, tokens, opt.order.kind);
   if (!tokens && opt.targets)
     throw_error(ErrorCode::kInvalidArgument, "targets: next-token targets need token data, and " + opt.path +
                                                  " holds records (schema " + schema.to_string() + ")");

@@ -51,8 +51,8 @@ class Feed {
 };
 
 /// Checks what the options say on their own, before any dataset is opened: the batch
-/// size, the skip budget, normalisation, rank and world size, a mixture's lists.
-/// kInvalidArgument naming the option.
+/// size, the skip budget, normalisation, a mixture's lists (rank and world size:
+/// resolve_rank). kInvalidArgument naming the option.
 void check_options(const LoaderOptions& opt);
 
 /// This rank and the world size: LoaderOptions::rank / world_size when given (a valid

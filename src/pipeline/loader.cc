@@ -14,14 +14,7 @@ namespace stoker {
 
 namespace {
 constexpr internal::EnumName<OnError> kOnErrorNames[] = {{OnError::kError, "error"}, {OnError::kSkip, "skip"}};
-constexpr internal::EnumName<RemoteReads> kRemoteReadsNames[] = {
-    {RemoteReads::kAuto, "auto"}, {RemoteReads::kShards, "shards"}, {RemoteReads::kRecords, "records"}};
 }  // namespace
-
-const char* remote_reads_name(RemoteReads r) noexcept { return internal::enum_name(kRemoteReadsNames, r, "auto"); }
-RemoteReads remote_reads_from_name(const std::string& s) {
-  return internal::enum_from_name(kRemoteReadsNames, s, "remote_reads");
-}
 
 const char* on_error_name(OnError e) noexcept { return internal::enum_name(kOnErrorNames, e, "error"); }
 OnError on_error_from_name(const std::string& s) { return internal::enum_from_name(kOnErrorNames, s, "on_error"); }

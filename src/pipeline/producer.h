@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/cached_shards.h"
 #include "pipeline/output.h"
 #include "pipeline/slot_ring.h"
+#include "remote/cached_shards.h"
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
