@@ -7,7 +7,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "diagnose/loader_report.h"
+#include "pipeline/loader_report.h"
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
 #include "pipeline/slot_ring.h"
