@@ -275,20 +275,19 @@ std::optional<Batch> MixtureFeed::next(bool block, bool* would_wait) {
     *would_wait = true;
     return std::nullopt;
   }
-  MixtureFeed& m = *this;
-  if (m.next_k >= m.sched->num_batches()) return std::nullopt;
-  const uint64_t k = m.next_k;
-  const uint64_t n = m.sched->batch_length(k);
+  if (next_k >= sched->num_batches()) return std::nullopt;
+  const uint64_t k = next_k;
+  const uint64_t n = sched->batch_length(k);
   auto lease = std::make_shared<OwnedLease>();
-  lease->mem.reset(new uint8_t[m.batch_bytes]);
-  lease->values.resize(m.vars);
-  lease->offsets.assign(m.vars, std::vector<int64_t>(n + 1, 0));
+  lease->mem.reset(new uint8_t[batch_bytes]);
+  lease->values.resize(vars);
+  lease->offsets.assign(vars, std::vector<int64_t>(n + 1, 0));
   for (uint64_t j = 0; j < n; ++j) {
-    const MixtureOrder::Draw d = m.draw_at(m.sched->position(k, j));
-    const uint64_t i = m.sample(d.source, d.source_epoch, d.position).second;
-    const std::vector<const TensorView*>& views = m.src[d.source].views;
-    for (size_t t = 0; t < m.outs.size(); ++t) {
-      const Out& o = m.outs[t];
+    const MixtureOrder::Draw d = draw_at(sched->position(k, j));
+    const uint64_t i = sample(d.source, d.source_epoch, d.position).second;
+    const std::vector<const TensorView*>& views = src[d.source].views;
+    for (size_t t = 0; t < outs.size(); ++t) {
+      const Out& o = outs[t];
       if (o.var < 0) {
         uint8_t* dst = lease->mem.get() + o.spec.offset + j * o.spec.item_bytes;
         if (o.is_source) {
@@ -329,7 +328,7 @@ std::optional<Batch> MixtureFeed::next(bool block, bool* would_wait) {
     }
   }
   std::vector<TensorView> views;
-  for (const Out& o : m.outs) {
+  for (const Out& o : outs) {
     TensorView v;
     v.name = o.spec.name;
     v.dtype = o.spec.dtype;
@@ -347,10 +346,10 @@ std::optional<Batch> MixtureFeed::next(bool block, bool* would_wait) {
     for (int64_t d : o.spec.shape) v.shape.push_back(d);
     views.push_back(std::move(v));
   }
-  m.next_k++;
-  m.batches_out++;
-  m.samples_out += n;
-  return Batch(std::move(views), std::move(lease), m.epoch_, k, n);
+  next_k++;
+  batches_out++;
+  samples_out += n;
+  return Batch(std::move(views), std::move(lease), epoch_, k, n);
 }
 
 void MixtureFeed::set_epoch(uint64_t e) {
