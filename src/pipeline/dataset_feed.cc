@@ -84,7 +84,6 @@ class DatasetFeed final : public Feed {
   bool first_run = true;
   std::atomic<double> first_batch_fetch_wait{0};  // CacheStats::wait_s at the run's first batch
 
-  void open();
   void start_run();
   void stop_run();
   Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
