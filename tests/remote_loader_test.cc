@@ -167,6 +167,26 @@ TEST_F(RemoteLoader, BatchesEqualTheLocalOnesEpochAfterEpochAndLaterEpochsFetchN
   }
 }
 
+// Opening a remote dataset fetches its MANIFEST once, whatever the cache's size (0: the
+// dataset's, known only from the MANIFEST): the cached shard adapter hands the copy it
+// fetched to the shard cache, and the dataset is opened on the cache's local copy.
+TEST_F(RemoteLoader, ManifestIsFetchedOnceBeforeTheFirstBatch) {
+  const auto manifest_gets = [](const std::map<std::string, int>& requests) {
+    const auto it = requests.find("/ds/MANIFEST");
+    return it == requests.end() ? 0 : it->second;
+  };
+  for (const uint64_t limit : {uint64_t{0}, 2 * largest_shard(manifest_)}) {
+    SCOPED_TRACE("cache_limit " + std::to_string(limit));
+    TempDir cache;
+    LoaderOptions ro = rank_options(cache).second;
+    ro.cache_limit = limit;
+    const int before = manifest_gets(nginx_.requests());
+    Loader remote(ro);
+    ASSERT_TRUE(remote.next().has_value());
+    EXPECT_EQ(manifest_gets(nginx_.requests()) - before, 1);
+  }
+}
+
 // Token data needs every shard's index when the loader opens: all shards arrive then.
 TEST_F(RemoteLoader, TokenRowsEqualTheLocalOnesToo) {
   const Manifest m = write_tokens(root_.str("tok"));

@@ -55,11 +55,6 @@ enum class OnError {
   kError,  ///< stop: next() throws the error, naming shard, record and reason (default)
   kSkip,   ///< drop it, count it (stats().skipped), log it once, keep batches full
 };
-/// How a remote dataset's records are fetched (LoaderOptions::remote_reads).
-enum class RemoteReads { kAuto, kShards, kRecords };
-const char* remote_reads_name(RemoteReads r) noexcept;  ///< "auto", "shards", "records"
-RemoteReads remote_reads_from_name(const std::string& s);  ///< throws kInvalidArgument
-
 const char* on_error_name(OnError e) noexcept;
 OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"
 
@@ -326,10 +321,6 @@ struct LoaderStats {
   double consumer_wait_frac() const;
 };
 
-namespace internal {
-struct LoaderOutputs;  // the library's own view of a Loader's outputs (a mixture's planning)
-}  // namespace internal
-
 class Loader {
  public:
   /// Opens the dataset and checks the options (kInvalidArgument naming the option).
@@ -380,8 +371,7 @@ class Loader {
   const std::vector<std::string>& class_names() const noexcept;
 
  private:
-  friend struct internal::LoaderOutputs;
-  struct Impl;
+  struct Impl;  // the feed (one dataset, or a mixture) and the consumer guard
   std::unique_ptr<Impl> impl_;
 };
 

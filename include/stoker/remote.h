@@ -61,6 +61,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -80,6 +81,11 @@ bool is_remote_url(std::string_view location);
 
 /// `url` with any userinfo ("user:pass@") replaced by "***@": safe to print.
 std::string redact_url(std::string_view url);
+
+/// How a remote dataset's records are fetched (LoaderOptions::remote_reads).
+enum class RemoteReads { kAuto, kShards, kRecords };
+const char* remote_reads_name(RemoteReads r) noexcept;  ///< "auto", "shards", "records"
+RemoteReads remote_reads_from_name(const std::string& s);  ///< throws kInvalidArgument
 
 struct RemoteOptions {
   /// Ranged GETs in flight at once per fetch call (1..256).
@@ -220,9 +226,11 @@ class ShardCache {
     size_t shard_ = 0;
   };
 
-  /// Reads the remote manifest, stores it as <dir>/<key>/MANIFEST, removes stale
-  /// `.part` files. Throws kInvalidArgument when limit < the largest shard.
-  static std::shared_ptr<ShardCache> open(std::shared_ptr<RemoteStore> store, CacheOptions options);
+  /// Reads the remote manifest (unless the caller has it already: `manifest`, as read
+  /// from `store`), stores it as <dir>/<key>/MANIFEST, removes stale `.part` files.
+  /// Throws kInvalidArgument when limit < the largest shard.
+  static std::shared_ptr<ShardCache> open(std::shared_ptr<RemoteStore> store, CacheOptions options,
+                                          std::optional<Manifest> manifest = std::nullopt);
   ~ShardCache();
 
   const Manifest& manifest() const noexcept;

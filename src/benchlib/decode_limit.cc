@@ -62,7 +62,7 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
     m.facts = plan_image_fields(m.opt, schema, m.ctx);
     for (auto& t : m.ctx.tensors) {
       t.offset = m.sample_bytes;
-      m.sample_bytes += (t.sample_bytes + 255) / 256 * 256;
+      m.sample_bytes += (t.item_bytes + 255) / 256 * 256;
     }
   }
   Dataset& ds = *m.ds;

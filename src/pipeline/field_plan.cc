@@ -97,11 +97,7 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
       throw_error(ErrorCode::kInvalidArgument, "fields['" + name + "']: the dataset has no field '" + name +
                                                    "' (its fields: " + field_names(schema) + ")");
   auto add_var = [&](std::string name, TensorKind kind, ElemType t, std::vector<int64_t> inner) {
-    VarOut v{std::move(name), kind, t, std::move(inner), 1};
-    v.row_bytes = elem_size(t);
-    for (int64_t d : v.inner) v.row_bytes *= static_cast<size_t>(d);
-    ctx.vars.push_back(std::move(v));
-    return static_cast<int>(ctx.vars.size() - 1);
+    return ctx.add_var(Output::variable(std::move(name), kind, t, std::move(inner)));
   };
 
   int first_image = -1, first_int64 = -1;

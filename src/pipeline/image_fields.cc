@@ -38,12 +38,12 @@ void put_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& jo
     const std::span<const uint8_t> bytes = fields[static_cast<size_t>(o.field)];
     switch (o.how) {
       case FieldOut::How::kImage: {
-        const TensorLayout& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
-        uint8_t* out = ctx.tensor_ptr(job, o.tensor) + j * tl.sample_bytes;
+        const Output& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
+        uint8_t* out = ctx.tensor_ptr(job, o.tensor) + j * tl.item_bytes;
         // The first image field draws as it always has; others get draws of their own.
         const uint64_t seed = sample_seed(ctx.order_opt.seed + o.seed_salt * 0x9E3779B97F4A7C15ull, epoch, sample);
         if (opt.pixel_format == PixelFormat::kU8HWC) {
-          results[x] = dec.decode(bytes, o.transform, seed, out, tl.sample_bytes);
+          results[x] = dec.decode(bytes, o.transform, seed, out, tl.item_bytes);
         } else {
           const int S = o.transform.size;
           pixels.resize(static_cast<size_t>(S) * S * 3);
@@ -53,9 +53,9 @@ void put_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& jo
         break;
       }
       case FieldOut::How::kFollow: {
-        const TensorLayout& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
+        const Output& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
         results[x] = dec.decode_with(bytes, results[static_cast<size_t>(o.leader)].geometry, o.follow,
-                                     ctx.tensor_ptr(job, o.tensor) + j * tl.sample_bytes, tl.sample_bytes);
+                                     ctx.tensor_ptr(job, o.tensor) + j * tl.item_bytes, tl.item_bytes);
         break;
       }
       case FieldOut::How::kCopy:

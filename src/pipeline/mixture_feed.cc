@@ -1,4 +1,4 @@
-// MixtureFeed (mixture_feed.h).
+// The mixture feed (mixture_feed.h).
 #include "pipeline/mixture_feed.h"
 
 #include <algorithm>
@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "pipeline/dataset_feed.h"
 #include "stoker/error.h"
 #include "stoker/mixture.h"
 #include "util/log.h"
@@ -37,31 +38,46 @@ const char* kind_name(TensorKind k) {
   return "?";
 }
 
-std::string describe(const OutputSpec& o) {
+std::string describe(const Output& o) {
   std::string d = std::string(kind_name(o.kind)) + " " + elem_type_name(o.dtype);
-  if (!o.inner.empty() || o.kind == TensorKind::kDense) {
+  if (!o.shape.empty() || o.kind == TensorKind::kDense) {
     d += o.kind == TensorKind::kDense ? " [B" : " [n";
-    for (int64_t x : o.inner) d += ", " + std::to_string(x);
+    for (int64_t x : o.shape) d += ", " + std::to_string(x);
     d += "]";
   }
   return d;
 }
 
-bool same(const OutputSpec& a, const OutputSpec& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.inner == b.inner && a.cumulative == b.cumulative;
-}
+class MixtureFeed final : public Feed {
+ public:
+  MixtureFeed(const LoaderOptions& options, RankInfo rank);
 
-}  // namespace
+  std::optional<Batch> next(bool block, bool* would_wait) override;
+  void set_epoch(uint64_t e) override;
+  uint64_t epoch() const noexcept override { return epoch_; }
+  uint64_t num_batches() const override { return sched->num_batches(); }
+  uint64_t epoch_samples() const noexcept override { return order->size(); }
+  OrderState state() const override;
+  void load_state(const OrderState& s) override;
+  void close() override;
+  /// The sources' summed figures (their runs), this run's batches and samples.
+  LoaderStats stats() const override;
+  const LoaderOptions& options() const noexcept override { return opt; }
+  const std::vector<Output>& outputs() const noexcept override { return out_specs; }
+  const std::vector<std::string>& class_names() const noexcept override {
+    static const std::vector<std::string> none;
+    return none;
+  }
 
-struct MixtureFeed::Impl {
+ private:
   LoaderOptions opt;
   RankInfo rank;
   std::vector<MixtureSource> sizes;
   struct Source {
-    std::unique_ptr<Loader> loader;
-    uint64_t epoch = UINT64_MAX;  // the source epoch the loader runs (UINT64_MAX: none yet)
+    std::unique_ptr<Feed> feed;
+    uint64_t epoch = UINT64_MAX;  // the source epoch the feed runs (UINT64_MAX: none yet)
     std::optional<Batch> cur;     // the batch holding positions [cur_pos, cur_pos + size)
-    uint64_t cur_pos = 0, next_pos = 0;  // next_pos: where the loader's next batch starts
+    uint64_t cur_pos = 0, next_pos = 0;  // next_pos: where the feed's next batch starts
     std::vector<const TensorView*> views;  // per output (outs' order): `cur`'s; null for "source"
     std::map<std::string, std::string> own_name;  // mixture output name -> this source's (source_fields)
     const std::string& own(const std::string& name) const {
@@ -70,30 +86,26 @@ struct MixtureFeed::Impl {
     }
   };
   std::vector<Source> src;
-  uint64_t epoch = 0, start_consumed = 0;
-  std::atomic<bool> closed{false};  // close(): next() throws kCancelled
+  uint64_t epoch_ = 0, start_consumed = 0;
   std::unique_ptr<MixtureOrder> order;
   std::unique_ptr<RankSchedule> sched;
   uint64_t next_k = 0;
   uint64_t table_block = UINT64_MAX;
   std::vector<MixtureOrder::Draw> table;  // the draws of block table_block
   std::atomic<uint64_t> batches_out{0}, samples_out{0};  // stats() may run on any thread
-  // The outputs, planned from the sources' loaders when the mixture opens.
+  // The outputs, planned from the sources' feeds when the mixture opens.
   struct Out {
-    OutputSpec spec;
+    Output spec;              // dense: offset in the batch's memory, item_bytes a sample's
     bool is_source = false;   // the mixture's own "source"
-    size_t sample_bytes = 0;  // dense: a sample's bytes
-    size_t offset = 0;        // dense: in the batch's memory
-    size_t row_bytes = 0;     // variable-size: bytes of one row of the first dimension
     int var = -1;             // variable-size: its place in OwnedLease::values
   };
   std::vector<Out> outs;
+  std::vector<Output> out_specs;  // outs' specs (outputs())
   size_t batch_bytes = 0, vars = 0;
 
   void start() {
-    order = std::make_unique<MixtureOrder>(sizes, opt.order.seed, epoch, opt.samples_per_epoch);
-    sched = std::make_unique<RankSchedule>(order->size(), opt.batch_size, rank.world_size, rank.rank, opt.drop_last,
-                                           start_consumed);
+    order = std::make_unique<MixtureOrder>(sizes, opt.order.seed, epoch_, opt.samples_per_epoch);
+    sched = std::make_unique<RankSchedule>(rank_schedule(order->size(), opt, rank, start_consumed));
     next_k = 0;
     table_block = UINT64_MAX;
     batches_out = samples_out = 0;  // stats() count the current run, as a Loader's do
@@ -103,17 +115,17 @@ struct MixtureFeed::Impl {
 
   // The outputs every source has, each agreeing across them; the others named in one warning.
   void plan_outputs() {
-    std::vector<std::vector<OutputSpec>> specs;
+    std::vector<std::vector<Output>> specs;
     for (size_t s = 0; s < src.size(); ++s) {
-      specs.push_back(LoaderOutputs::of(*src[s].loader));
+      specs.push_back(src[s].feed->outputs());
       if (s >= opt.source_fields.size()) continue;
       for (const auto& rename : opt.source_fields[s]) {
         const std::string& from = rename.first;
         const std::string& to = rename.second;
-        auto it = std::find_if(specs[s].begin(), specs[s].end(), [&](const OutputSpec& o) { return o.name == from; });
+        auto it = std::find_if(specs[s].begin(), specs[s].end(), [&](const Output& o) { return o.name == from; });
         if (it == specs[s].end()) {
           std::string have;
-          for (const OutputSpec& o : specs[s]) have += (have.empty() ? "" : ", ") + o.name;
+          for (const Output& o : specs[s]) have += (have.empty() ? "" : ", ") + o.name;
           throw_error(ErrorCode::kInvalidArgument, "source_fields: " + source_name(s) + " has no output '" + from +
                                                        "' to call '" + to + "' (it has " + have + ")");
         }
@@ -121,8 +133,8 @@ struct MixtureFeed::Impl {
         src[s].own_name[to] = from;
       }
     }
-    auto find = [](const std::vector<OutputSpec>& v, const std::string& name) -> const OutputSpec* {
-      for (const OutputSpec& o : v)
+    auto find = [](const std::vector<Output>& v, const std::string& name) -> const Output* {
+      for (const Output& o : v)
         if (o.name == name) return &o;
       return nullptr;
     };
@@ -135,15 +147,15 @@ struct MixtureFeed::Impl {
     };
     size_t off = 0;
     for (size_t s = 0; s < src.size(); ++s)
-      for (const OutputSpec& o : specs[s]) {
+      for (const Output& o : specs[s]) {
         if (o.name == "source")
           throw_error(ErrorCode::kInvalidArgument, source_name(s) + " has an output named 'source', the name the mixture gives its own");
         bool everywhere = true, seen_before = false;
         for (size_t t = 0; t < src.size(); ++t) {
-          const OutputSpec* other = find(specs[t], o.name);
+          const Output* other = find(specs[t], o.name);
           if (!other) everywhere = false;
           else if (t < s) seen_before = true;
-          else if (!same(o, *other))
+          else if (!o.same_layout(*other))
             throw_error(ErrorCode::kInvalidArgument, "mixture sources disagree on '" + o.name + "': " + source_name(s) +
                                                          " delivers " + describe(o) + ", " + source_name(t) + " " + describe(*other));
         }
@@ -154,14 +166,10 @@ struct MixtureFeed::Impl {
         }
         Out x;
         x.spec = o;
-        size_t inner = elem_size(o.dtype);
-        for (int64_t d : o.inner) inner *= static_cast<size_t>(d);
         if (o.kind == TensorKind::kDense) {
-          x.sample_bytes = inner;
-          x.offset = off;
-          off += align_up(inner * opt.batch_size);
+          x.spec.offset = off;
+          off += align_up(o.item_bytes * opt.batch_size);
         } else {
-          x.row_bytes = inner;
           x.var = static_cast<int>(vars++);
         }
         outs.push_back(std::move(x));
@@ -172,15 +180,15 @@ struct MixtureFeed::Impl {
                       "): batches would carry no data. Name their fields alike with source_fields (Python: "
                       "source_fields=[{\"jpg\": \"image\"}, {\"png\": \"image\"}]), one map per source");
     Out so;
-    so.spec = OutputSpec{"source", TensorKind::kDense, ElemType::kInt64, {}, false};
+    so.spec = Output::dense("source", ElemType::kInt64, {});
     so.is_source = true;
-    so.sample_bytes = 8;
-    so.offset = off;
-    off += align_up(8 * opt.batch_size);
+    so.spec.offset = off;
+    off += align_up(so.spec.item_bytes * opt.batch_size);
     // After the dense outputs, as a Loader's batches have its own (every output planned
     // is in source 0, whose outputs come dense first).
     outs.insert(std::find_if(outs.begin(), outs.end(), [](const Out& o) { return o.var >= 0; }), std::move(so));
     batch_bytes = off;
+    for (const Out& o : outs) out_specs.push_back(o.spec);
     if (!left_out.empty()) {
       const std::string msg = "mixture: leaving out outputs that not every source has: " + left_out;
       if (opt.warning_sink) opt.warning_sink(msg);
@@ -204,18 +212,18 @@ struct MixtureFeed::Impl {
     Source& x = src[s];
     if (x.epoch != e || pos < x.cur_pos) {  // another epoch, or a resume: start there
       x.cur.reset();
-      x.loader->set_epoch(e);
+      x.feed->set_epoch(e);
       if (pos > 0) {
-        OrderState st = x.loader->state();
+        OrderState st = x.feed->state();
         st.consumed = pos;
-        x.loader->load_state(st);
+        x.feed->load_state(st);
       }
       x.epoch = e;
       x.cur_pos = x.next_pos = pos;
     }
     while (!x.cur || pos >= x.cur_pos + x.cur->size()) {
       x.cur.reset();  // its slot back to the source's ring first
-      x.cur = x.loader->next();
+      x.cur = x.feed->next(true, nullptr);
       if (!x.cur)
         throw std::logic_error("mixture source " + std::to_string(s) + " ended its epoch before sample " +
                                std::to_string(pos));
@@ -233,28 +241,7 @@ struct MixtureFeed::Impl {
   }
 };
 
-MixtureFeed::MixtureFeed(const LoaderOptions& options) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.opt = options;
-  const LoaderOptions& opt = m.opt;
-  if (opt.weights.size() != opt.sources.size())
-    throw_error(ErrorCode::kInvalidArgument, "a mixture of " + std::to_string(opt.sources.size()) + " sources needs " +
-                                                 std::to_string(opt.sources.size()) + " weights, got " +
-                                                 std::to_string(opt.weights.size()));
-  if (!opt.source_fields.empty() && opt.source_fields.size() != opt.sources.size())
-    throw_error(ErrorCode::kInvalidArgument, "source_fields: one map per source (" + std::to_string(opt.sources.size()) +
-                                                 "), got " + std::to_string(opt.source_fields.size()));
-  if (opt.on_error != OnError::kError)
-    throw_error(ErrorCode::kInvalidArgument, "mixtures take on_error 'error' only (a skipped sample would shift a source's positions)");
-  if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
-  if (opt.rank >= 0 || opt.world_size >= 0) {
-    if (opt.rank < 0 || opt.world_size < 1 || opt.rank >= opt.world_size)
-      throw_error(ErrorCode::kInvalidArgument, "rank " + std::to_string(opt.rank) + " / world_size " +
-                                                   std::to_string(opt.world_size) + " is not a valid pair");
-    m.rank = RankInfo{static_cast<uint32_t>(opt.rank), static_cast<uint32_t>(opt.world_size)};
-  } else {
-    m.rank = rank_from_env();
-  }
+MixtureFeed::MixtureFeed(const LoaderOptions& options, RankInfo r) : opt(options), rank(r) {
   for (size_t s = 0; s < opt.sources.size(); ++s) {
     LoaderOptions so = opt;
     so.sources.clear();
@@ -269,45 +256,45 @@ MixtureFeed::MixtureFeed(const LoaderOptions& options) : impl_(std::make_unique<
     // The sources share the threads asked for (their decoders would otherwise contend
     // for the same CPUs, each source with the full count).
     if (opt.threads) so.threads = std::max<unsigned>(1, opt.threads / static_cast<unsigned>(opt.sources.size()));
-    Impl::Source x;
+    Source x;
     try {
-      x.loader = std::make_unique<Loader>(so);
+      x.feed = open_dataset_feed(so, RankInfo{0, 1});
     } catch (const Error& e) {
       // Which source an option does not fit (a field it lacks, ...).
-      throw Error(e.code(), m.source_name(s) + ": " + e.what());
+      throw Error(e.code(), source_name(s) + ": " + e.what());
     }
-    m.sizes.push_back(MixtureSource{x.loader->epoch_samples(), opt.weights[s]});
-    m.src.push_back(std::move(x));
+    sizes.push_back(MixtureSource{x.feed->epoch_samples(), opt.weights[s]});
+    src.push_back(std::move(x));
   }
-  m.plan_outputs();
-  m.start();
+  plan_outputs();
+  start();
 }
 
-MixtureFeed::~MixtureFeed() = default;
-
-std::optional<Batch> MixtureFeed::next() {
-  Impl& m = *impl_;
-  if (m.closed) throw_error(ErrorCode::kCancelled, "the mixture's Loader was closed (close()); it delivers no more batches");
-  if (m.next_k >= m.sched->num_batches()) return std::nullopt;
-  const uint64_t k = m.next_k;
-  const uint64_t n = m.sched->batch_length(k);
+std::optional<Batch> MixtureFeed::next(bool block, bool* would_wait) {
+  if (!block) {  // its next() waits on its sources and copies: always the caller's other thread
+    *would_wait = true;
+    return std::nullopt;
+  }
+  if (next_k >= sched->num_batches()) return std::nullopt;
+  const uint64_t k = next_k;
+  const uint64_t n = sched->batch_length(k);
   auto lease = std::make_shared<OwnedLease>();
-  lease->mem.reset(new uint8_t[m.batch_bytes]);
-  lease->values.resize(m.vars);
-  lease->offsets.assign(m.vars, std::vector<int64_t>(n + 1, 0));
+  lease->mem.reset(new uint8_t[batch_bytes]);
+  lease->values.resize(vars);
+  lease->offsets.assign(vars, std::vector<int64_t>(n + 1, 0));
   for (uint64_t j = 0; j < n; ++j) {
-    const MixtureOrder::Draw d = m.draw_at(m.sched->position(k, j));
-    const uint64_t i = m.sample(d.source, d.source_epoch, d.position).second;
-    const std::vector<const TensorView*>& views = m.src[d.source].views;
-    for (size_t t = 0; t < m.outs.size(); ++t) {
-      const Impl::Out& o = m.outs[t];
+    const MixtureOrder::Draw d = draw_at(sched->position(k, j));
+    const uint64_t i = sample(d.source, d.source_epoch, d.position).second;
+    const std::vector<const TensorView*>& views = src[d.source].views;
+    for (size_t t = 0; t < outs.size(); ++t) {
+      const Out& o = outs[t];
       if (o.var < 0) {
-        uint8_t* dst = lease->mem.get() + o.offset + j * o.sample_bytes;
+        uint8_t* dst = lease->mem.get() + o.spec.offset + j * o.spec.item_bytes;
         if (o.is_source) {
           const int64_t v = d.source;
           std::memcpy(dst, &v, 8);
         } else {
-          std::memcpy(dst, static_cast<const uint8_t*>(views[t]->data) + i * o.sample_bytes, o.sample_bytes);
+          std::memcpy(dst, static_cast<const uint8_t*>(views[t]->data) + i * o.spec.item_bytes, o.spec.item_bytes);
         }
         continue;
       }
@@ -335,19 +322,19 @@ std::optional<Batch> MixtureFeed::next() {
         offs[j + 1] = static_cast<int64_t>(vals.size() / 4);
         continue;
       }
-      const auto* from = static_cast<const uint8_t*>(v.data) + static_cast<size_t>(r0) * o.row_bytes;
-      vals.insert(vals.end(), from, from + static_cast<size_t>(r1 - r0) * o.row_bytes);
+      const auto* from = static_cast<const uint8_t*>(v.data) + static_cast<size_t>(r0) * o.spec.item_bytes;
+      vals.insert(vals.end(), from, from + static_cast<size_t>(r1 - r0) * o.spec.item_bytes);
       offs[j + 1] = offs[j] + (r1 - r0);
     }
   }
   std::vector<TensorView> views;
-  for (const Impl::Out& o : m.outs) {
+  for (const Out& o : outs) {
     TensorView v;
     v.name = o.spec.name;
     v.dtype = o.spec.dtype;
     v.kind = o.spec.kind;
     if (o.var < 0) {
-      v.data = lease->mem.get() + o.offset;
+      v.data = lease->mem.get() + o.spec.offset;
       v.shape.push_back(static_cast<int64_t>(n));
     } else {
       std::vector<uint8_t>& vals = lease->values[static_cast<size_t>(o.var)];
@@ -356,48 +343,42 @@ std::optional<Batch> MixtureFeed::next() {
       v.offsets = lease->offsets[static_cast<size_t>(o.var)].data();
       v.shape.push_back(v.offsets[n]);
     }
-    for (int64_t d : o.spec.inner) v.shape.push_back(d);
+    for (int64_t d : o.spec.shape) v.shape.push_back(d);
     views.push_back(std::move(v));
   }
-  m.next_k++;
-  m.batches_out++;
-  m.samples_out += n;
-  return Batch(std::move(views), std::move(lease), m.epoch, k, n);
+  next_k++;
+  batches_out++;
+  samples_out += n;
+  return Batch(std::move(views), std::move(lease), epoch_, k, n);
 }
 
 void MixtureFeed::set_epoch(uint64_t e) {
-  impl_->epoch = e;
-  impl_->start_consumed = 0;
-  impl_->start();
+  epoch_ = e;
+  start_consumed = 0;
+  start();
 }
 
-uint64_t MixtureFeed::epoch() const noexcept { return impl_->epoch; }
-uint64_t MixtureFeed::num_batches() const { return impl_->sched->num_batches(); }
-uint64_t MixtureFeed::epoch_samples() const noexcept { return impl_->order->size(); }
-
 OrderState MixtureFeed::state() const {
-  const Impl& m = *impl_;
-  OrderState s = OrderState::start(m.opt.order, m.order->size(), m.epoch);
-  s.consumed = m.sched->consumed_after(m.next_k);
+  OrderState s = OrderState::start(opt.order, order->size(), epoch_);
+  s.consumed = sched->consumed_after(next_k);
   return s;
 }
 
 void MixtureFeed::load_state(const OrderState& s) {
-  s.check_matches(impl_->opt.order, impl_->order->size());
-  impl_->epoch = s.epoch;
-  impl_->start_consumed = s.consumed;
-  impl_->start();
+  s.check_matches(opt.order, order->size());
+  epoch_ = s.epoch;
+  start_consumed = s.consumed;
+  start();
 }
 
 void MixtureFeed::close() {
-  impl_->closed = true;
-  for (auto& x : impl_->src) x.loader->close();  // a source's next() in progress throws kCancelled
+  for (auto& x : src) x.feed->close();  // a source's next() in progress throws kCancelled
 }
 
 LoaderStats MixtureFeed::stats() const {
   LoaderStats s;
-  for (const auto& x : impl_->src) {
-    const LoaderStats t = x.loader->stats();
+  for (const auto& x : src) {
+    const LoaderStats t = x.feed->stats();
     s.bytes_read += t.bytes_read;
     s.record_bytes += t.record_bytes;
     s.tokens = t.tokens;
@@ -416,12 +397,15 @@ LoaderStats MixtureFeed::stats() const {
     s.network.cache_bytes += t.network.cache_bytes;
     s.network.cache_limit += t.network.cache_limit;
   }
-  s.batches = impl_->batches_out;
-  s.samples = impl_->samples_out;
+  s.batches = batches_out;
+  s.samples = samples_out;
   return s;
 }
 
-int MixtureFeed::rank() const noexcept { return static_cast<int>(impl_->rank.rank); }
-int MixtureFeed::world_size() const noexcept { return static_cast<int>(impl_->rank.world_size); }
+}  // namespace
+
+std::unique_ptr<Feed> open_mixture_feed(const LoaderOptions& opt, RankInfo rank) {
+  return std::make_unique<MixtureFeed>(opt, rank);
+}
 
 }  // namespace stoker::internal

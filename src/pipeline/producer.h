@@ -3,7 +3,7 @@
 // A Producer runs one epoch's run at a time on its own threads (a "stoker-io" reader and
 // "stoker-dec/N" workers). For each batch k of the rank's schedule, in batch order, it
 // claims a free slot (Run::claim_locked), writes every sample's tensors at their
-// TensorLayout offsets, and hands the batch over with Run::finish_one / finish_all. A
+// Output offsets (output.h), and hands the batch over with Run::finish_one / finish_all. A
 // sample that cannot be read, checked or decoded goes to Context::sample_failed, which
 // fails the batch (OnError::kError) or marks the sample bad for skip compaction
 // (OnError::kSkip). A failure of the producer itself goes to Run::fail. Once Run::stop is
@@ -24,8 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/cached_shards.h"
+#include "pipeline/output.h"
 #include "pipeline/slot_ring.h"
+#include "remote/cached_shards.h"
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
@@ -34,20 +35,6 @@
 #include "stoker/loader.h"
 
 namespace stoker::internal {
-
-/// A variable-size output (text, bytes, an image as stored, a variable-length array):
-/// gathered per sample by the producer, laid out as values + offsets when the batch
-/// goes out.
-struct VarOut {
-  std::string name;
-  TensorKind kind = TensorKind::kBytes;
-  ElemType dtype = ElemType::kUint8;
-  std::vector<int64_t> inner;  ///< kRagged: the shape after the first dimension
-  size_t row_bytes = 1;        ///< bytes of one row of the first dimension
-  /// Out as one int32 array [total + 1] (kRagged): 0, then the running sum of every
-  /// sample's int32 values, in sample order (cu_seqlens).
-  bool cumulative = false;
-};
 
 /// What every producer reads, fixed when the Loader opens (run state is in Run).
 struct Context {
@@ -61,18 +48,22 @@ struct Context {
   RankInfo rank;
   CpuPlan cpu;
   unsigned threads = 1;
-  std::vector<TensorLayout> tensors;
-  std::vector<VarOut> vars;
+  std::vector<Output> tensors;  ///< the dense outputs, each at its offset in a slot
+  /// The variable-size outputs (text, bytes, an image as stored, a variable-length
+  /// array): gathered per sample by the producer into Job::var, laid out as values +
+  /// offsets when the batch goes out.
+  std::vector<Output> vars;
 
-  /// Appends an output tensor of `shape` per sample (laid out in the slot later);
-  /// returns its index in `tensors`.
+  /// Appends a dense output of `shape` per sample (laid out in the slot later); returns
+  /// its index in `tensors`.
   int add_tensor(std::string name, ElemType t, std::vector<int64_t> shape) {
-    TensorLayout l{std::move(name), t, std::move(shape), 0, 0};
-    size_t n = 1;
-    for (int64_t d : l.sample_shape) n *= static_cast<size_t>(d);
-    l.sample_bytes = n * elem_size(t);
-    tensors.push_back(std::move(l));
+    tensors.push_back(Output::dense(std::move(name), t, std::move(shape)));
     return static_cast<int>(tensors.size() - 1);
+  }
+  /// Appends a variable-size output; returns its index in `vars`.
+  int add_var(Output v) {
+    vars.push_back(std::move(v));
+    return static_cast<int>(vars.size() - 1);
   }
   uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
   /// A remote dataset read record by record (ranged GETs, CachedShards::record_reads).
@@ -133,6 +124,19 @@ struct TokenFacts {
   int position_t = -1, mask_t = -1, doc_ids_t = -1;  ///< tensors, -1: not asked for
   int seqlens_var = -1;  ///< Context::vars: per-row piece lengths for cu_seqlens
 };
+
+/// The schema's first tokens field (token data), or -1 (a dataset of records).
+int tokens_field(const Schema& schema);
+
+/// Token data: the rows of every record (the order's groups, one per record), read from
+/// the shard indexes; fills tok's row and record sizes (tok.field set). A remote
+/// dataset's shards are pinned in the cache one at a time meanwhile.
+std::vector<uint64_t> plan_token_rows(const Context& ctx, TokenFacts& tok);
+
+/// Token data's outputs under `opt` (tokens, targets, index, the document outputs); adds
+/// them to `ctx`. kInvalidArgument for a token_type that is not an integer type, or
+/// document outputs asked of a dataset packed without boundaries.
+void plan_token_outputs(const LoaderOptions& opt, const Schema& schema, TokenFacts& tok, Context& ctx);
 
 /// How one record field reaches the batch (image datasets).
 struct FieldOut {

@@ -11,7 +11,7 @@ namespace {
 void move_sample(const Context& ctx, Job& from, uint64_t j, Job& to, uint64_t i) {
   if (&from == &to && i == j) return;
   for (size_t t = 0; t < ctx.tensors.size(); ++t) {
-    const size_t n = ctx.tensors[t].sample_bytes;
+    const size_t n = ctx.tensors[t].item_bytes;
     std::memmove(ctx.tensor_ptr(to, static_cast<int>(t)) + i * n, ctx.tensor_ptr(from, static_cast<int>(t)) + j * n, n);
   }
   for (size_t v = 0; v < ctx.vars.size(); ++v) to.var[v][i] = std::move(from.var[v][j]);

@@ -41,15 +41,6 @@ inline uint64_t nanos(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
 }
 
-/// Where one output tensor lives inside a slot's single allocation.
-struct TensorLayout {
-  std::string name;
-  ElemType dtype = ElemType::kUint8;
-  std::vector<int64_t> sample_shape;  ///< without the batch dimension
-  size_t sample_bytes = 0;
-  size_t offset = 0;  ///< in the slot
-};
-
 struct SlotRing : std::enable_shared_from_this<SlotRing> {
   enum class State { kFree, kFilling, kReady, kLeased };
   struct Slot {

@@ -418,10 +418,10 @@ bool TokenProducer::put_token_row(Job& job, const TokenWindow& win, uint64_t s, 
   }
   const uint8_t* src = record + rec.rows_at + win.row_of[s] * f_.row_bytes;
   const DType stored = ctx_.dataset->schema().fields[static_cast<size_t>(f_.field)].dtype;
-  const TensorLayout& tl = ctx_.tensors[static_cast<size_t>(f_.tokens_t)];
-  copy_tokens(src, stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.tokens_t) + j * tl.sample_bytes);
+  const Output& tl = ctx_.tensors[static_cast<size_t>(f_.tokens_t)];
+  copy_tokens(src, stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.tokens_t) + j * tl.item_bytes);
   if (f_.targets_t >= 0)
-    copy_tokens(src + dtype_size(stored), stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.targets_t) + j * tl.sample_bytes);
+    copy_tokens(src + dtype_size(stored), stored, f_.seq_len, tl.dtype, ctx_.tensor_ptr(job, f_.targets_t) + j * tl.item_bytes);
   if (f_.docs_field >= 0) {
     // Written straight into the slot with streaming stores, like the tokens (written in
     // place through the cache, every line of the slot would first be read in).

@@ -378,12 +378,13 @@ ShardCache::~ShardCache() {
   for (auto& t : impl_->workers) t.join();
 }
 
-std::shared_ptr<ShardCache> ShardCache::open(std::shared_ptr<RemoteStore> store, CacheOptions o) {
+std::shared_ptr<ShardCache> ShardCache::open(std::shared_ptr<RemoteStore> store, CacheOptions o,
+                                             std::optional<Manifest> manifest) {
   if (o.dir.empty()) throw_error(ErrorCode::kInvalidArgument, "cache_dir is empty");
   if (o.fetch_threads < 1 || o.fetch_threads > 64) throw_error(ErrorCode::kInvalidArgument, "cache fetch_threads must be 1..64");
   auto impl = std::make_unique<Impl>();
   impl->store = std::move(store);
-  impl->manifest = impl->store->read_manifest();
+  impl->manifest = manifest ? std::move(*manifest) : impl->store->read_manifest();
   std::string largest;
   for (size_t s = 0; s < impl->manifest.shards.size(); ++s) {
     if (impl->manifest.shards[s].file_size > impl->max_shard) largest = impl->manifest.shards[s].name;

@@ -1,5 +1,5 @@
-// A loader over a remote dataset (LoaderOptions::path an http(s):// or s3:// URL):
-// the dataset is opened on a ShardCache's local directory, and a shard is acquired from
+// The loader's adapter to a remote dataset (LoaderOptions::path an http(s):// or s3://
+// URL): the dataset is opened on a ShardCache's local directory, and a shard is acquired from
 // the cache (downloaded first when it is not there) before the loader reads it.
 //
 // Holding: the loader holds a shard (a ShardCache::Pin, the Dataset's cached reader and
@@ -23,6 +23,9 @@
 // A shard read again later in the run (a shuffle) is acquired again, and downloaded
 // again when it was evicted meanwhile.
 //
+// The MANIFEST is fetched once, when the adapter opens: the cache takes that copy, and
+// the loader opens the dataset on it (manifest()).
+//
 // Records by ranged GET (LoaderOptions::remote_reads, chosen once the schema is known):
 // no shard is held or prefetched; use() and release() do nothing; the reader thread
 // reads through make_record_engine() and takes record locations from location(), each
@@ -45,25 +48,39 @@
 #include <vector>
 
 #include "stoker/dataset.h"
-#include "stoker/loader.h"
+#include "stoker/io.h"
 #include "stoker/order.h"
 #include "stoker/remote.h"
 
 namespace stoker::internal {
 
+/// The loader's options for a remote dataset (LoaderOptions' of the same names).
+struct CachedShardsOptions {
+  std::string url;              ///< the dataset's URL (path)
+  std::string cache_dir;        ///< required
+  uint64_t cache_limit = 0;     ///< 0: the dataset's size
+  unsigned cache_prefetch = 4;
+  RemoteOptions remote;
+  uint64_t max_record_bytes = 256ull << 20;
+};
+
 class CachedShards {
  public:
-  /// Null when opt.path is not a URL. Throws kInvalidArgument without cache_dir;
+  /// Null when o.url is not a URL. Throws kInvalidArgument without cache_dir;
   /// what RemoteStore/ShardCache::open throw (a cache_limit below the largest shard is
   /// kInvalidArgument naming the limit and the shard's size).
-  static std::shared_ptr<CachedShards> open(const LoaderOptions& opt);
+  static std::shared_ptr<CachedShards> open(const CachedShardsOptions& o);
 
   /// The dataset directory to open (MANIFEST, shards as they arrive).
   const std::string& local_dir() const { return cache_->local_dir(); }
+  /// The dataset's manifest, as fetched when the adapter opened.
+  const Manifest& manifest() const noexcept { return cache_->manifest(); }
 
-  /// Whole shards or records by ranged GET, as opt.remote_reads says for a dataset of
-  /// records (`tokens` false) or token data. kInvalidArgument: kRecords for token data.
-  void choose_reads(const LoaderOptions& opt, bool tokens);
+  /// Whole shards or records by ranged GET, as `asked` says, for a dataset of records
+  /// (`tokens` false) or token data read in `order` (a global shuffle of records through
+  /// a cache that cannot hold the dataset prefers records). kInvalidArgument: kRecords
+  /// for token data.
+  void choose_reads(RemoteReads asked, bool tokens, OrderKind order);
   bool record_reads() const noexcept { return records_; }
   /// Records by ranged GET: where record r of shard s lies (its index fetched on first
   /// use). Throws what RemoteShard::open throws (named URL, shard, reason).
@@ -126,6 +143,7 @@ class CachedShards {
   /// there is none.
   bool close_lru_idle_locked(size_t keep, const CloseFn& close);
 
+  std::string url_;  // redacted: for messages
   std::shared_ptr<RemoteStore> store_;
   std::shared_ptr<ShardCache> cache_;
   ShardReaderOptions reader_opt_;

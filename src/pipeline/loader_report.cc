@@ -1,4 +1,4 @@
-#include "diagnose/loader_report.h"
+#include "pipeline/loader_report.h"
 
 #include <algorithm>
 #include <cstdio>

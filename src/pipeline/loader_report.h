@@ -2,7 +2,7 @@
 // reports the bottleneck verdict of the interval with its evidence, and once more at
 // the end of each epoch, as text or JSON lines, to the options' sink or to stderr.
 // Interval verdicts are smoothed (BottleneckTracker) so a steady feed does not
-// flip-flop between stages.
+// flip-flop between stages. LoaderStats' own text and JSON (loader.h) are made beside it.
 //
 // Threading: the consumer's thread only.
 #pragma once

@@ -1,4 +1,4 @@
-#include "pipeline/cached_shards.h"
+#include "remote/cached_shards.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -7,7 +7,22 @@
 
 #include "remote/record_engine.h"
 #include "stoker/error.h"
+#include "util/enum_names.h"
 #include "util/log.h"
+
+namespace stoker {
+
+namespace {
+constexpr internal::EnumName<RemoteReads> kRemoteReadsNames[] = {
+    {RemoteReads::kAuto, "auto"}, {RemoteReads::kShards, "shards"}, {RemoteReads::kRecords, "records"}};
+}  // namespace
+
+const char* remote_reads_name(RemoteReads r) noexcept { return internal::enum_name(kRemoteReadsNames, r, "auto"); }
+RemoteReads remote_reads_from_name(const std::string& s) {
+  return internal::enum_from_name(kRemoteReadsNames, s, "remote_reads");
+}
+
+}  // namespace stoker
 
 namespace stoker::internal {
 
@@ -18,25 +33,23 @@ namespace {
 constexpr size_t kMaxSequence = size_t{1} << 20;
 }  // namespace
 
-std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
-  if (!is_remote_url(opt.path)) return nullptr;
-  if (opt.cache_dir.empty())
+std::shared_ptr<CachedShards> CachedShards::open(const CachedShardsOptions& o) {
+  if (!is_remote_url(o.url)) return nullptr;
+  if (o.cache_dir.empty())
     throw_error(ErrorCode::kInvalidArgument,
-                redact_url(opt.path) + ": a remote dataset is read through a local cache: set cache_dir");
-  auto store = RemoteStore::open(opt.path, opt.remote);
+                redact_url(o.url) + ": a remote dataset is read through a local cache: set cache_dir");
+  auto store = RemoteStore::open(o.url, o.remote);
+  Manifest manifest = store->read_manifest();
   CacheOptions co;
-  co.dir = opt.cache_dir;
-  if (opt.cache_limit == 0) {
-    const Manifest m = store->read_manifest();
-    co.limit = std::max<uint64_t>(m.total_bytes(), 1);  // room for the whole dataset
-  } else {
-    co.limit = opt.cache_limit;
-  }
-  co.prefetch = opt.cache_prefetch;
+  co.dir = o.cache_dir;
+  co.limit = o.cache_limit ? o.cache_limit : std::max<uint64_t>(manifest.total_bytes(), 1);  // 0: room for all of it
+  co.prefetch = o.cache_prefetch;
   auto c = std::make_shared<CachedShards>();
+  c->url_ = redact_url(o.url);
   c->store_ = store;
-  c->reader_opt_.max_record_bytes = opt.max_record_bytes;
-  c->cache_ = ShardCache::open(std::move(store), co);  // a limit below the largest shard throws, naming both
+  c->reader_opt_.max_record_bytes = o.max_record_bytes;
+  // A limit below the largest shard throws, naming both.
+  c->cache_ = ShardCache::open(std::move(store), co, std::move(manifest));
   // The most shards that fit whichever they are: as many of the largest as the limit
   // holds (at least one: ShardCache::open checked that the largest fits).
   std::vector<uint64_t> sizes;
@@ -57,22 +70,22 @@ std::shared_ptr<CachedShards> CachedShards::open(const LoaderOptions& opt) {
   return c;
 }
 
-void CachedShards::choose_reads(const LoaderOptions& opt, bool tokens) {
-  const std::string url = redact_url(opt.path);
-  if (opt.remote_reads == RemoteReads::kRecords && tokens)
+void CachedShards::choose_reads(RemoteReads asked, bool tokens, OrderKind order) {
+  const std::string& url = url_;
+  if (asked == RemoteReads::kRecords && tokens)
     throw_error(ErrorCode::kInvalidArgument,
                 url + ": remote_reads records reads records of a dataset of records one by one; token data is "
                       "read a window of shards at a time: use remote_reads auto or shards");
   // A global shuffle of records through a cache that holds only some of the shards
   // (token data's shuffle reads a window of shards at a time, which whole shards serve).
-  const bool small_shuffle = !tokens && opt.order.kind == OrderKind::kShuffled && hard_ < shards_.size();
-  records_ = opt.remote_reads == RemoteReads::kRecords || (opt.remote_reads == RemoteReads::kAuto && small_shuffle);
+  const bool small_shuffle = !tokens && order == OrderKind::kShuffled && hard_ < shards_.size();
+  records_ = asked == RemoteReads::kRecords || (asked == RemoteReads::kAuto && small_shuffle);
   // A server that ignores Range answers each record's GET with its whole shard: whole
   // shards through the cache cost less whatever the order (the store warned, naming it).
   if (records_ && !shards_.empty() && !store_->serves_ranges(cache_->manifest().shards.front().name)) {
     records_ = false;
     log_info(url + ": its server ignores Range, so shards are read whole through the cache instead of records "
-                   "by ranged GET (remote_reads " + std::string(remote_reads_name(opt.remote_reads)) + ")");
+                   "by ranged GET (remote_reads " + std::string(remote_reads_name(asked)) + ")");
   }
   const std::string holds = "cache_limit " + std::to_string(cache_->stats().limit) + " bytes holds " +
                             std::to_string(hard_) + " of the dataset's " + std::to_string(shards_.size()) + " shards";

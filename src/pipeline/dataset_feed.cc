@@ -1,0 +1,530 @@
+// The feed of one dataset (dataset_feed.h).
+#include "pipeline/dataset_feed.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "pipeline/loader_report.h"
+#include "pipeline/producer.h"
+#include "pipeline/skip_compaction.h"
+#include "pipeline/slot_ring.h"
+#include "stoker/diagnose.h"
+#include "stoker/error.h"
+#include "util/platform.h"
+
+namespace stoker::internal {
+
+namespace {
+
+class DatasetFeed final : public Feed {
+ public:
+  DatasetFeed(const LoaderOptions& options, RankInfo rank);
+  ~DatasetFeed() override { stop_run(); }
+  DatasetFeed(const DatasetFeed&) = delete;
+  DatasetFeed& operator=(const DatasetFeed&) = delete;
+
+  std::optional<Batch> next(bool block, bool* would_wait) override;
+  void set_epoch(uint64_t e) override;
+  uint64_t epoch() const noexcept override { return epoch_; }
+  uint64_t num_batches() const override;
+  uint64_t epoch_samples() const noexcept override { return ctx.layout->units(); }
+  OrderState state() const override;
+  void load_state(const OrderState& s) override;
+  void close() override;
+  LoaderStats stats() const override;
+  const LoaderOptions& options() const noexcept override { return opt; }
+  const std::vector<Output>& outputs() const noexcept override { return outputs_; }
+  const std::vector<std::string>& class_names() const noexcept override {
+    return ctx.dataset->manifest().class_names;
+  }
+
+ private:
+  LoaderOptions opt;
+  Context ctx;
+  std::vector<Output> outputs_;  // ctx.tensors, then ctx.vars
+  bool tokens = false;
+  bool fast_crop = false;  // manifest meta "fast_crop" (LoaderStats::fast_crop)
+  // Token data trims the final step to a multiple of the world size instead of padding it
+  // (order.h TailPolicy): padding would need the first window decompressed again.
+  TailPolicy tail_policy() const noexcept { return tokens ? TailPolicy::kTrim : TailPolicy::kPad; }
+  // LoaderOptions::max_skipped as a count of this run's samples.
+  uint64_t skip_budget(const RankSchedule& s) const {
+    const uint64_t nb = s.num_batches();
+    const uint64_t samples = nb ? (nb - 1) * s.batch_size() + s.batch_length(nb - 1) : 0;
+    const double m = opt.max_skipped.value_or(std::max(100.0, 0.01 * static_cast<double>(samples)));
+    if (m >= 1e19) return UINT64_MAX - 1;  // infinity: no limit (and no overflow below)
+    return m < 1 ? static_cast<uint64_t>(m * static_cast<double>(samples)) : static_cast<uint64_t>(m);
+  }
+  std::shared_ptr<SlotRing> ring;
+  std::unique_ptr<Run> run;
+  std::unique_ptr<Producer> producer;
+  std::unique_ptr<LoaderReporter> reporter;
+  std::atomic<bool> closed{false};  // close(): next() throws kCancelled
+
+  // ---- the consumer's side of the current run ----
+  uint64_t epoch_ = 0;
+  uint64_t start_consumed = 0;
+  std::atomic<bool> running{false};  // atomic, like the figures below: stats() may run on any thread
+  uint64_t next_deliver = 0;
+  // OnError::kSkip on one rank: the stream position the delivered batches reached (a
+  // batch filled up from later batches reaches into them); state() resumes there.
+  std::optional<uint64_t> stream_consumed;
+  std::exception_ptr delivered_error;  // sticky after a throw
+  std::atomic<Clock::time_point> run_start{};
+  std::atomic<double> first_batch_s{0};
+  std::atomic<uint64_t> batches_out{0}, samples_out{0}, record_bytes_out{0};
+  // A remote dataset's cache figures when the current run started (zero for the first
+  // run, which so includes opening the dataset). Written by the consumer thread between
+  // runs, read by stats() on any thread.
+  mutable std::mutex net_mu;
+  CacheStats net_base;
+  bool first_run = true;
+  std::atomic<double> first_batch_fetch_wait{0};  // CacheStats::wait_s at the run's first batch
+
+  void start_run();
+  void stop_run();
+  Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
+  LoaderStats snapshot() const;
+};
+
+DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(options) {
+  ctx.opt = &opt;
+  ctx.rank = rank;
+  ShardReaderOptions ro;
+  ro.max_record_bytes = opt.max_record_bytes;
+  ctx.cached = CachedShards::open(CachedShardsOptions{opt.path, opt.cache_dir, opt.cache_limit, opt.cache_prefetch,
+                                                      opt.remote, opt.max_record_bytes});
+  ctx.dataset = Dataset::open(ctx.cached ? ctx.cached->local_dir() : opt.path, ro);
+  const Dataset& dataset = *ctx.dataset;
+  const Schema& schema = dataset.schema();
+  if (auto it = dataset.manifest().meta.find("fast_crop"); it != dataset.manifest().meta.end() && it->second == "1")
+    fast_crop = true;
+  TokenFacts tok;
+  tok.field = tokens_field(schema);
+  tokens = tok.field >= 0;
+  if (ctx.cached) ctx.cached->choose_reads(opt.remote_reads, tokens, opt.order.kind);
+  if (!tokens && opt.targets)
+    throw_error(ErrorCode::kInvalidArgument, "targets: next-token targets need token data, and " + opt.path +
+                                                 " holds records (schema " + schema.to_string() + ")");
+  if (tokens && !opt.fields.empty())
+    throw_error(ErrorCode::kInvalidArgument, "fields: per-field transforms apply to datasets of records, not to token data");
+
+  ctx.order_opt = opt.order;
+  std::vector<uint64_t> groups;
+  if (tokens) {
+    groups = plan_token_rows(ctx, tok);
+    if (ctx.order_opt.kind == OrderKind::kShuffled || ctx.order_opt.kind == OrderKind::kChunkLocal)
+      ctx.order_opt.kind = OrderKind::kTokenWindow;
+  } else {
+    for (const ShardEntry& s : dataset.manifest().shards) groups.push_back(s.records);
+  }
+  ctx.layout = std::make_shared<UnitLayout>(groups);
+  // Every shard may end up with two descriptors (the reader's and the IO engine's
+  // O_DIRECT one): thousands of shards outgrow the usual soft limit of 1024.
+  ensure_open_file_limit(2 * dataset.shard_count() + 256, std::to_string(dataset.shard_count()) + " shards");
+  reporter = std::make_unique<LoaderReporter>(opt);
+
+  ctx.cpu = plan_cpus(opt.gpu_pci_bus_id);
+  if (!opt.cpus.empty()) {
+    ctx.cpu.cpus = opt.cpus;
+    ctx.cpu.explanation = "threads pinned to the configured CPUs " + format_cpu_list(opt.cpus);
+  }
+  ctx.threads = opt.threads ? opt.threads : ctx.cpu.threads;
+
+  ImageFacts img;
+  if (tokens) plan_token_outputs(opt, schema, tok, ctx);
+  else img = plan_image_fields(opt, schema, ctx);
+  outputs_ = ctx.tensors;
+  outputs_.insert(outputs_.end(), ctx.vars.begin(), ctx.vars.end());
+
+  // Slot layout: one allocation per slot, a tensor after another.
+  const size_t B = opt.batch_size;
+  size_t off = 0;
+  for (auto& t : ctx.tensors) {
+    t.offset = off;
+    off += (t.item_bytes * B + 255) / 256 * 256;
+  }
+  ring = std::make_shared<SlotRing>();
+  ring->alloc = opt.slot_allocator ? opt.slot_allocator : host_slot_allocator();
+  ring->slot_bytes = off;
+  if (opt.slots == 0) {
+    // Small batches (token rows) take tens of microseconds each, less than the few
+    // milliseconds the scheduler may keep a woken consumer waiting on a busy machine:
+    // the ring must hold more of them for the decoders to keep working meanwhile.
+    // Large ones (images) need few. Either way the ring stays within kAutoRingBytes.
+    constexpr size_t kAutoRingBytes = 32u << 20;
+    const size_t fit = kAutoRingBytes / std::max<size_t>(1, off);
+    opt.slots = static_cast<unsigned>(std::clamp<size_t>(fit, 4, 64));
+    // Tokens: room for the batches of a window per worker and one more for the consumer
+    // to drain, so the workers can copy rows straight from a just-decompressed record
+    // into their batches, as far as the memory allows.
+    if (tokens)
+      opt.slots = static_cast<unsigned>(
+          std::clamp<size_t>(token_direct_slots(ctx, B), opt.slots, std::max<size_t>(fit, 4)));
+  }
+  ring->add_slots_locked(opt.slots);
+  run = std::make_unique<Run>(ring);
+  run->var_outputs = ctx.vars.size();
+  run->warn = opt.warning_sink;
+  for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
+  producer = tokens ? make_token_producer(ctx, tok) : make_image_producer(ctx, img);
+}
+
+void DatasetFeed::start_run() {
+  Run& r = *run;
+  r.epoch = epoch_;
+  r.order = std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch_);
+  r.sched = std::make_unique<RankSchedule>(rank_schedule(r.order->size(), opt, ctx.rank, start_consumed, tail_policy()));
+  if (ctx.cached) {
+    std::lock_guard<std::mutex> lock(net_mu);
+    if (!first_run) net_base = ctx.cached->stats();
+    first_run = false;
+  }
+  if (ctx.cached) ctx.cached->prefetch_run(*r.order, *r.sched, *ctx.dataset, tokens);
+  r.stop = false;
+  r.next_start = 0;
+  r.jobs.clear();
+  r.fatal = nullptr;
+  r.c.reset();
+  r.skip_budget = skip_budget(*r.sched);
+  {
+    std::lock_guard<std::mutex> lock(ctx.skip_log_mu);
+    ctx.skip_first.clear();
+  }
+  next_deliver = 0;
+  stream_consumed.reset();
+  delivered_error = nullptr;
+  first_batch_s = 0;
+  batches_out = 0;
+  samples_out = 0;
+  record_bytes_out = 0;
+  run_start = Clock::now();
+  reporter->start_run();
+  running = true;
+  producer->start(r);
+}
+
+void DatasetFeed::stop_run() {
+  if (!running) return;
+  {
+    // Under the ring's lock: a thread between checking `stop` and waiting cannot miss it.
+    std::lock_guard<std::mutex> lock(ring->mu);
+    run->stop = true;
+  }
+  ring->cv.notify_all();
+  ring->producer_cv.notify_all();
+  producer->wake();
+  producer->join();
+  std::lock_guard<std::mutex> lock(ring->mu);
+  for (auto& s : ring->slots)
+    if (s->state == SlotRing::State::kFilling || s->state == SlotRing::State::kReady) s->state = SlotRing::State::kFree;
+  run->jobs.clear();
+  producer->clear();
+  if (ctx.cached) ctx.cached->end_run();  // the uses of reads and decodes the stop dropped
+  running = false;
+}
+
+std::optional<Batch> DatasetFeed::next(bool block, bool* would_wait) {
+  if (closed) throw_error(ErrorCode::kCancelled, "the Loader was closed (close()); it delivers no more batches");
+  if (!running) start_run();
+  if (delivered_error) std::rethrow_exception(delivered_error);
+  Run& r = *run;
+  auto snap = [this] { return snapshot(); };
+  for (;;) {
+    const uint64_t k = next_deliver;
+    if (k >= r.sched->num_batches()) {
+      {
+        // A run that failed after its last batch was ready (the skip budget ran out on
+        // batches that were then all compacted away) must not end as a quiet epoch.
+        std::lock_guard<std::mutex> lock(ring->mu);
+        if (r.fatal) {
+          delivered_error = r.fatal;
+          std::rethrow_exception(r.fatal);
+        }
+      }
+      reporter->epoch_end(snap, epoch_);
+      return std::nullopt;
+    }
+    reporter->tick(snap, epoch_);
+    std::shared_ptr<Job> job;
+    uint64_t n = 0;
+    std::shared_ptr<RingLease> lease;
+    {
+      std::unique_lock<std::mutex> lock(ring->mu);
+      auto w0 = Clock::now();
+      if (!block) {
+        auto it = r.jobs.find(k);
+        // Not ready, or it must borrow samples from batches that may not be: the caller
+        // waits elsewhere (a failed run also goes that way, to be rethrown there).
+        if (it == r.jobs.end() || !it->second->ready || r.fatal ||
+            needs_compaction(opt, *it->second, it->second->samples.size())) {
+          *would_wait = true;
+          return std::nullopt;
+        }
+      }
+      try {
+        job = r.wait_ready(k, lock, opt.grow_when_held, next_deliver);
+      } catch (...) {
+        delivered_error = std::current_exception();
+        throw;
+      }
+      r.jobs.erase(k);
+      ring->slots[job->slot]->state = SlotRing::State::kLeased;
+      lease = std::make_shared<RingLease>(ring, job->slot);
+      {
+        std::lock_guard<std::mutex> jl(job->mu);
+        if (job->error) {
+          delivered_error = job->error;
+          std::rethrow_exception(job->error);
+        }
+      }
+      n = job->samples.size();
+      std::optional<Compacted> compacted;
+      if (needs_compaction(opt, *job, n)) {
+        try {
+          compacted = compact_batch(ctx, r, job, lock);
+          n = compacted->n;
+        } catch (...) {
+          delivered_error = std::current_exception();
+          throw;
+        }
+      }
+      // Where this rank's stream stands once the batch is out: a batch filled from later
+      // ones used part of them, which a resume must not deliver again.
+      if (n > 0) {
+        if (!compacted) stream_consumed = r.sched->consumed_after(k + 1);
+        else if (compacted->through_j == 0) stream_consumed = r.sched->consumed_after(compacted->through_k);
+        else stream_consumed = r.sched->position(compacted->through_k, compacted->through_j - 1) + 1;
+      }
+      if (opt.on_error == OnError::kSkip && r.fatal) {  // e.g. past the skip budget: stop here
+        delivered_error = r.fatal;
+        std::rethrow_exception(r.fatal);
+      }
+      r.c.consumer_wait_ns += nanos(Clock::now() - w0);
+      r.c.ready_sum += ring->count_locked(SlotRing::State::kReady);
+      r.c.free_sum += ring->count_locked(SlotRing::State::kFree);
+      r.c.samples_n++;
+    }
+    next_deliver++;
+    record_bytes_out += job->record_bytes.load(std::memory_order_relaxed);
+    if (n == 0) continue;  // every sample of this batch was dropped or moved earlier
+    if (opt.drop_last && n < opt.batch_size) {  // shortened by drops at the tail: every later batch is used up
+      next_deliver = r.sched->num_batches();
+      return std::nullopt;
+    }
+    return make_batch(job, n, std::move(lease));
+  }
+}
+
+Batch DatasetFeed::make_batch(const std::shared_ptr<Job>& job, uint64_t n,
+                               std::shared_ptr<RingLease> lease) {
+  std::vector<TensorView> views;
+  for (size_t t = 0; t < ctx.tensors.size(); ++t) {
+    TensorView v;
+    v.name = ctx.tensors[t].name;
+    v.data = ctx.tensor_ptr(*job, static_cast<int>(t));
+    v.dtype = ctx.tensors[t].dtype;
+    v.shape.push_back(static_cast<int64_t>(n));
+    for (int64_t d : ctx.tensors[t].shape) v.shape.push_back(d);
+    views.push_back(std::move(v));
+  }
+  if (!ctx.vars.empty()) {
+    // Variable-size outputs: each one's samples back to back in the slot's own buffer
+    // (leased with it), and B + 1 offsets.
+    SlotRing::Slot& slot = *ring->slots[job->slot];
+    size_t total = 0;
+    for (size_t v = 0; v < ctx.vars.size(); ++v) {
+      for (uint64_t j = 0; j < n; ++j) total += (job->var[v][j].size() + 7) / 8 * 8;
+      if (ctx.vars[v].cumulative) total += 8;  // the leading 0
+    }
+    slot.var_mem.resize(std::max<size_t>(total, 8));
+    slot.var_offsets.resize(ctx.vars.size() * (opt.batch_size + 1));
+    size_t at = 0;
+    for (size_t v = 0; v < ctx.vars.size(); ++v) {
+      const Output& vo = ctx.vars[v];
+      int64_t* offs = slot.var_offsets.data() + v * (opt.batch_size + 1);
+      if (vo.cumulative) {
+        // One int32 array for the batch: 0, then the running sum of the samples' values;
+        // sample j's sums are entries [offs[j], offs[j + 1]) (sample 0 also has the 0).
+        int32_t* out = reinterpret_cast<int32_t*>(slot.var_mem.data() + at);
+        int64_t count = 0, sum = 0;
+        out[count++] = 0;
+        offs[0] = 0;
+        for (uint64_t j = 0; j < n; ++j) {
+          const auto& bytes = job->var[v][j];
+          for (size_t x = 0; x + 4 <= bytes.size(); x += 4) {
+            int32_t len;
+            std::memcpy(&len, bytes.data() + x, 4);
+            sum += len;
+            out[count++] = static_cast<int32_t>(sum);
+          }
+          offs[j + 1] = count;
+        }
+        TensorView tv;
+        tv.name = vo.name;
+        tv.data = out;
+        tv.dtype = ElemType::kInt32;
+        tv.kind = TensorKind::kRagged;
+        tv.offsets = offs;
+        tv.shape = {count};
+        views.push_back(std::move(tv));
+        at = (at + static_cast<size_t>(count) * 4 + 7) / 8 * 8;
+        continue;
+      }
+      const size_t begin = at;
+      offs[0] = 0;
+      for (uint64_t j = 0; j < n; ++j) {
+        const auto& bytes = job->var[v][j];
+        if (!bytes.empty()) std::memcpy(slot.var_mem.data() + at, bytes.data(), bytes.size());
+        at += bytes.size();
+        offs[j + 1] = static_cast<int64_t>((at - begin) / vo.item_bytes);
+      }
+      TensorView tv;
+      tv.name = vo.name;
+      tv.data = slot.var_mem.data() + begin;
+      tv.dtype = vo.dtype;
+      tv.kind = vo.kind;
+      tv.offsets = offs;
+      tv.shape.push_back(offs[n]);
+      for (int64_t d : vo.shape) tv.shape.push_back(d);
+      views.push_back(std::move(tv));
+      at = (at + 7) / 8 * 8;  // the next output's values start aligned for any element type
+    }
+  }
+  if (batches_out == 0) {
+    first_batch_s = seconds(Clock::now() - run_start.load());
+    if (ctx.cached) first_batch_fetch_wait = ctx.cached->stats().wait_s;
+  }
+  batches_out++;
+  samples_out += n;
+  return Batch(std::move(views), std::move(lease), epoch_, job->k, n);
+}
+
+
+LoaderStats DatasetFeed::snapshot() const {
+  const Counters& c = run->c;
+  LoaderStats s;
+  s.wall_s = running ? seconds(Clock::now() - run_start.load()) : 0;
+  s.first_batch_s = first_batch_s;
+  s.batches = batches_out;
+  s.samples = samples_out;
+  s.bytes_read = c.io_bytes;
+  s.record_bytes = record_bytes_out;
+  s.skipped = c.skipped;
+  s.tokens = tokens;
+  s.fast_crop = fast_crop;
+  s.io.threads = 1;
+  s.io.busy_s = c.io_busy_ns / 1e9;
+  s.io.wait_s = c.io_wait_ns / 1e9;
+  s.io.items = c.io_records;
+  s.decode.threads = ctx.threads;
+  s.decode.busy_s = c.dec_busy_ns / 1e9;
+  s.decode.wait_s = c.dec_wait_ns / 1e9;
+  s.decode.items = c.dec_samples;
+  s.consumer_wait_s = c.consumer_wait_ns / 1e9;
+  const double n = static_cast<double>(std::max<uint64_t>(1, c.samples_n));
+  s.slots_ready_avg = c.ready_sum / n;
+  s.slots_free_avg = c.free_sum / n;
+  s.decode_queue_avg = c.dec_samples ? static_cast<double>(c.queue_sum) / std::max<uint64_t>(1, c.dec_samples) : 0;
+  {
+    std::lock_guard<std::mutex> lock(ring->mu);
+    s.slots = static_cast<unsigned>(ring->slots.size());
+  }
+  s.io_engine = producer->io_stats();
+  if (ctx.cached) {
+    const CacheStats now = ctx.cached->stats();
+    CacheStats base;
+    {
+      std::lock_guard<std::mutex> lock(net_mu);
+      base = net_base;
+    }
+    auto sub = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
+    NetworkStats& n = s.network;
+    n.remote = true;
+    n.record_reads = ctx.cached->record_reads();
+    n.bytes_fetched = sub(now.remote.bytes_fetched, base.remote.bytes_fetched);
+    n.requests = sub(now.remote.requests, base.remote.requests);
+    n.retries = sub(now.remote.retries, base.remote.retries);
+    n.range_ignored = now.remote.range_ignored;
+    n.whole_fetches = sub(now.remote.whole_fetches, base.remote.whole_fetches);
+    n.busy_s = std::max(0.0, now.remote.busy_s - base.remote.busy_s);
+    n.request_s = std::max(0.0, now.remote.request_s - base.remote.request_s);
+    n.requests_in_flight = now.remote.requests_in_flight;
+    n.fetch_wait_s = std::max(0.0, now.wait_s - base.wait_s);
+    n.startup_fetch_wait_s =
+        batches_out > 0 ? std::clamp(first_batch_fetch_wait.load() - base.wait_s, 0.0, n.fetch_wait_s) : n.fetch_wait_s;
+    n.hits = sub(now.hits, base.hits);
+    n.misses = sub(now.misses, base.misses);
+    n.cache_bytes = now.bytes_cached;
+    n.cache_limit = now.limit;
+  }
+  s.cpu_explanation = ctx.cpu.explanation;
+  s.slot_memory = ring->alloc->name();
+  return s;
+}
+
+void DatasetFeed::set_epoch(uint64_t e) {
+  stop_run();
+  epoch_ = e;
+  start_consumed = 0;
+}
+
+uint64_t DatasetFeed::num_batches() const {
+  if (running) return run->sched->num_batches();
+  return rank_schedule(ctx.layout->units(), opt, ctx.rank, start_consumed, tail_policy()).num_batches();
+}
+
+OrderState DatasetFeed::state() const {
+  OrderState s = OrderState::start(ctx.order_opt, ctx.layout->units(), epoch_);
+  if (running) {
+    s.consumed = run->sched->consumed_after(next_deliver);
+    // Skipped samples filled in from later batches: on one rank the stream is the global
+    // order, and the resume point is the last sample taken. (On several ranks each fills
+    // from its own later batches, so no global point covers them all; a resume there may
+    // repeat the samples taken ahead, at most those skipped since.)
+    if (stream_consumed && ctx.rank.world_size == 1 && next_deliver < run->sched->num_batches())
+      s.consumed = std::max(s.consumed, *stream_consumed);
+  } else {
+    s.consumed = start_consumed;
+  }
+  return s;
+}
+
+void DatasetFeed::load_state(const OrderState& s) {
+  s.check_matches(ctx.order_opt, ctx.layout->units());
+  stop_run();
+  epoch_ = s.epoch;
+  start_consumed = s.consumed;
+}
+
+void DatasetFeed::close() {
+  if (closed.exchange(true)) return;
+  {
+    // Under the ring's lock, as stop_run: a thread between checking and waiting cannot
+    // miss it. The consumer's wait (Run::wait_ready) sees `closed` and throws; the
+    // threads stop here and are joined by the consumer's thread (destructor, stop_run).
+    std::lock_guard<std::mutex> lock(ring->mu);
+    run->closed = true;
+    run->stop = true;
+  }
+  ring->cv.notify_all();
+  ring->producer_cv.notify_all();
+  producer->wake();
+}
+
+LoaderStats DatasetFeed::stats() const {
+  LoaderStats s = snapshot();
+  record_verdict(s, diagnose(FeedFigures::from(s)));
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Feed> open_dataset_feed(const LoaderOptions& opt, RankInfo rank) {
+  return std::make_unique<DatasetFeed>(opt, rank);
+}
+
+}  // namespace stoker::internal
