@@ -81,7 +81,7 @@ class JpegDecoder final : public FormatDecoder {
   int region_x = 0, region_w = 0;
   bool cmyk = false;
   RestartLayout layout;  // of the current fast-crop JPEG
-  std::vector<uint8_t> spliced;    // the intervals a crop needs, as a JPEG
+  std::vector<uint8_t> spliced;  // the intervals a crop needs, as a JPEG
 
   // Reads the header; kResourceExhausted above max_pixels (nothing allocated yet).
   void read_header(std::span<const uint8_t> jpeg, uint64_t max_pixels) {
