@@ -100,6 +100,8 @@ def check_layering(floors, owner, errors):
                     errors.append(f"{rel}:{n}: the library's door is its public headers: {inc} "
                                   "is internal (add `// door: why` if it is the one documented exception)")
                 continue
+            if here not in rank:
+                continue  # reported above: a folder missing from the layering block
             if rank[target] > rank[here]:
                 errors.append(f"{rel}:{n}: {here}/ includes {inc} from {target}/, a higher floor")
     return edges

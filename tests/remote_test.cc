@@ -22,6 +22,7 @@
 #include <optional>
 #include <thread>
 
+#include "remote/remote_internal.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
@@ -668,6 +669,43 @@ TEST_F(RemoteS3, TheLoadersStatsAndReportsNameNoCredential) {
       for (const std::string& credential : {key_, secret, token})
         EXPECT_EQ(t.find(credential), std::string::npos) << "credential in: " << t;
   }
+}
+
+// ---- locations -------------------------------------------------------------------------
+
+TEST(RemoteLocation, TheSchemeGivesTheKindAndOnlyS3IsSigned) {
+  using internal::LocationKind;
+  EXPECT_EQ(internal::location_kind_of("http://h/ds"), LocationKind::kHttp);
+  EXPECT_EQ(internal::location_kind_of("https://h/ds"), LocationKind::kHttps);
+  EXPECT_EQ(internal::location_kind_of("s3://bucket/ds"), LocationKind::kS3);
+  EXPECT_EQ(internal::location_kind_of("/data/ds"), LocationKind::kFile);
+  EXPECT_EQ(internal::location_kind_of("ftp://h/ds"), LocationKind::kFile);
+  EXPECT_FALSE(is_remote_url("/data/ds"));
+  EXPECT_TRUE(is_remote_url("s3://bucket"));
+  EXPECT_TRUE(internal::scheme_row(LocationKind::kS3).aws_signed);
+  EXPECT_FALSE(internal::scheme_row(LocationKind::kHttps).aws_signed);
+  EXPECT_FALSE(internal::scheme_row(LocationKind::kHttp).aws_signed);
+
+  const internal::Location h = internal::parse_location("https://u:pw@host/a/ds/", "");
+  EXPECT_EQ(h.kind, LocationKind::kHttps);
+  EXPECT_EQ(h.base, "https://u:pw@host/a/ds");
+  EXPECT_EQ(h.display, "https://***@host/a/ds");
+  EXPECT_EQ(h.secret, "pw");
+
+  EnvVar key("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), secret("AWS_SECRET_ACCESS_KEY", "s3cr3tvalue"),
+      region("AWS_REGION", "eu-west-1"), endpoint("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9/"),
+      config("AWS_CONFIG_FILE", "/nonexistent"), creds("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent");
+  const internal::Location s = internal::parse_location("s3://bucket/pre/fix", "");
+  EXPECT_EQ(s.kind, LocationKind::kS3);
+  EXPECT_EQ(s.base, "http://127.0.0.1:9/bucket/pre/fix");
+  EXPECT_EQ(s.display, "s3://bucket/pre/fix");
+  EXPECT_EQ(s.region, "eu-west-1");
+  EXPECT_EQ(s.key_id, "AKIDEXAMPLE");
+
+  std::string msg;
+  EXPECT_EQ(testing::error_code_of([] { internal::parse_location("/data/ds", ""); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("is not an http://, https:// or s3:// URL"), std::string::npos) << msg;
 }
 
 }  // namespace

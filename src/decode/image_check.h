@@ -6,6 +6,7 @@
 // every scan's entropy-coded data (a truncated or corrupt stream fails, with the
 // loader's rule that corrupt-data warnings are errors) and, when the file carries one,
 // the fast-crop index. PNG and WebP have no cheaper complete pass: they are decoded.
+// Each format's check is its row's check_decodes (formats.h).
 //
 // Thread-safe (no shared state).
 #pragma once
@@ -16,7 +17,7 @@
 
 namespace stoker::internal {
 
-/// Returns "" when `image` (JPEG, PNG or WebP, told by its magic bytes) decodes, else
+/// Returns "" when `image` (any format of the table, told by its magic bytes) decodes, else
 /// the reason ("JPEG decode check: Premature end of JPEG file"). Images of more than
 /// `max_pixels` pixels are refused without being decoded.
 std::string check_image_decodes(std::span<const uint8_t> image, uint64_t max_pixels = 1ull << 28);

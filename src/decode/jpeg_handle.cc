@@ -86,4 +86,12 @@ void require_soi(const uint8_t* data, size_t size) {
   }
 }
 
+void read_jpeg_header(JpegDecompressor& dec, std::span<const uint8_t> jpeg, const char* what) {
+  jpeg_decompress_struct* c = dec.get();
+  jpeg_guarded(dec.err(), what, [&] {
+    jpeg_mem_src(c, jpeg.data(), static_cast<unsigned long>(jpeg.size()));
+    jpeg_read_header(c, TRUE);
+  });
+}
+
 }  // namespace stoker::internal

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include <jpeglib.h>
@@ -87,5 +88,10 @@ class JpegAbortGuard {
 
 /// kDataLoss unless the bytes start with the SOI marker (FF D8).
 void require_soi(const uint8_t* data, size_t size);
+
+/// Points `dec` at `jpeg` (which must outlive its use) and reads the header under the
+/// error guard: kDataLoss naming `what` when libjpeg rejects it. The caller owns the
+/// abort (a JpegAbortGuard).
+void read_jpeg_header(JpegDecompressor& dec, std::span<const uint8_t> jpeg, const char* what);
 
 }  // namespace stoker::internal

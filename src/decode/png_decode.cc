@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "decode/raster_decode.h"
 #include "stoker/error.h"
 
 namespace stoker::internal {
 
 namespace {
-
 
 [[noreturn]] void png_fail(const char* stage, int ret) {
   throw Error(ErrorCode::kDataLoss,
@@ -20,33 +20,6 @@ namespace {
 }
 
 }  // namespace
-
-ImageFormat sniff_format(std::span<const uint8_t> b) {
-  // A JPEG's SOI alone is enough here: what follows it is the JPEG decoder's to judge.
-  if (b.size() >= 2 && b[0] == 0xFF && b[1] == 0xD8) return ImageFormat::kJpeg;
-  if (const ImageFormat f = image_format_of(b); f != ImageFormat::kUnknown) return f;
-  std::string head;
-  for (size_t i = 0; i < b.size() && i < 8; ++i) {
-    static const char* hex = "0123456789abcdef";
-    head += hex[b[i] >> 4];
-    head += hex[b[i] & 15];
-    head += ' ';
-  }
-  if (!head.empty()) head.pop_back();
-  throw Error(ErrorCode::kDataLoss,
-              "not a JPEG, PNG or WebP image (" + std::to_string(b.size()) +
-                  " bytes, starting " + (head.empty() ? std::string("<empty>") : head) + ")");
-}
-
-void check_pixels(const char* what, uint64_t width, uint64_t height, uint64_t max_pixels) {
-  const uint64_t px = width * height;
-  if (px > max_pixels) {
-    throw Error(ErrorCode::kResourceExhausted,
-                std::string(what) + " is " + std::to_string(width) + "x" +
-                    std::to_string(height) + " = " + std::to_string(px) +
-                    " pixels, above the limit of " + std::to_string(max_pixels));
-  }
-}
 
 PngDecoder::~PngDecoder() { reset(); }
 
@@ -178,5 +151,71 @@ void PngDecoder::decode_single(uint8_t* out, size_t out_size) {
     }
   }
 }
+
+namespace {
+
+// libspng decodes rows in order and cannot skip columns: a rectangle costs every row
+// down to its last one, at full width.
+class PngSource final : public RasterSource {
+ public:
+  ImageInfo header(std::span<const uint8_t> bytes, uint64_t max_pixels) override {
+    return png_.read_header(bytes, max_pixels);
+  }
+  PixelRect widen(const ImageInfo& info, PixelRect want, int channels) const override {
+    // The as-stored (one-channel) path decodes whole images.
+    return PixelRect{0, info.width, 0, channels == 1 ? info.height : want.y1};
+  }
+  void load(std::span<const uint8_t>, const ImageInfo&, PixelRect r, int channels, uint8_t* out, size_t,
+            size_t out_size) override {
+    if (channels == 1) {
+      png_.decode_single(out, out_size);
+    } else {
+      png_.decode_rgb_rows(out, out_size, r.y1);
+    }
+  }
+
+ private:
+  PngDecoder png_;
+};
+
+uint32_t get_u32_be(const uint8_t* p) {
+  return (static_cast<uint32_t>(p[0]) << 24) | (static_cast<uint32_t>(p[1]) << 16) |
+         (static_cast<uint32_t>(p[2]) << 8) | p[3];
+}
+
+bool png_sniff(std::span<const uint8_t> b) noexcept {
+  static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  return b.size() >= 8 && std::memcmp(b.data(), png, 8) == 0;
+}
+
+// Signature, then the IHDR chunk: length 13, type, non-zero width and height.
+std::string png_check_header(std::span<const uint8_t> b, ImageHeaderFacts* facts) {
+  if (b.size() < 8 + 8 + 13 + 4) return "truncated PNG";
+  if (get_u32_be(&b[8]) != 13 || std::memcmp(&b[12], "IHDR", 4) != 0) return "PNG without an IHDR chunk first";
+  if (get_u32_be(&b[16]) == 0 || get_u32_be(&b[20]) == 0) return "PNG with empty dimensions";
+  if (facts != nullptr) {
+    facts->width = static_cast<int>(get_u32_be(&b[16]));
+    facts->height = static_cast<int>(get_u32_be(&b[20]));
+  }
+  return {};
+}
+
+constexpr const char* kPngExtensions[] = {"png"};
+
+}  // namespace
+
+constinit const ImageFormatRow kPngFormat{
+    .id = ImageFormat::kPng,
+    .media = MediaKind::kImage,
+    .name = "png",
+    .display = "PNG",
+    .extensions = kPngExtensions,
+    .sniff = png_sniff,
+    .claims = nullptr,
+    .probe = probe_raster<PngSource>,
+    .check_header = png_check_header,
+    .check_decodes = check_raster_decodes<PngSource>,
+    .make_decoder = make_raster_decoder<PngSource>,
+};
 
 }  // namespace stoker::internal

@@ -1,4 +1,4 @@
-// PNG decode through libspng, and the magic-byte sniffing shared by every format.
+// PNG: the format table's row (kPngFormat), and its decode through libspng.
 //
 // Why libspng (Debian libspng0 0.7.3) rather than libpng: one call decodes a whole
 // image into a caller-sized buffer in the format we ask for (RGB8 from any colour type
@@ -14,17 +14,15 @@
 #include <span>
 #include <vector>
 
+#include "decode/formats.h"
 #include "stoker/image.h"
 
 struct spng_ctx;
 
 namespace stoker::internal {
 
-/// The format of `bytes` from its magic bytes; kDataLoss naming what it found otherwise.
-ImageFormat sniff_format(std::span<const uint8_t> bytes);
-
-/// kResourceExhausted when width * height > max_pixels (`what` names the format).
-void check_pixels(const char* what, uint64_t width, uint64_t height, uint64_t max_pixels);
+/// PNG's row of the format table (formats.h).
+extern const ImageFormatRow kPngFormat;
 
 /// One PNG at a time: read_header, then at most one decode_*. Owns the spng context
 /// (created per image: libspng contexts are single-use).

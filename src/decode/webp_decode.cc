@@ -2,9 +2,11 @@
 
 #include <webp/decode.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
-#include "decode/png_decode.h"
+#include "decode/raster_decode.h"
 #include "stoker/error.h"
 
 namespace stoker::internal {
@@ -83,5 +85,64 @@ void webp_decode_rgb(std::span<const uint8_t> webp, int x, int y, int w, int h, 
   s = WebPDecode(webp.data(), webp.size(), &config);
   if (s != VP8_STATUS_OK) webp_fail("decode", s);
 }
+
+namespace {
+
+class WebpSource final : public RasterSource {
+ public:
+  ImageInfo header(std::span<const uint8_t> bytes, uint64_t max_pixels) override {
+    return webp_header(bytes, max_pixels);
+  }
+  PixelRect widen(const ImageInfo& info, PixelRect want, int) const override {
+    // libwebp's lossy cropping upsamples chroma at the crop's edges without the
+    // neighbour outside it, so the edge pixels differ from a full decode; two pixels
+    // more each side, starting on an even pixel (chroma is half resolution), make every
+    // pixel we use bit-identical to a full decode (tests compare them).
+    return PixelRect{std::max(0, want.x0 - 2) & ~1, std::min(info.width, want.x1 + 2),
+                     std::max(0, want.y0 - 2) & ~1, std::min(info.height, want.y1 + 2)};
+  }
+  void load(std::span<const uint8_t> bytes, const ImageInfo&, PixelRect r, int channels, uint8_t* out,
+            size_t stride, size_t out_size) override {
+    if (channels == 1) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "WebP: a one-channel output needs a gray or palette PNG (or a gray JPEG); "
+                  "WebP stores colour");
+    }
+    webp_decode_rgb(bytes, r.x0, r.y0, r.x1 - r.x0, r.y1 - r.y0, out, stride, out_size);
+  }
+};
+
+bool webp_sniff(std::span<const uint8_t> b) noexcept {
+  return b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 && std::memcmp(b.data() + 8, "WEBP", 4) == 0;
+}
+
+// The RIFF size covers the rest of the file; the first chunk is a VP8 variant.
+std::string webp_check_header(std::span<const uint8_t> b, ImageHeaderFacts*) {
+  const uint64_t riff = static_cast<uint64_t>(b[4]) | (static_cast<uint64_t>(b[5]) << 8) |
+                        (static_cast<uint64_t>(b[6]) << 16) | (static_cast<uint64_t>(b[7]) << 24);
+  if (riff + 8 > b.size()) return "truncated WebP (RIFF size " + std::to_string(riff) + ")";
+  if (b.size() < 20 || (std::memcmp(&b[12], "VP8 ", 4) != 0 && std::memcmp(&b[12], "VP8L", 4) != 0 &&
+                        std::memcmp(&b[12], "VP8X", 4) != 0))
+    return "WebP without a VP8/VP8L/VP8X chunk";
+  return {};
+}
+
+constexpr const char* kWebpExtensions[] = {"webp"};
+
+}  // namespace
+
+constinit const ImageFormatRow kWebpFormat{
+    .id = ImageFormat::kWebp,
+    .media = MediaKind::kImage,
+    .name = "webp",
+    .display = "WebP",
+    .extensions = kWebpExtensions,
+    .sniff = webp_sniff,
+    .claims = nullptr,
+    .probe = probe_raster<WebpSource>,
+    .check_header = webp_check_header,
+    .check_decodes = check_raster_decodes<WebpSource>,
+    .make_decoder = make_raster_decoder<WebpSource>,
+};
 
 }  // namespace stoker::internal

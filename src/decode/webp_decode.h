@@ -1,10 +1,11 @@
-// WebP decode through libwebp's advanced API (WebPDecoderConfig).
+// WebP: the format table's row (kWebpFormat), and its decode through libwebp's
+// advanced API (WebPDecoderConfig).
 //
 // Only still images are read (an animation is kDataLoss: no single frame is "the
 // image"). libwebp's use_cropping decodes just a rectangle, which is what the
 // transforms need (the filter reads only the crop and a few pixels around it); lossy
 // output near a crop's edges differs from a full decode, so callers widen the rectangle
-// (raster_decode.cc says by how much). use_scaling is not used: its filter differs from
+// (webp_decode.cc says by how much). use_scaling is not used: its filter differs from
 // the transform's resize.
 //
 // Threading: free functions, thread-safe.
@@ -14,9 +15,13 @@
 #include <cstdint>
 #include <span>
 
+#include "decode/formats.h"
 #include "stoker/image.h"
 
 namespace stoker::internal {
+
+/// WebP's row of the format table (formats.h).
+extern const ImageFormatRow kWebpFormat;
 
 /// Header facts; kDataLoss when the bitstream header is bad, kResourceExhausted above
 /// max_pixels.

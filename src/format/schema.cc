@@ -24,9 +24,6 @@ constexpr internal::EnumName<FieldKind> kFieldKindNames[] = {
     {FieldKind::kImage, "jpeg"},
 };
 
-constexpr internal::EnumName<ImageFormat> kImageFormatNames[] = {
-    {ImageFormat::kJpeg, "jpeg"}, {ImageFormat::kPng, "png"}, {ImageFormat::kWebp, "webp"}};
-
 uint64_t product(const std::vector<uint32_t>& dims) {
   uint64_t n = 1;
   for (uint32_t d : dims) n *= d;  // callers bound dims (validate) before relying on it
@@ -63,16 +60,8 @@ FieldKind field_kind_from_name(const std::string& s) {
   return internal::enum_from_name(kFieldKindNames, s, "field kind");
 }
 
-ImageFormat image_format_of(std::span<const uint8_t> b) noexcept {
-  static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageFormat::kJpeg;
-  if (b.size() >= 8 && std::memcmp(b.data(), png, 8) == 0) return ImageFormat::kPng;
-  if (b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 && std::memcmp(b.data() + 8, "WEBP", 4) == 0)
-    return ImageFormat::kWebp;
-  return ImageFormat::kUnknown;
-}
+// image_format_of and image_format_name read the format table (src/decode/formats.cc).
 
-const char* image_format_name(ImageFormat f) noexcept { return internal::enum_name(kImageFormatNames, f, "unknown"); }
 
 uint64_t Field::fixed_size() const noexcept {
   switch (kind) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "decode/exif_orientation.h"
+#include "decode/formats.h"
 #include "decode/image_check.h"
 #include "decode/restart_index.h"
 #include "pack/ordered_pool.h"
@@ -71,12 +72,13 @@ std::vector<std::string> list_dirs(const std::string& src) {
 // rather than silently dropped). Anything else (.DS_Store, Thumbs.db, a README) is
 // ignored and counted.
 bool has_image_extension(const std::string& name) {
-  static const char* const kImageExtensions[] = {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif"};
+  static const char* const kUndecodedImageExtensions[] = {"bmp", "ppm", "pgm", "tif", "tiff", "gif"};
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos || name.find('/', dot) != std::string::npos) return false;
   std::string ext = name.substr(dot + 1);
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* e : kImageExtensions)
+  if (image_format_by_extension(ext) != nullptr) return true;
+  for (const char* e : kUndecodedImageExtensions)
     if (ext == e) return true;
   return false;
 }

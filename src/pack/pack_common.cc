@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "decode/formats.h"
 #include "pack/ordered_pool.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
@@ -18,13 +18,6 @@
 namespace stoker::internal {
 
 namespace fs = std::filesystem;
-
-namespace {
-uint32_t get_u32_be(const uint8_t* p) {
-  return (static_cast<uint32_t>(p[0]) << 24) | (static_cast<uint32_t>(p[1]) << 16) |
-         (static_cast<uint32_t>(p[2]) << 8) | p[3];
-}
-}  // namespace
 
 int resolve_threads(int requested) noexcept {
   return requested > 0 ? requested : static_cast<int>(usable_cpus());
@@ -54,81 +47,11 @@ void write_whole_file(const std::string& path, std::span<const uint8_t> data) {
   write_full(fd.get(), data.data(), data.size(), path);
 }
 
-namespace {
-
-struct TjDecompressor {
-  tjhandle h = tjInitDecompress();
-  ~TjDecompressor() {
-    if (h) tjDestroy(h);
-  }
-};
-
-}  // namespace
-
-std::string check_jpeg_header(std::span<const uint8_t> b, JpegHeader* info) {
-  if (b.size() < 4 || b[0] != 0xFF || b[1] != 0xD8 || b[2] != 0xFF) return "not a JPEG (no SOI marker)";
-  // Walk the marker segments to the first start-of-frame: it says baseline or
-  // progressive, and a broken segment chain means a broken file.
-  size_t pos = 2;
-  bool progressive = false, found_sof = false;
-  while (!found_sof) {
-    if (pos >= b.size() || b[pos] != 0xFF) return "corrupt JPEG marker structure at byte " + std::to_string(pos);
-    while (pos < b.size() && b[pos] == 0xFF) ++pos;
-    if (pos >= b.size()) return "truncated JPEG header";
-    const uint8_t m = b[pos++];
-    if (m == 0xD8 || m == 0xD9 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {
-      if (m == 0xD9) return "JPEG ends before its frame header";
-      continue;
-    }
-    if (pos + 2 > b.size()) return "truncated JPEG header";
-    const size_t len = (static_cast<size_t>(b[pos]) << 8) | b[pos + 1];
-    if (len < 2 || pos + len > b.size()) return "truncated JPEG header segment at byte " + std::to_string(pos);
-    if (m == 0xDA) return "JPEG scan starts before its frame header";
-    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
-      found_sof = true;
-      progressive = m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE;
-    }
-    pos += len;
-  }
-  thread_local TjDecompressor tj;
-  if (!tj.h) return "cannot create a TurboJPEG handle";
-  int w = 0, h = 0, subsamp = 0, cs = 0;
-  if (tjDecompressHeader3(tj.h, b.data(), static_cast<unsigned long>(b.size()), &w, &h, &subsamp, &cs) != 0)
-    return std::string("bad JPEG header: ") + tjGetErrorStr2(tj.h);
-  if (w <= 0 || h <= 0) return "JPEG with empty dimensions";
-  if (info) {
-    info->width = w;
-    info->height = h;
-    info->progressive = progressive;
-  }
-  return {};
-}
-
 std::string check_image_header(std::span<const uint8_t> b, ImageFormat* format, JpegHeader* jpeg) {
-  const ImageFormat f = image_format_of(b);
-  if (format) *format = f;
-  switch (f) {
-    case ImageFormat::kJpeg: return check_jpeg_header(b, jpeg);
-    case ImageFormat::kPng: {
-      // Signature, then the IHDR chunk: length 13, type, non-zero width and height.
-      if (b.size() < 8 + 8 + 13 + 4) return "truncated PNG";
-      if (get_u32_be(&b[8]) != 13 || std::memcmp(&b[12], "IHDR", 4) != 0) return "PNG without an IHDR chunk first";
-      if (get_u32_be(&b[16]) == 0 || get_u32_be(&b[20]) == 0) return "PNG with empty dimensions";
-      return {};
-    }
-    case ImageFormat::kWebp: {
-      // RIFF size covers the rest of the file; the first chunk is a VP8 variant.
-      const uint64_t riff = static_cast<uint64_t>(b[4]) | (static_cast<uint64_t>(b[5]) << 8) |
-                            (static_cast<uint64_t>(b[6]) << 16) | (static_cast<uint64_t>(b[7]) << 24);
-      if (riff + 8 > b.size()) return "truncated WebP (RIFF size " + std::to_string(riff) + ")";
-      if (b.size() < 20 || (std::memcmp(&b[12], "VP8 ", 4) != 0 && std::memcmp(&b[12], "VP8L", 4) != 0 &&
-                            std::memcmp(&b[12], "VP8X", 4) != 0))
-        return "WebP without a VP8/VP8L/VP8X chunk";
-      return {};
-    }
-    case ImageFormat::kUnknown: break;
-  }
-  return "not an image (JPEG, PNG or WebP magic bytes expected)";
+  const ImageFormatRow* row = sniff_image_format(b);
+  if (format) *format = row != nullptr ? row->id : ImageFormat::kUnknown;
+  if (row == nullptr) return "not an image (" + image_format_list() + " magic bytes expected)";
+  return row->check_header(b, jpeg);
 }
 
 void check_output_outside(const std::string& input, const std::string& output, const char* input_role) {

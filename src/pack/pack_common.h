@@ -1,4 +1,4 @@
-// Helpers shared by the packers: CPU count, whole-file reads, JPEG header probing,
+// Helpers shared by the packers: CPU count, whole-file reads, image header checks,
 // and turning a finished DatasetWriter into a PackSummary.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/jpeg_decode.h"
 #include "stoker/dataset.h"
 #include "stoker/pack.h"
 #include "util/bytes.h"
@@ -26,21 +27,14 @@ std::vector<uint8_t> read_whole_file(const std::string& path, uint64_t max_bytes
 /// last component). Throws errno_error naming the path.
 void write_whole_file(const std::string& path, std::span<const uint8_t> data);
 
-/// What a JPEG's header says.
-struct JpegHeader {
-  int width = 0, height = 0;
-  bool progressive = false;
-};
-/// Probes a JPEG: SOI marker, marker segment structure up to the first SOF, and
-/// TurboJPEG's header decode. Returns an empty string and fills `info` when it looks
-/// like a decodable JPEG, else the reason it is not. Thread-safe (per-thread handle).
-std::string check_jpeg_header(std::span<const uint8_t> bytes, JpegHeader* info);
+/// What a JPEG's header says (check_jpeg_header, declared in decode/jpeg_decode.h).
+using JpegHeader = ImageHeaderFacts;
 
 /// Probes an image file's bytes for a kImage field: the format is sniffed from the
-/// magic (JPEG, PNG, WebP; never the file name), then its header is checked (JPEG as
-/// check_jpeg_header; PNG's IHDR chunk; WebP's RIFF size and first chunk). Returns ""
-/// when it looks decodable, else the reason ("not an image (JPEG, PNG or WebP)").
-/// `jpeg` receives the JPEG header when the image is a JPEG.
+/// magic (the format table's rows; never the file name), then its row checks the header
+/// (JPEG as check_jpeg_header; PNG's IHDR chunk; WebP's RIFF size and first chunk).
+/// Returns "" when it looks decodable, else the reason ("not an image (JPEG, PNG or
+/// WebP magic bytes expected)"). `jpeg` receives the JPEG header when the image is a JPEG.
 std::string check_image_header(std::span<const uint8_t> bytes, ImageFormat* format, JpegHeader* jpeg);
 
 /// Refuses an output directory that is, or lies inside, an input: packing `imgs` into

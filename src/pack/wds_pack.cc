@@ -17,6 +17,7 @@
 #include <set>
 
 #include "decode/exif_orientation.h"
+#include "decode/formats.h"
 #include "decode/image_check.h"
 #include "decode/restart_index.h"
 #include "format/npy.h"
@@ -58,10 +59,13 @@ void split_key(const std::string& name, std::string& key, std::string& ext) {
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   // Spellings of one format are one field: a sample's "x.jpeg" fills the same field
   // as another's "y.jpg" (else the schema would hold both and every sample lack one).
-  static const std::pair<const char*, const char*> kSpellings[] = {{"jpeg", "jpg"}, {"tiff", "tif"}};
+  // A decoded format's canonical spelling is its row's first extension.
+  static const std::pair<const char*, const char*> kSpellings[] = {{"tiff", "tif"}};
   const size_t last = ext.rfind('.') == std::string::npos ? 0 : ext.rfind('.') + 1;
   for (const auto& [spelling, canonical] : kSpellings)
     if (ext.compare(last, std::string::npos, spelling) == 0) ext = ext.substr(0, last) + canonical;
+  if (const ImageFormatRow* row = image_format_by_extension(ext.substr(last)))
+    ext = ext.substr(0, last) + row->extensions.front();
 }
 
 // The last dot-separated part decides the kind ("seg.png" is an image).
@@ -69,7 +73,7 @@ FieldKind kind_of(const std::string& ext, bool& npy) {
   const size_t dot = ext.rfind('.');
   const std::string last = dot == std::string::npos ? ext : ext.substr(dot + 1);
   npy = last == "npy";
-  if (last == "jpg" || last == "jpeg" || last == "png" || last == "webp") return FieldKind::kImage;
+  if (image_format_by_extension(last) != nullptr) return FieldKind::kImage;
   if (last == "cls") return FieldKind::kInt64;
   if (last == "txt" || last == "json") return FieldKind::kText;
   if (npy) return FieldKind::kNdarray;  // or kVarArray, once every shape is known

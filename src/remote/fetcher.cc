@@ -363,12 +363,12 @@ void Fetcher::run(std::vector<Part>& parts) {
       const std::string range = std::to_string(t->want_start) + "-" + std::to_string(p.offset + p.length - 1);
       curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());  // curl copies the string
     }
-    if (!t->headers && loc_.s3) {
+    if (!t->headers && scheme_row(loc_.kind).aws_signed) {
       t->headers = curl_slist_append(t->headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
       if (!loc_.token.empty()) t->headers = curl_slist_append(t->headers, ("x-amz-security-token: " + loc_.token).c_str());
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
-    if (loc_.s3 && !loc_.key_id.empty()) {
+    if (scheme_row(loc_.kind).aws_signed && !loc_.key_id.empty()) {
       const std::string sig = "aws:amz:" + loc_.region + ":s3";
       curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sig.c_str());
       curl_easy_setopt(e, CURLOPT_USERNAME, loc_.key_id.c_str());

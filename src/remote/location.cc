@@ -9,9 +9,7 @@
 
 namespace stoker {
 
-bool is_remote_url(std::string_view s) {
-  return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0 || s.rfind("s3://", 0) == 0;
-}
+bool is_remote_url(std::string_view s) { return internal::location_kind_of(s) != internal::LocationKind::kFile; }
 
 std::string redact_url(std::string_view url) {
   std::string u(url);
@@ -91,31 +89,29 @@ std::map<std::string, std::string> parse_ini_section(std::string_view text, cons
   return out;
 }
 
-Location parse_location(const std::string& url, const std::string& profile_opt) {
-  Location loc;
-  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
-    const size_t host = url.find("://") + 3;
-    if (host >= url.size() || url[host] == '/')
-      throw_error(ErrorCode::kInvalidArgument, "remote dataset " + redact_url(url) + ": no host in the URL");
-    if (url.find_first_of("?#") != std::string::npos)
-      throw_error(ErrorCode::kInvalidArgument,
-                  "remote dataset " + redact_url(url) + ": a dataset URL names a directory; no query or fragment");
-    loc.base = strip_slashes(url);
-    loc.display = redact_url(loc.base);
-    // A password in the URL's userinfo is a secret like any other: kept out of messages
-    // even where curl might echo it.
-    const size_t end = url.find('/', host);
-    const size_t at = url.rfind('@', end == std::string::npos ? url.size() : end);
-    if (at != std::string::npos && at > host) {
-      const std::string userinfo = url.substr(host, at - host);
-      const size_t colon = userinfo.find(':');
-      if (colon != std::string::npos) loc.secret = userinfo.substr(colon + 1);
-    }
-    return loc;
+namespace {
+
+void parse_http(const std::string& url, const std::string&, Location& loc) {
+  const size_t host = url.find("://") + 3;
+  if (host >= url.size() || url[host] == '/')
+    throw_error(ErrorCode::kInvalidArgument, "remote dataset " + redact_url(url) + ": no host in the URL");
+  if (url.find_first_of("?#") != std::string::npos)
+    throw_error(ErrorCode::kInvalidArgument,
+                "remote dataset " + redact_url(url) + ": a dataset URL names a directory; no query or fragment");
+  loc.base = strip_slashes(url);
+  loc.display = redact_url(loc.base);
+  // A password in the URL's userinfo is a secret like any other: kept out of messages
+  // even where curl might echo it.
+  const size_t end = url.find('/', host);
+  const size_t at = url.rfind('@', end == std::string::npos ? url.size() : end);
+  if (at != std::string::npos && at > host) {
+    const std::string userinfo = url.substr(host, at - host);
+    const size_t colon = userinfo.find(':');
+    if (colon != std::string::npos) loc.secret = userinfo.substr(colon + 1);
   }
-  if (url.rfind("s3://", 0) != 0)
-    throw_error(ErrorCode::kInvalidArgument, "'" + redact_url(url) + "' is not an http://, https:// or s3:// URL");
-  loc.s3 = true;
+}
+
+void parse_s3(const std::string& url, const std::string& profile_opt, Location& loc) {
   std::string rest = strip_slashes(url.substr(5));
   const size_t slash = rest.find('/');
   const std::string bucket = rest.substr(0, slash);
@@ -168,6 +164,35 @@ Location parse_location(const std::string& url, const std::string& profile_opt) 
   } else {
     loc.base = "https://" + bucket + ".s3." + loc.region + ".amazonaws.com" + key_part;
   }
+}
+
+// Ordered as LocationKind.
+constexpr SchemeRow kSchemes[] = {
+    {LocationKind::kFile, "", nullptr, false},
+    {LocationKind::kHttp, "http://", parse_http, false},
+    {LocationKind::kHttps, "https://", parse_http, false},
+    {LocationKind::kS3, "s3://", parse_s3, true},
+};
+
+}  // namespace
+
+static_assert(kSchemes[static_cast<size_t>(LocationKind::kS3)].kind == LocationKind::kS3);
+
+const SchemeRow& scheme_row(LocationKind kind) noexcept { return kSchemes[static_cast<size_t>(kind)]; }
+
+LocationKind location_kind_of(std::string_view url) noexcept {
+  for (const SchemeRow& row : kSchemes)
+    if (row.parse != nullptr && url.rfind(row.prefix, 0) == 0) return row.kind;
+  return LocationKind::kFile;
+}
+
+Location parse_location(const std::string& url, const std::string& profile) {
+  Location loc;
+  loc.kind = location_kind_of(url);
+  const SchemeRow& row = scheme_row(loc.kind);
+  if (row.parse == nullptr)
+    throw_error(ErrorCode::kInvalidArgument, "'" + redact_url(url) + "' is not an http://, https:// or s3:// URL");
+  row.parse(url, profile, loc);
   return loc;
 }
 

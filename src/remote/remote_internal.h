@@ -17,9 +17,34 @@
 
 namespace stoker::internal {
 
+/// The scheme of a dataset location; kFile is a local path, which the remote layer
+/// never fetches.
+enum class LocationKind : uint8_t { kFile, kHttp, kHttps, kS3 };
+
+struct Location;
+
+/// What a scheme means to the remote layer: one row per LocationKind (location.cc), the
+/// one place that tells schemes apart.
+struct SchemeRow {
+  LocationKind kind;
+  const char* prefix;  ///< "s3://"; "" for kFile
+  /// Fills `loc` (kind set already) from `url`, which starts with `prefix`;
+  /// kInvalidArgument naming what is wrong. nullptr for kFile.
+  void (*parse)(const std::string& url, const std::string& profile, Location& loc);
+  /// Requests carry S3's headers (unsigned payload, session token) and, when the
+  /// location has a key, an AWS SigV4 signature.
+  bool aws_signed;
+};
+
+/// The row of `kind`.
+const SchemeRow& scheme_row(LocationKind kind) noexcept;
+
+/// The kind of `url` from its scheme prefix; kFile for anything that is not a remote URL.
+LocationKind location_kind_of(std::string_view url) noexcept;
+
 /// A parsed dataset location. `base` + "/" + object name is the request URL.
 struct Location {
-  bool s3 = false;
+  LocationKind kind = LocationKind::kFile;
   std::string base;     ///< request prefix, no trailing '/'
   std::string display;  ///< what errors print (redacted)
   // s3:// only. Never printed: see redact_secrets().

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     default:
       try {
         stoker::internal::Location loc = stoker::internal::parse_location(text, "fuzz");
-        if (!loc.s3) {
+        if (loc.kind != stoker::internal::LocationKind::kS3) {
           // The authority part shown may hold an '@' only after a redacted userinfo.
           const size_t host = loc.display.find("://") + 3;
           const std::string authority = loc.display.substr(host, loc.display.find('/', host) - host);
