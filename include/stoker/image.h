@@ -46,11 +46,20 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
-#include "stoker/shard.h"  // ImageFormat, image_format_of: the formats an image field holds
 
 namespace stoker {
+
+/// Image formats a kImage field (shard.h) may hold: these built in, more registered by
+/// a decoder table row (src/decode/formats.h).
+enum class ImageFormat : uint8_t { kUnknown = 0, kJpeg, kPng, kWebp };
+/// Sniffs the format from the first bytes (JPEG FF D8 FF, PNG's 8-byte signature,
+/// RIFF....WEBP). kUnknown for anything else.
+ImageFormat image_format_of(std::span<const uint8_t> bytes) noexcept;
+const char* image_format_name(ImageFormat f) noexcept;  ///< "jpeg", "png", "webp", "unknown"
+
 
 /// What to do with a decoded image. Every field has a default; decode() rejects values
 /// outside the stated ranges with kInvalidArgument.

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/image.h"  // ImageFormat: what a kImage field holds
+
 namespace stoker {
 
 /// What a field holds. The kind tells readers how to interpret the bytes and how big
@@ -74,13 +76,6 @@ DType dtype_from_name(const std::string& s);  ///< throws kInvalidArgument namin
 const char* field_kind_name(FieldKind k) noexcept;
 /// The names above; "jpeg" (the v1 manifest's name) is kImage. Throws kInvalidArgument.
 FieldKind field_kind_from_name(const std::string& s);
-
-/// Image formats a kImage field may hold.
-enum class ImageFormat : uint8_t { kUnknown = 0, kJpeg, kPng, kWebp };
-/// Sniffs the format from the first bytes (JPEG FF D8 FF, PNG's 8-byte signature,
-/// RIFF....WEBP). kUnknown for anything else.
-ImageFormat image_format_of(std::span<const uint8_t> bytes) noexcept;
-const char* image_format_name(ImageFormat f) noexcept;  ///< "jpeg", "png", "webp", "unknown"
 
 /// The name of the field that carries each record's source key in v2 datasets
 /// (kText): the WebDataset key, the ImageFolder relative path, or the Writer's key.

@@ -9,7 +9,7 @@
 #include "decode/png_decode.h"
 #include "decode/webp_decode.h"
 #include "stoker/error.h"
-#include "stoker/shard.h"
+#include "stoker/image.h"
 
 namespace stoker::internal {
 
