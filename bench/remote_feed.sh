@@ -5,7 +5,7 @@
 #   cold       `bench feed URL --cache-dir FRESH`  (every shard fetched during the epoch)
 #   warm       `bench feed URL --cache-dir SAME`   (a second process on the cold run's cache)
 #   epoch 2    the second epoch of a 2-epoch cold run (the same loader, shards in place)
-#   throttled  `bench feed PROXY_URL --cache-dir FRESH` behind tests/fault_proxy.py
+#   throttled  `bench feed PROXY_URL --cache-dir FRESH` behind tests/util/fault_proxy.py
 #              --rate RATE (one token bucket over every body): against what RATE allows,
 #              RATE / (dataset bytes / images) images/s
 #   records    the throttled run through a cache of two shards: a global shuffle then
@@ -49,7 +49,7 @@ EOF
 nginx -p "$ngx" -c "$ngx/nginx.conf" &
 ngx_pid=$!
 # The fault proxy exits when its stdin closes (the coprocess's pipe, closed at exit).
-coproc PROXY { exec /usr/bin/python3 "$here/tests/fault_proxy.py" --upstream "http://127.0.0.1:$port/" --rate "$rate"; }
+coproc PROXY { exec /usr/bin/python3 "$here/tests/util/fault_proxy.py" --upstream "http://127.0.0.1:$port/" --rate "$rate"; }
 # shellcheck disable=SC2153  # set by coproc
 proxy_pid=$PROXY_PID
 cleanup() {

@@ -1,5 +1,5 @@
 // Remote datasets against real servers on loopback: nginx (a dataset directory over
-// HTTP), s3rver (the S3 protocol: SigV4 headers, access key checked) and tests/fault_proxy.py in front of
+// HTTP), s3rver (the S3 protocol: SigV4 headers, access key checked) and tests/util/fault_proxy.py in front of
 // them (503, 429, resets, cut and stalled bodies, flipped bytes). Each test starts its
 // servers on 127.0.0.1 at a free port and stops them; one that cannot start skips.
 #include "stoker/remote.h"

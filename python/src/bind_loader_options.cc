@@ -1,6 +1,6 @@
 // _stoker.LoaderOptions and _stoker.FieldTransform: the options of a Python Loader,
 // set by python/stoker/loader.py (which checks types and names the parameter) and read
-// by loader.cc. Enumerations go by their names ("u8_hwc", "shuffled", ...).
+// by bind_loader.cc. Enumerations go by their names ("u8_hwc", "shuffled", ...).
 #include <pybind11/stl.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The remote forms of verify, inspect and doctor (shards/tool/remote_cmd.h).
+// The remote forms of verify, inspect and doctor (src/cli/remote_cmd.h).
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -3,7 +3,7 @@
 // The number to hold next to fio (bench/fio_compare.sh): the storage side of the
 // loader, with the loader's read planning (aligned ranges, coalesced neighbours).
 // `stoker bench io URL --cache-dir DIR` measures the remote layer instead
-// (shards/tool/bench_remote_cmd.cc); the options of both are declared here.
+// (src/cli/bench_remote_cmd.cc); the options of both are declared here.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>

@@ -37,7 +37,7 @@
 //
 // Processes: fork() copies the handle but none of its threads. A copy in a forked child
 // raises UnavailableError on use (pid check) and is leaked, never joined, when freed.
-// Options live in loader_options.cc, tensor export in tensor_export.cc.
+// Options live in bind_loader_options.cc, tensor export in tensor_export.cc.
 #include <pthread.h>
 #include <unistd.h>
 #include <pybind11/stl.h>
@@ -266,7 +266,7 @@ class PyLoader {
     std::exception_ptr error = std::exchange(w.error, nullptr);
     w.requested = w.done = false;
     lock.unlock();
-    if (error) std::rethrow_exception(error);  // stoker::Error -> stoker.*Error (errors.cc)
+    if (error) std::rethrow_exception(error);  // stoker::Error -> stoker.*Error (bind_errors.cc)
     if (!have) return py::none();
     py::dict out = export_batch(batch, converter_);
     batch = Batch();  // the tensors hold the lease now
