@@ -55,7 +55,6 @@
 #include "tensor_export.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
-#include "io/throttled_engine.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
 #include "stoker/order.h"
@@ -158,14 +157,6 @@ class PyLoader {
       const int dev = select_device(popt.device, cuda_device_count());
       if (!opt.slot_allocator) opt.slot_allocator = pinned_slot_allocator(dev);
       if (!opt.gpu_pci_bus_id) opt.gpu_pci_bus_id = cuda_pci_bus_id(dev);
-    }
-    if (popt.io_limit_bytes_per_s > 0) {
-      const double limit = popt.io_limit_bytes_per_s;
-      auto inner_wrap = opt.wrap_io;
-      opt.wrap_io = [limit, inner_wrap](std::unique_ptr<IoEngine> e) {
-        if (inner_wrap) e = inner_wrap(std::move(e));
-        return make_throttled_engine(std::move(e), limit);
-      };
     }
     {
       Worker* wp = w_.get();  // owns the loader, so outlives the sink
