@@ -20,7 +20,8 @@
 set -euo pipefail
 rounds=${1:-3}
 dir=${RF_DIR:-/tmp/stoker-rfeed}
-cli=${STOKER:-build/stoker}
+. "$(dirname "$0")/lib.sh"
+cli=$STOKER
 images=${RF_IMAGES:-400}
 shard=${RF_SHARD:-4MiB}
 rate=${RF_RATE:-4000000}
@@ -92,7 +93,7 @@ print("%.1f %.1f %s %.0f %.1f %s %.3f" % (pe[0]["samples_per_s"], pe[1]["samples
       (user + sys_) / j["samples"] * 1e3))'
 }
 mb() { awk "BEGIN{printf \"%.1f\", $1 / 1e6}"; }
-div() { awk "BEGIN{printf \"%.3f\", $1 / $2}"; }
+div() { ratio "$1" "$2"; }
 
 # Each round: local first (1 epoch) and last (2 epochs), the mean of their first epochs
 # the baseline (the first one's CPU per image, like the cold and warm runs of 1 epoch);
