@@ -169,6 +169,23 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& options = {},
 /// stats() carry them).
 void record_verdict(LoaderStats& s, const Verdict& v);
 
+/// A staged feed as the trainer sees it: the figures of a Stager and of the Loader it
+/// owns, and the verdict on them with the copy stream as a station.
+struct StagedFeed {
+  /// The owned Loader's stats(), except consumer_wait_s: the trainer waits on the
+  /// Stager, so it is the trainer's wait (FeedFigures::from(LoaderStats, StagerStats)),
+  /// not the copy thread's wait on the Loader; bottleneck, evidence and advice are the
+  /// verdict's (record_verdict).
+  LoaderStats loader;
+  StagerStats stager;  ///< Stager::stats(), read after the loader's
+  Verdict verdict;     ///< diagnose(FeedFigures::from(loader's own stats, stager))
+};
+/// The staged feed of `stager` now (the one staged verdict: the Python binding's
+/// stats() and `stoker bench stage` both report it). Safe from any thread, as the
+/// Stager's and its Loader's stats() are. kInvalidArgument for a Stager over a raw
+/// source (no Loader to judge).
+StagedFeed diagnose_staged(Stager& stager);
+
 /// Smooths verdicts over a series of cumulative snapshots of one loader. The first
 /// verdict is taken as it comes; later ones replace it only after confirm_intervals
 /// consecutive intervals agree. A snapshot whose counters went backwards (new epoch)

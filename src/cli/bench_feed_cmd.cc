@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "remote_cmd.h"
+// Not the library: stoker_benchlib, the benchmarks' own code (the in-memory decode limit).
 #include "benchlib/decode_limit.h"
 #include "cli.h"
 #include "field_spec.h"
@@ -27,6 +28,9 @@
 #include "stoker/error.h"
 #include "stoker/cpu.h"
 #include "stoker/loader.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
 
 namespace stoker::cli {
