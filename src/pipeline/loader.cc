@@ -68,7 +68,8 @@ class ConsumerCall {
 };
 }  // namespace
 
-struct Loader::Impl {
+// Hidden: its members take stoker::internal types, which libstoker.so does not export.
+struct __attribute__((visibility("hidden"))) Loader::Impl {
   LoaderOptions opt;
   internal::Context ctx;
   bool tokens = false;
