@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "stoker/diagnose.h"
+#include "diagnose/doctor_checks.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/verify.h"
@@ -468,7 +469,7 @@ TEST_F(RemoteHttp, AServerThatIgnoresRangeIsDetectedAndShardsComeByOneGetEach) {
   EXPECT_EQ(latency.status, CheckStatus::kFail);
   EXPECT_NE(latency.reading.find("ignores HTTP Range"), std::string::npos) << latency.reading;
   // The fast_crop check reads a URL's MANIFEST too ("no dataset given" before).
-  EXPECT_EQ(check_fast_crop(plain.url()).reading, "not a JPEG dataset");
+  EXPECT_EQ(internal::check_fast_crop(plain.url()).reading, "not a JPEG dataset");
 }
 
 // Requests the proxy saw for `path` (its /__stats, fetched with our own client).
