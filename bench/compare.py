@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Feed-rate comparison: stoker next to the feeders users run today, and the machine's limits.
 
-Run by `stoker bench compare DATASET ...` (shards/tool/bench_compare_cmd.cc), which passes its own
+Run by `stoker bench compare DATASET ...` (src/cli/bench_compare_cmd.cc), which passes its own
 path as --stoker. In one run it measures:
   limits   raw read of the dataset through stoker's IO engine (`stoker bench io --json`) and
            the in-memory decode limit of stoker's decode code at each thread count

@@ -17,38 +17,16 @@ if [[ $# -lt 2 ]]; then
   echo "usage: $0 PLAIN FAST [ROUNDS] [THREADS]" >&2
   exit 2
 fi
+. "$(dirname "$0")/lib.sh"
 PLAIN=$1
 FAST=$2
 ROUNDS=${3:-4}
 THREADS=${4:-2}
 EPOCHS=${EPOCHS:-3}
-if [[ -z "${STOKER:-}" ]]; then
-  here=$(cd "$(dirname "$0")/.." && pwd)
-  if [[ -x "$here/build/stoker" ]]; then STOKER="$here/build/stoker"; else STOKER=stoker; fi
-fi
-run() {  # "samples/s cpu-seconds" of one bench feed run
-  local out cpu
-  TIMEFORMAT='%U %S'
-  { time "$STOKER" bench feed "$1" --threads "$THREADS" --transform "$2" --epochs "$EPOCHS" > "$tmp" 2> /dev/null; } 2> "$tmp.time"
-  cpu=$(tail -1 "$tmp.time" | awk '{print $1 + $2}')
-  out=$(awk '/^feed:/ {print $2}' "$tmp")
-  echo "$out $cpu"
-}
 tmp=$(mktemp)
-trap 'rm -f "$tmp" "$tmp.time"' EXIT
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+trap 'rm -f "$tmp"' EXIT
+plain() { feed_run "$tmp" "$STOKER" "$PLAIN" --threads "$THREADS" --transform "$transform" --epochs "$EPOCHS" | cut -d' ' -f1,2; }
+fast() { feed_run "$tmp" "$STOKER" "$FAST" --threads "$THREADS" --transform "$transform" --epochs "$EPOCHS" | cut -d' ' -f1,2; }
 for transform in train eval; do
-  a=() b=() ca=() cb=()
-  for ((i = 1; i <= ROUNDS; ++i)); do
-    read -r ra xa < <(run "$PLAIN" "$transform")
-    read -r rb xb < <(run "$FAST" "$transform")
-    echo "$transform round $i: plain $ra samples/s ($xa CPU s), fast-crop $rb samples/s ($xb CPU s)"
-    a+=("$ra") b+=("$rb") ca+=("$xa") cb+=("$xb")
-  done
-  ma=$(printf '%s\n' "${a[@]}" | median)
-  mb=$(printf '%s\n' "${b[@]}" | median)
-  mca=$(printf '%s\n' "${ca[@]}" | median)
-  mcb=$(printf '%s\n' "${cb[@]}" | median)
-  awk -v t="$transform" -v a="$ma" -v b="$mb" -v ca="$mca" -v cb="$mcb" \
-    'BEGIN {printf "%s: median plain %.0f, fast-crop %.0f samples/s (fast-crop/plain %.2f); CPU s %.2f vs %.2f (plain/fast-crop %.2f)\n", t, a, b, b / a, ca, cb, ca / cb}'
+  ab_rounds "$transform" "$ROUNDS" plain plain fast-crop fast
 done

@@ -5,7 +5,7 @@
 #       stoker (A) and $OLD (B) alternating A B A B, each run the feed alone (the limit
 #       cut to one record): samples/s and CPU seconds (user + system; on a busy shared
 #       machine the steadier figure, as both runs feed the same samples); medians of the
-#       per-round A/B samples/s and B/A CPU seconds.
+#       runs and of the per-round this/old samples/s and old/this CPU seconds (lib.sh).
 #   a2. the same dataset against its own in-memory limit: `bench feed --limit-interleaved`
 #       (a limit slice after each epoch, so load swings weigh on both; one warm-up epoch
 #       first, as the 1,000-record epochs would otherwise make the start-up a few per
@@ -36,10 +36,7 @@ THREADS=${3:-2}
 EPOCHS=${EPOCHS:-3}
 SECONDS_PER=${SECONDS_PER:-8}
 PARTS=${PARTS:-abc}
-here=$(cd "$(dirname "$0")/.." && pwd)
-if [[ -z "${STOKER:-}" ]]; then
-  if [[ -x "$here/build/stoker" ]]; then STOKER="$here/build/stoker"; else STOKER=stoker; fi
-fi
+. "$(dirname "$0")/lib.sh"
 OLD=${OLD:-}
 FIELDS=(--field jpg=train:224 --field png=follow:jpg --field cls --field txt --field npy)
 
@@ -51,32 +48,21 @@ mkdir -p "$W"
 [[ -d $W/multi ]] || "$STOKER" pack wds "$W"/wds/*.tar "$W/multi" --threads "$THREADS" > /dev/null
 
 tmp=$(mktemp)
-trap 'rm -f "$tmp" "$tmp.time"' EXIT
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+trap 'rm -f "$tmp"' EXIT
 run() {  # "samples/s cpu-seconds pipeline/limit" of one bench feed run: BIN DATASET ARGS...
   local bin=$1
   shift
-  TIMEFORMAT='%U %S'
-  { time "$bin" bench feed "$@" --threads "$THREADS" > "$tmp" 2> /dev/null; } 2> "$tmp.time"
-  echo "$(awk '/^feed:/ {print $2}' "$tmp") $(tail -1 "$tmp.time" | awk '{print $1 + $2}') \
-$(awk '/^limit:/ {print $NF}' "$tmp")"
+  feed_run "$tmp" "$bin" "$@" --threads "$THREADS"
 }
 
 FEED_ONLY=(--epochs "$EPOCHS" --limit-records 1 --limit-seconds 0.001)
 INTERLEAVED=(--epochs $((2 * EPOCHS)) --warmup-epochs 1 --limit-interleaved --limit-seconds $((2 * EPOCHS)))
 
 if [[ $PARTS == *a* && -n $OLD ]]; then
-  echo "== a1. JPEG train path: $STOKER (A) vs $OLD (B), $W/plain, $THREADS threads, $EPOCHS epochs, feed only"
-  rr=() rc=()
-  for ((i = 1; i <= ROUNDS; ++i)); do
-    read -r a_rate a_cpu _ < <(run "$STOKER" "$W/plain" "${FEED_ONLY[@]}")
-    read -r b_rate b_cpu _ < <(run "$OLD" "$W/plain" "${FEED_ONLY[@]}")
-    rr+=("$(awk -v a="$a_rate" -v b="$b_rate" 'BEGIN {printf "%.3f", a / b}')")
-    rc+=("$(awk -v a="$a_cpu" -v b="$b_cpu" 'BEGIN {printf "%.3f", b / a}')")
-    echo "round $i: A $a_rate samples/s ($a_cpu CPU s), B $b_rate samples/s ($b_cpu CPU s)"
-  done
-  echo "a1: median A/B samples/s $(printf '%s\n' "${rr[@]}" | median) (rounds: ${rr[*]})"
-  echo "a1: median B/A CPU s $(printf '%s\n' "${rc[@]}" | median) (rounds: ${rc[*]})"
+  echo "== a1. JPEG train path: $STOKER vs $OLD (old), $W/plain, $THREADS threads, $EPOCHS epochs, feed only"
+  old_feed() { run "$OLD" "$W/plain" "${FEED_ONLY[@]}" | cut -d' ' -f1,2; }
+  this_feed() { run "$STOKER" "$W/plain" "${FEED_ONLY[@]}" | cut -d' ' -f1,2; }
+  ab_rounds a1 "$ROUNDS" old old_feed this this_feed
 fi
 
 interleaved() {  # NAME DATASET ARGS...: pipeline/limit per round and the median

@@ -23,10 +23,7 @@ QD=${2:-64}
 RUNTIME=${RUNTIME:-60}
 REPEAT=${REPEAT:-1}
 PREAD_THREADS=${PREAD_THREADS:-4}
-if [[ -z "${STOKER:-}" ]]; then
-  here=$(cd "$(dirname "$0")/.." && pwd)
-  if [[ -x "$here/build/stoker" ]]; then STOKER="$here/build/stoker"; else STOKER=stoker; fi
-fi
+. "$(dirname "$0")/lib.sh"
 command -v fio >/dev/null || { echo "fio not found (apt-get install fio)" >&2; exit 1; }
 
 # json FIELD-PATH < json  (jq syntax subset: .a.b[0].c)

@@ -29,8 +29,9 @@
 #include "decode/crop.h"
 #include "decode/resize.h"
 #include "stoker/crc32c.h"
+#include "util/crc32c_portable.h"
 #include "stoker/image.h"
-#include "../tests/util/image_encode.h"
+#include "benchlib/image_encode.h"
 
 namespace {
 
@@ -320,7 +321,7 @@ void crc32c_loop(benchmark::State& state) {
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   uint32_t crc = 0;
   for (auto _ : state) {
-    crc = kPortable ? stoker::crc32c_extend_portable(crc, buf.data(), buf.size())
+    crc = kPortable ? stoker::internal::crc32c_extend_portable(crc, buf.data(), buf.size())
                     : stoker::crc32c_extend(crc, buf.data(), buf.size());
     benchmark::DoNotOptimize(crc);
   }

@@ -10,7 +10,8 @@ mode=plain
 if [ "${1:-}" = mix ]; then mode=mix; shift; fi
 rounds=${1:-5}
 dir=${LM_DIR:-/tmp/stoker-lm}
-cli=${STOKER:-build/stoker}
+. "$(dirname "$0")/lib.sh"
+cli=$STOKER
 mkdir -p "$dir"
 [ -f "$dir/t.bin" ] || "$cli" sample tokens "$dir/t.bin" --tokens 50000000 --vocab 1024 --seed 1 >/dev/null
 [ -d "$dir/docs" ] || "$cli" pack tokens "$dir/t.bin" "$dir/docs" --dtype uint16 --seq-len 1024 --zstd 3 --eos 139 >/dev/null
@@ -41,11 +42,11 @@ if [ "$mode" = mix ]; then
     slower=$(awk "BEGIN{print ($ra < $rb) ? $ra : $rb}")
     cslow=$(awk "BEGIN{print ($ca > $cb) ? $ca : $cb}")
     line="round $r: plain alone $ra rows/s ${ca} cpu-s/Mrow, docs alone $rb rows/s ${cb} cpu-s/Mrow,"
-    line+=" mixture $rm rows/s ${cm} cpu-s/Mrow; mixture / slower: rate $(awk "BEGIN{printf \"%.3f\", $rm/$slower}"),"
-    line+=" cpu per row $(awk "BEGIN{printf \"%.3f\", $cm/$cslow}")"
+    line+=" mixture $rm rows/s ${cm} cpu-s/Mrow; mixture / slower: rate $(ratio "$rm" "$slower"),"
+    line+=" cpu per row $(ratio "$cm" "$cslow")"
     if [ -n "${BASE:-}" ]; then
       read -r rx cx < <(run --base --on "$dir/plain" --mix "$dir/docs")
-      line+="; base mixture $rx rows/s ${cx} cpu-s/Mrow (rate / slower $(awk "BEGIN{printf \"%.3f\", $rx/$slower}"))"
+      line+="; base mixture $rx rows/s ${cx} cpu-s/Mrow (rate / slower $(ratio "$rx" "$slower"))"
     fi
     echo "$line"
   done
@@ -60,14 +61,14 @@ for r in $(seq "$rounds"); do
   read -r ra ca < <(run)
   read -r rb cb < <(run --position-ids --loss-mask)
   line="round $r: plain $ra rows/s ${ca} cpu-s/Mrow; position_ids+loss_mask $rb rows/s ${cb} cpu-s/Mrow;"
-  line+=" rate ratio $(awk "BEGIN{printf \"%.3f\", $rb/$ra}"), cpu ratio $(awk "BEGIN{printf \"%.3f\", $cb/$ca}")"
+  line+=" rate ratio $(ratio "$rb" "$ra"), cpu ratio $(ratio "$cb" "$ca")"
   if [ -n "${MAIN:-}" ]; then
     read -r rm cm < <(run --main)
-    line+="; main plain $rm rows/s ${cm} cpu-s/Mrow (this plain / main: rate $(awk "BEGIN{printf \"%.3f\", $ra/$rm}"), cpu $(awk "BEGIN{printf \"%.3f\", $ca/$cm}"))"
+    line+="; main plain $rm rows/s ${cm} cpu-s/Mrow (this plain / main: rate $(ratio "$ra" "$rm"), cpu $(ratio "$ca" "$cm"))"
   fi
   if [ -n "${BASE:-}" ]; then
     read -r rx cx < <(run --base --position-ids --loss-mask)
-    line+="; base position_ids+loss_mask $rx rows/s ${cx} cpu-s/Mrow (this / base: cpu $(awk "BEGIN{printf \"%.3f\", $cb/$cx}"))"
+    line+="; base position_ids+loss_mask $rx rows/s ${cx} cpu-s/Mrow (this / base: cpu $(ratio "$cb" "$cx"))"
   fi
   echo "$line"
 done

@@ -21,9 +21,7 @@ WORK=${1:-out/real_photos}
 ROUNDS=${2:-4}
 THREADS=${3:-2}
 here=$(cd "$(dirname "$0")/.." && pwd)
-if [[ -z "${STOKER:-}" ]]; then
-  if [[ -x "$here/build/stoker" ]]; then STOKER="$here/build/stoker"; else STOKER=stoker; fi
-fi
+. "$(dirname "$0")/lib.sh"
 export STOKER
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)

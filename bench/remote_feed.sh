@@ -5,7 +5,7 @@
 #   cold       `bench feed URL --cache-dir FRESH`  (every shard fetched during the epoch)
 #   warm       `bench feed URL --cache-dir SAME`   (a second process on the cold run's cache)
 #   epoch 2    the second epoch of a 2-epoch cold run (the same loader, shards in place)
-#   throttled  `bench feed PROXY_URL --cache-dir FRESH` behind tests/fault_proxy.py
+#   throttled  `bench feed PROXY_URL --cache-dir FRESH` behind tests/util/fault_proxy.py
 #              --rate RATE (one token bucket over every body): against what RATE allows,
 #              RATE / (dataset bytes / images) images/s
 #   records    the throttled run through a cache of two shards: a global shuffle then
@@ -20,7 +20,8 @@
 set -euo pipefail
 rounds=${1:-3}
 dir=${RF_DIR:-/tmp/stoker-rfeed}
-cli=${STOKER:-build/stoker}
+. "$(dirname "$0")/lib.sh"
+cli=$STOKER
 images=${RF_IMAGES:-400}
 shard=${RF_SHARD:-4MiB}
 rate=${RF_RATE:-4000000}
@@ -49,7 +50,7 @@ EOF
 nginx -p "$ngx" -c "$ngx/nginx.conf" &
 ngx_pid=$!
 # The fault proxy exits when its stdin closes (the coprocess's pipe, closed at exit).
-coproc PROXY { exec /usr/bin/python3 "$here/tests/fault_proxy.py" --upstream "http://127.0.0.1:$port/" --rate "$rate"; }
+coproc PROXY { exec /usr/bin/python3 "$here/tests/util/fault_proxy.py" --upstream "http://127.0.0.1:$port/" --rate "$rate"; }
 # shellcheck disable=SC2153  # set by coproc
 proxy_pid=$PROXY_PID
 cleanup() {
@@ -92,7 +93,7 @@ print("%.1f %.1f %s %.0f %.1f %s %.3f" % (pe[0]["samples_per_s"], pe[1]["samples
       (user + sys_) / j["samples"] * 1e3))'
 }
 mb() { awk "BEGIN{printf \"%.1f\", $1 / 1e6}"; }
-div() { awk "BEGIN{printf \"%.3f\", $1 / $2}"; }
+div() { ratio "$1" "$2"; }
 
 # Each round: local first (1 epoch) and last (2 epochs), the mean of their first epochs
 # the baseline (the first one's CPU per image, like the cold and warm runs of 1 epoch);

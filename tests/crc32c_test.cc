@@ -8,6 +8,7 @@
 #include <sys/auxv.h>
 #endif
 
+#include "util/crc32c_portable.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -30,7 +31,7 @@ TEST(Crc32c, HardwareAndPortableAgreeOnEveryLengthAndAlignment) {
   for (size_t off = 0; off < 16; ++off)
     for (size_t len : {0, 1, 3, 7, 8, 9, 15, 16, 63, 64, 255, 767, 768, 769, 1000, 1543, 4096, 24575, 24576, 24577,
                        25344, 49152 + 767, 116000, 200000})
-      ASSERT_EQ(crc32c(data.data() + off, len), crc32c_extend_portable(0, data.data() + off, len)) << off << " " << len;
+      ASSERT_EQ(crc32c(data.data() + off, len), internal::crc32c_extend_portable(0, data.data() + off, len)) << off << " " << len;
 }
 
 TEST(Crc32c, HardwareAndPortableAgreeOnEveryShortLength) {
@@ -39,7 +40,7 @@ TEST(Crc32c, HardwareAndPortableAgreeOnEveryShortLength) {
   for (size_t off = 0; off < 8; ++off)
     for (size_t len = 0; len <= 808; ++len)
       ASSERT_EQ(crc32c_extend(0x12345678u, data.data() + off, len),
-                crc32c_extend_portable(0x12345678u, data.data() + off, len))
+                internal::crc32c_extend_portable(0x12345678u, data.data() + off, len))
           << off << " " << len;
 }
 

@@ -13,7 +13,7 @@
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "util/datasets.h"
-#include "util/image_encode.h"
+#include "benchlib/image_encode.h"
 #include "util/test_util.h"
 
 namespace stoker {

@@ -18,7 +18,6 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
-#include "io/throttled_engine.h"
 #include "util/datasets.h"
 #include "util/test_util.h"
 
@@ -508,7 +507,7 @@ TempDir* RealPipeline::dir_ = nullptr;
 
 TEST_F(RealPipeline, ThrottledStorageIsStorageBound) {
   LoaderOptions o = tiny_crop_options(path());
-  o.wrap_io = [](std::unique_ptr<IoEngine> e) { return make_throttled_engine(std::move(e), 2e6); };
+  o.io.limit_bytes_per_s = 2e6;
   Loader l(o);
   const LoaderStats s = run(l, 2.0, 0).back();
   const Verdict v = diagnose(FeedFigures::from(s));

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "stoker/diagnose.h"
+#include "diagnose/doctor_checks.h"
 #include "util/test_util.h"
 
 namespace fs = std::filesystem;
@@ -41,7 +42,7 @@ TEST(DoctorGovernor, PowersaveWarnsPerformanceIsOk) {
     put(root, "/sys/devices/system/cpu/online", "0-7\n");  // not a cpuN directory: ignored
     for (size_t i = 0; i < r.governors.size(); ++i)
       put(root, "/sys/devices/system/cpu/cpu" + std::to_string(i) + "/cpufreq/scaling_governor", r.governors[i] + "\n");
-    const Check c = check_cpu_governor(root.str());
+    const Check c = internal::check_cpu_governor(root.str());
     EXPECT_EQ(c.name, "cpu_governor");
     EXPECT_EQ(c.status, r.want) << c.reading;
     EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
@@ -66,7 +67,7 @@ TEST(DoctorHugePages, NeverWarnsMadviseAndAlwaysAreOk) {
   for (const Row& r : rows) {
     TempDir root;
     if (r.enabled) put(root, "/sys/kernel/mm/transparent_hugepage/enabled", r.enabled);
-    const Check c = check_transparent_hugepages(root.str());
+    const Check c = internal::check_transparent_hugepages(root.str());
     EXPECT_EQ(c.name, "transparent_hugepages");
     EXPECT_EQ(c.status, r.want) << c.reading;
     EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
@@ -94,7 +95,7 @@ TEST(DoctorQuota, QuotaBelowTheLoaderThreadsWarns) {
     TempDir root;
     put(root, "/proc/self/cgroup", "0::/job/step\n");
     put(root, "/sys/fs/cgroup/job/step/cpu.max", std::string(r.cpu_max) + "\n");
-    const Check c = check_cgroup_quota(root.str(), r.threads);
+    const Check c = internal::check_cgroup_quota(root.str(), r.threads);
     EXPECT_EQ(c.status, r.want) << r.cpu_max << ": " << c.reading;
     EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
     EXPECT_TRUE(has(c.advice, r.advice)) << c.advice;
@@ -145,12 +146,12 @@ TEST(DoctorPcie, DowntrainedLinkWarnsOrFails) {
   for (const Row& r : rows) {
     TempDir root;
     gpu(root, "0000:17:00.0", r.cur, "16.0 GT/s PCIe", r.cur_w, 16);
-    const Check c = check_pcie_link(root.str(), std::string("0000:17:00.0"));
+    const Check c = internal::check_pcie_link(root.str(), std::string("0000:17:00.0"));
     EXPECT_EQ(c.status, r.want) << c.reading;
     EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
     EXPECT_TRUE(has(c.meaning, r.meaning)) << c.meaning;
   }
-  EXPECT_EQ(check_pcie_link("/nonexistent", std::nullopt).status, CheckStatus::kSkip);
+  EXPECT_EQ(internal::check_pcie_link("/nonexistent", std::nullopt).status, CheckStatus::kSkip);
 }
 
 // ---- affinity and NUMA --------------------------------------------------------------------
@@ -172,7 +173,7 @@ TEST(DoctorNuma, AffinityOffTheGpuNodeWarns) {
     put(root, "/sys/devices/system/node/node0/cpulist", "0-3\n");
     put(root, "/sys/devices/system/node/node1/cpulist", "4-7\n");
     put(root, "/proc/self/status", std::string("Name:\tx\nCpus_allowed:\tff\nCpus_allowed_list:\t") + r.allowed + "\n");
-    const Check c = check_affinity_numa(root.str(), std::string("0000:17:00.0"));
+    const Check c = internal::check_affinity_numa(root.str(), std::string("0000:17:00.0"));
     EXPECT_EQ(c.status, r.want) << c.reading;
     EXPECT_TRUE(has(c.reading, std::string("allowed CPUs ") + r.allowed + "; GPU 0000:17:00.0 on NUMA node 1 (CPUs 4-7)"))
         << c.reading;
@@ -207,13 +208,13 @@ TEST(DoctorMemlock, SmallLimitWarns) {
   for (const Row& r : rows) {
     TempDir root;
     put(root, "/proc/self/limits", limits(r.soft));
-    const Check c = check_memlock(root.str(), need);
+    const Check c = internal::check_memlock(root.str(), need);
     EXPECT_EQ(c.status, r.want) << c.reading;
     EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
     EXPECT_EQ(has(c.advice, "ulimit -l unlimited"), r.want == CheckStatus::kWarn);
   }
   TempDir none;
-  EXPECT_EQ(check_memlock(none.str(), need).status, CheckStatus::kSkip);
+  EXPECT_EQ(internal::check_memlock(none.str(), need).status, CheckStatus::kSkip);
   // The kernel decides whether io_uring's buffers count against the limit.
   const std::pair<const char*, CheckStatus> kernels[] = {
       {"5.10.0-21-amd64", CheckStatus::kWarn}, {"5.12.0", CheckStatus::kOk}, {"6.1.0-13-cloud-amd64", CheckStatus::kOk}};
@@ -221,7 +222,7 @@ TEST(DoctorMemlock, SmallLimitWarns) {
     TempDir root;
     put(root, "/proc/self/limits", limits("65536"));
     put(root, "/proc/sys/kernel/osrelease", std::string(release) + "\n");
-    const Check c = check_memlock(root.str(), need);
+    const Check c = internal::check_memlock(root.str(), need);
     EXPECT_EQ(c.status, want) << release << ": " << c.reading;
     EXPECT_TRUE(has(c.reading, std::string("; kernel ") + release)) << c.reading;
     EXPECT_TRUE(has(c.meaning, want == CheckStatus::kOk ? "memory cgroup" : "this kernel (before 5.12)")) << c.meaning;
@@ -256,7 +257,7 @@ TEST(DoctorMemory, AvailableMemoryAndHugepagesDecide) {
     TempDir root;
     put(root, "/proc/meminfo", meminfo(r.total_kb, r.avail_kb, r.hugepages));
     put(root, "/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
-    const Check c = check_memory(root.str(), need);
+    const Check c = internal::check_memory(root.str(), need);
     EXPECT_EQ(c.status, r.want) << c.reading;
     EXPECT_TRUE(has(c.reading, r.reading)) << c.reading;
     EXPECT_TRUE(has(c.reading, "transparent hugepages madvise")) << c.reading;
@@ -267,8 +268,8 @@ TEST(DoctorMemory, AvailableMemoryAndHugepagesDecide) {
 // ---- io_uring, O_DIRECT, NVML, read probe --------------------------------------------------
 
 TEST(DoctorIoUring, ReasonMeansFallback) {
-  EXPECT_EQ(check_io_uring("").status, CheckStatus::kOk);
-  const Check c = check_io_uring("io_uring_setup: Operation not permitted (errno 1), seccomp?");
+  EXPECT_EQ(internal::check_io_uring("").status, CheckStatus::kOk);
+  const Check c = internal::check_io_uring("io_uring_setup: Operation not permitted (errno 1), seccomp?");
   EXPECT_EQ(c.status, CheckStatus::kWarn);
   EXPECT_EQ(c.reading, "io_uring_setup: Operation not permitted (errno 1), seccomp?");
   EXPECT_TRUE(has(c.meaning, "pread thread pool"));
@@ -297,34 +298,34 @@ TEST(DoctorODirect, MatchesWhatTheFilesystemDoes) {
   const int fd = ::open(d.str("shard-0.stk").c_str(), O_RDONLY | O_DIRECT);
   const bool fs_direct = fd >= 0;
   if (fd >= 0) ::close(fd);
-  const Check c = check_o_direct(d.str());
+  const Check c = internal::check_o_direct(d.str());
   EXPECT_EQ(c.status, fs_direct ? CheckStatus::kOk : CheckStatus::kWarn) << c.reading;
   EXPECT_TRUE(has(c.reading, d.str("shard-0.stk"))) << c.reading;  // the largest file is probed
   if (fs_direct) {
     EXPECT_TRUE(has(c.reading, "aligned read of 4096 bytes")) << c.reading;
   }
-  EXPECT_EQ(check_o_direct(std::nullopt).status, CheckStatus::kSkip);
-  EXPECT_EQ(check_o_direct(d.str("missing")).status, CheckStatus::kFail);
+  EXPECT_EQ(internal::check_o_direct(std::nullopt).status, CheckStatus::kSkip);
+  EXPECT_EQ(internal::check_o_direct(d.str("missing")).status, CheckStatus::kFail);
 }
 
 TEST(DoctorReadProbe, ReadsUpToTheBudget) {
   TempDir d;
   for (int i = 0; i < 3; ++i)
     testing::write_file(d.str("shard-" + std::to_string(i) + ".stk"), testing::random_bytes((1 << 20) + 4096, i));
-  const Check c = check_read_probe(d.str(), 2ull << 20, 1);
+  const Check c = internal::check_read_probe(d.str(), 2ull << 20, 1);
   EXPECT_NE(c.status, CheckStatus::kFail) << c.reading;
   EXPECT_NE(c.status, CheckStatus::kSkip) << c.reading;
   EXPECT_TRUE(has(c.reading, "read 2.0 MiB of 2 files in ")) << c.reading;
-  const Check all = check_read_probe(d.str(), 64ull << 20, 1);
+  const Check all = internal::check_read_probe(d.str(), 64ull << 20, 1);
   EXPECT_TRUE(has(all.reading, "read 3.0 MiB of 3 files in ")) << all.reading;
-  EXPECT_EQ(check_read_probe(std::nullopt, 1 << 20, 1).status, CheckStatus::kSkip);
+  EXPECT_EQ(internal::check_read_probe(std::nullopt, 1 << 20, 1).status, CheckStatus::kSkip);
   TempDir empty;
-  EXPECT_EQ(check_read_probe(empty.str(), 1 << 20, 1).status, CheckStatus::kFail);
+  EXPECT_EQ(internal::check_read_probe(empty.str(), 1 << 20, 1).status, CheckStatus::kFail);
 }
 
 TEST(DoctorNvml, SkipsWithoutTheDriver) {
   void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  const Check c = check_gpu_clocks(0);
+  const Check c = internal::check_gpu_clocks(0);
   if (h) {
     dlclose(h);
     EXPECT_NE(c.status, CheckStatus::kSkip) << c.reading;

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "stoker/image.h"
-#include "util/image_encode.h"
+#include "benchlib/image_encode.h"
 #include "util/test_util.h"
 
 namespace stoker {

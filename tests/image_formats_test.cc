@@ -18,7 +18,7 @@
 #include "decode/resize.h"
 #include "stoker/error.h"
 #include "stoker/image.h"
-#include "util/image_encode.h"
+#include "benchlib/image_encode.h"
 #include "util/test_util.h"
 
 namespace stoker {

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstdio>
@@ -34,7 +35,6 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
-#include "io/throttled_engine.h"
 #include "util/fault_engine.h"
 #include "util/test_util.h"
 
@@ -675,6 +675,17 @@ TEST(IoOptionsTest, OutOfRangeOptionsAreInvalidArgument) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     }
   }
+  for (double limit : {-1.0, std::nan(""), HUGE_VAL}) {
+    IoOptions o;
+    o.limit_bytes_per_s = limit;
+    try {
+      make_io_engine(o);
+      FAIL() << "limit_bytes_per_s " << limit << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("limit_bytes_per_s"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(EngineSelection, ForcedPreadIsUsedWithoutAFallbackReason) {
@@ -1003,7 +1014,11 @@ TEST_P(EachEngine, FaultsHitExactlyThePlannedRequests) {
 TEST_P(EachEngine, ThrottleHoldsTheByteRate) {
   const auto bytes = write_random("a", 4u << 20, 13);
   const double rate = 8.0 * (1 << 20);  // 8 MiB/s: 4 MiB take >= (4 - 0.8 - 0.0625)/8 s
-  auto e = make_throttled_engine(make_engine(kind, 16, true), rate);
+  IoOptions o;
+  o.engine = kind;
+  o.queue_depth = 16;
+  o.limit_bytes_per_s = rate;
+  auto e = make_io_engine(o);
   const uint32_t f = e->add_file(dir.str("a"));
   std::vector<IoBuffer> bufs;
   std::vector<ReadRequest> reqs;

@@ -14,7 +14,7 @@
 #include "stoker/error.h"
 #include "stoker/image.h"
 #include "stoker/loader.h"
-#include "util/image_encode.h"
+#include "benchlib/image_encode.h"
 #include "util/loader_util.h"
 #include "util/test_util.h"
 

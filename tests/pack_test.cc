@@ -23,7 +23,7 @@
 #include "stoker/error.h"
 #include "stoker/image.h"
 #include "stoker/verify.h"
-#include "tar_builder.h"
+#include "util/tar_builder.h"
 #include "util/test_util.h"
 
 namespace stoker {

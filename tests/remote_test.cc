@@ -1,5 +1,5 @@
 // Remote datasets against real servers on loopback: nginx (a dataset directory over
-// HTTP), s3rver (the S3 protocol: SigV4 headers, access key checked) and tests/fault_proxy.py in front of
+// HTTP), s3rver (the S3 protocol: SigV4 headers, access key checked) and tests/util/fault_proxy.py in front of
 // them (503, 429, resets, cut and stalled bodies, flipped bytes). Each test starts its
 // servers on 127.0.0.1 at a free port and stops them; one that cannot start skips.
 #include "stoker/remote.h"
@@ -24,6 +24,7 @@
 
 #include "remote/remote_internal.h"
 #include "stoker/diagnose.h"
+#include "diagnose/doctor_checks.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/verify.h"
@@ -469,7 +470,7 @@ TEST_F(RemoteHttp, AServerThatIgnoresRangeIsDetectedAndShardsComeByOneGetEach) {
   EXPECT_EQ(latency.status, CheckStatus::kFail);
   EXPECT_NE(latency.reading.find("ignores HTTP Range"), std::string::npos) << latency.reading;
   // The fast_crop check reads a URL's MANIFEST too ("no dataset given" before).
-  EXPECT_EQ(check_fast_crop(plain.url()).reading, "not a JPEG dataset");
+  EXPECT_EQ(internal::check_fast_crop(plain.url()).reading, "not a JPEG dataset");
 }
 
 // Requests the proxy saw for `path` (its /__stats, fetched with our own client).

@@ -7,7 +7,7 @@
 #include <zstd.h>
 
 #include "stoker/error.h"
-#include "tar_builder.h"
+#include "util/tar_builder.h"
 #include "util/test_util.h"
 
 namespace stoker::internal {

@@ -21,7 +21,4 @@ inline uint32_t crc32c(const void* data, size_t size) noexcept {
 /// True when the hardware path is in use (for reports and benchmarks).
 bool crc32c_is_hardware() noexcept;
 
-/// The portable implementation, exposed so tests can compare both paths.
-uint32_t crc32c_extend_portable(uint32_t crc, const void* data, size_t size) noexcept;
-
 }  // namespace stoker

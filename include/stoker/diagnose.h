@@ -169,6 +169,23 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& options = {},
 /// stats() carry them).
 void record_verdict(LoaderStats& s, const Verdict& v);
 
+/// A staged feed as the trainer sees it: the figures of a Stager and of the Loader it
+/// owns, and the verdict on them with the copy stream as a station.
+struct StagedFeed {
+  /// The owned Loader's stats(), except consumer_wait_s: the trainer waits on the
+  /// Stager, so it is the trainer's wait (FeedFigures::from(LoaderStats, StagerStats)),
+  /// not the copy thread's wait on the Loader; bottleneck, evidence and advice are the
+  /// verdict's (record_verdict).
+  LoaderStats loader;
+  StagerStats stager;  ///< Stager::stats(), read after the loader's
+  Verdict verdict;     ///< diagnose(FeedFigures::from(loader's own stats, stager))
+};
+/// The staged feed of `stager` now (the one staged verdict: the Python binding's
+/// stats() and `stoker bench stage` both report it). Safe from any thread, as the
+/// Stager's and its Loader's stats() are. kInvalidArgument for a Stager over a raw
+/// source (no Loader to judge).
+StagedFeed diagnose_staged(Stager& stager);
+
 /// Smooths verdicts over a series of cumulative snapshots of one loader. The first
 /// verdict is taken as it comes; later ones replace it only after confirm_intervals
 /// consecutive intervals agree. A snapshot whose counters went backwards (new epoch)
@@ -238,31 +255,6 @@ struct DoctorReport {
 
 /// Runs every check.
 DoctorReport run_doctor(const DoctorOptions& options = {});
-
-// The checks, one by one (inputs explicit so each decision is testable).
-/// `unavailable_reason`: io_uring_unavailable_reason() ("" = usable).
-Check check_io_uring(const std::string& unavailable_reason);
-/// Opens a file of `dataset` with O_DIRECT and reads its first aligned block.
-Check check_o_direct(const std::optional<std::string>& dataset);
-/// Whether a JPEG dataset (a directory or an http(s):// / s3:// URL: its MANIFEST) was
-/// packed with --fast-crop.
-Check check_fast_crop(const std::optional<std::string>& dataset);
-Check check_cpu_governor(const std::string& root);
-/// cpu.max (via cgroup_cpu_quota(root)) against `threads` decode threads (+1 IO thread).
-Check check_cgroup_quota(const std::string& root, unsigned threads);
-/// Cpus_allowed_list of root/proc/self/status against the GPU's NUMA node.
-Check check_affinity_numa(const std::string& root, const std::optional<std::string>& gpu_pci);
-Check check_pcie_link(const std::string& root, const std::optional<std::string>& gpu_pci);
-/// "Max locked memory" of root/proc/self/limits against `pinned_bytes`.
-Check check_memlock(const std::string& root, uint64_t pinned_bytes);
-/// MemAvailable and hugepages of root/proc/meminfo against `pinned_bytes`.
-Check check_memory(const std::string& root, uint64_t pinned_bytes);
-/// root/sys/kernel/mm/transparent_hugepage/enabled: the slab and slots ask for huge pages.
-Check check_transparent_hugepages(const std::string& root);
-/// GPU clocks and throttle reasons through NVML (dlopen'd); skip when absent.
-Check check_gpu_clocks(int nvml_index);
-/// Reads up to `max_bytes` of `dataset`'s files; `threads`: decode threads to feed.
-Check check_read_probe(const std::optional<std::string>& dataset, uint64_t max_bytes, unsigned threads);
 
 /// PCI addresses ("0000:17:00.0") of NVIDIA display/3D controllers under
 /// root/sys/bus/pci/devices (vendor 0x10de, class 0x03xxxx), sorted.

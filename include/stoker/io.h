@@ -70,6 +70,11 @@ struct IoOptions {
   /// Worker threads of the pread engine (1..256): its effective queue depth. 4 keeps the
   /// fallback light; on fast NVMe a random-read workload wants about queue_depth threads.
   unsigned pread_threads = 4;
+  /// Bytes per second the engine may read, 0 for no limit (>= 0, finite). A positive
+  /// limit rehearses slower storage: requests are released so that bytes requested stay
+  /// within it (a token bucket holding at most max(1 request, 1/10 s) of credit); a
+  /// Loader then shows how its feed behaves when reads are the bottleneck.
+  double limit_bytes_per_s = 0;
 };
 
 /// One read: `length` bytes of file `file` (an id from add_file) at `offset` into `buf`.
@@ -189,7 +194,8 @@ class IoEngine {
 /// falls back to pread with one plain report (stderr once per process, and
 /// stats().fallback_reason): what was refused, by what, what is used instead, how to
 /// enable the fast path. A forced kUring that is refused throws kUnavailable with that
-/// report. Throws kInvalidArgument for out-of-range options or a bad STOKER_IO.
+/// report. A positive limit_bytes_per_s wraps the engine in that rate limit. Throws
+/// kInvalidArgument for out-of-range options or a bad STOKER_IO.
 std::unique_ptr<IoEngine> make_io_engine(const IoOptions& options = {});
 
 /// Why io_uring cannot be used in this process ("" when it can): the same sentence

@@ -47,6 +47,7 @@
 #include "stoker/io.h"
 #include "stoker/order.h"
 #include "stoker/remote.h"
+#include "stoker/stats.h"
 
 namespace stoker {
 
@@ -282,6 +283,12 @@ struct NetworkStats {
   /// "fetched 48.1 MB/s, 12.0 requests/s, 6.0 requests in flight, cache hit rate 12% (3
   /// of 25 shards in place), cache 120.0 MB of 1000.0 MB", the rates over `wall_s`.
   std::string summary(double wall_s) const;
+  /// The figures by name (stats.h), the rates over `wall_s`: bytes_fetched, bytes_per_s,
+  /// requests, requests_per_s, retries, requests_in_flight_avg, fetch_wait_s,
+  /// fetch_wait_frac (the given share of the interval the readers waited on fetches),
+  /// reads ("records" | "shards"), range_ignored, whole_fetches, hits, misses, hit_rate
+  /// (none before any shard was read), cache_bytes, cache_limit.
+  void visit(StatsVisitor& v, double wall_s, double fetch_wait_frac) const;
 };
 
 struct LoaderStats {
@@ -309,7 +316,15 @@ struct LoaderStats {
   std::string bottleneck = "unknown";
   std::string evidence;
   std::string advice;
-  /// One JSON object (no newline).
+  /// The figures by name (stats.h), in this order: wall_s, first_batch_s, batches,
+  /// samples, samples_per_s, bytes_read, record_bytes, skipped, tokens, the groups io and
+  /// decode (threads, busy_s, wait_s, items, busy_frac), consumer_wait_s,
+  /// consumer_wait_frac, decode_queue_avg, slots, slots_ready_avg, slots_free_avg,
+  /// io_engine, io_direct, io_fallback, the group network (NetworkStats::visit, then
+  /// requests_in_flight and busy_frac; none for a local dataset), slot_memory, cpus,
+  /// bottleneck, evidence, advice.
+  void visit(StatsVisitor& v) const;
+  /// One JSON object (no newline): visit()'s figures, measurements to 6 significant digits.
   std::string to_json() const;
   /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ...",
   /// with the figures `evidence` gives (the consumer's wait after its first batch, busy

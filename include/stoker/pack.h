@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -284,5 +285,14 @@ struct SampleTokensOptions {
 /// Writes a flat token file: a Zipf-like stream with repeated phrases, so it
 /// compresses roughly like tokenised text. Deterministic from the seed.
 PackSummary make_sample_tokens(const std::string& path, const SampleTokensOptions& options = {});
+
+/// The header check every packer makes on an image field's value, for a writer of its
+/// own (the Python stoker.Writer): "" when `bytes` look like a decodable image, else why
+/// not ("not an image (JPEG, PNG or WebP magic bytes expected)", "truncated PNG", ...).
+/// The format is sniffed from the magic bytes (never a file name); then a JPEG's marker
+/// segments up to its first SOF and its TurboJPEG header, a PNG's IHDR chunk, a WebP's
+/// RIFF size and first chunk are checked. Cheaper than a decode: a header that passes
+/// may still hide corrupt data (PackOptions::check_decode). Thread-safe.
+std::string image_header_problem(std::span<const uint8_t> bytes);
 
 }  // namespace stoker

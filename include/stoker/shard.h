@@ -286,9 +286,4 @@ std::vector<std::span<const uint8_t>> unpack_record_into(
     const Schema& schema, const RecordLocation& loc, std::span<const uint8_t> stored,
     std::span<uint8_t> out, const std::string& where);
 
-/// Parses a header block (exposed for the fuzz target and tests): the header CRC is
-/// checked before anything else past the magic and size is interpreted, so a flipped
-/// bit reads as "checksum mismatch". Throws kDataLoss.
-ShardHeader parse_shard_header(std::span<const uint8_t> block, const std::string& where);
-
 }  // namespace stoker

@@ -47,6 +47,7 @@
 
 #include "stoker/batch.h"
 #include "stoker/order.h"
+#include "stoker/stats.h"
 
 namespace stoker {
 
@@ -153,7 +154,11 @@ struct StagerStats {
   /// the stream may still have been busy with earlier work).
   double device_wait_s = 0;
   double wall_s = 0;            ///< since the copy thread first started (figures add up across epochs)
-  std::string to_json() const;  ///< one JSON object, no newline
+  /// The fields above by name (stats.h), in the order backend, device, device_slots,
+  /// slot_bytes, host_memory, batches, bytes_copied, host_released, source_wait_s,
+  /// slot_wait_s, copy_busy_s, device_wait_s, wall_s, consumer_wait_s.
+  void visit(StatsVisitor& v) const;
+  std::string to_json() const;  ///< one JSON object, no newline: visit()'s figures
 };
 
 /// A batch in a device slot. Move-only; see the consumer contract at the top.

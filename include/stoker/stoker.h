@@ -11,6 +11,7 @@
 #include "stoker/image.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
+#include "stoker/log.h"
 #include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/pack.h"

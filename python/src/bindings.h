@@ -8,14 +8,14 @@ namespace stoker::python {
 
 namespace py = pybind11;
 
-void init_errors(py::module_& m);   // errors.cc: stoker.Error hierarchy + translator
-void init_image(py::module_& m);    // image.cc: ImageTransform, decode_image
-void init_dataset(py::module_& m);  // dataset.cc: dataset/record helpers
-void init_loader_options(py::module_& m);  // loader_options.cc: LoaderOptions, FieldTransform
-void init_loader(py::module_& m);   // loader.cc: the Loader handle (batches out: tensor_export.h)
-void init_pack(py::module_& m);     // pack.cc: packers and sample generators
-void init_log(py::module_& m);      // log.cc: the library's log messages to Python's logging
-void init_writer(py::module_& m);   // writer.cc: the native half of stoker.Writer
+void init_errors(py::module_& m);   // bind_errors.cc: stoker.Error hierarchy + translator
+void init_image(py::module_& m);    // bind_image.cc: ImageTransform, decode_image
+void init_dataset(py::module_& m);  // bind_dataset.cc: dataset/record helpers
+void init_loader_options(py::module_& m);  // bind_loader_options.cc: LoaderOptions, FieldTransform
+void init_loader(py::module_& m);   // bind_loader.cc: the Loader handle (batches out: tensor_export.h)
+void init_pack(py::module_& m);     // bind_pack.cc: packers and sample generators
+void init_log(py::module_& m);      // bind_log.cc: the library's log messages to Python's logging
+void init_writer(py::module_& m);   // bind_writer.cc: the native half of stoker.Writer
 
 /// The warning category for "the caller holds every batch slot" (a UserWarning).
 PyObject* held_batches_warning();

@@ -1,5 +1,5 @@
 // Private to the _stoker extension: the options a Python Loader is made with. The
-// C++ LoaderOptions plus what only the binding acts on (throttling, staging).
+// C++ LoaderOptions plus what only the binding acts on (staging, pinned host memory).
 #pragma once
 
 #include <string>
@@ -10,7 +10,6 @@ namespace stoker::python {
 
 struct PyLoaderOptions {
   LoaderOptions o;
-  double io_limit_bytes_per_s = 0;  // > 0: throttle reads (tests, --io-limit-mbps)
   // Staging (stage.h): "none" (host tensors straight from the loader's slots), "cuda"
   // (device tensors from a Stager's device ring) or "host" (the Stager's host backend:
   // the same ring/event machinery with memcpy; for tests on machines without a GPU).

@@ -3,7 +3,7 @@
 // owns a copy of its batch's lease (a SlotLease or a staged DeviceBatch), so the slot is
 // reused only when the last tensor is freed, on any thread, after the Loader too. Text
 // and bytes become lists of str / bytes; variable-length arrays their values plus
-// `name.offsets`. No module objects of its own: loader.cc calls these.
+// `name.offsets`. No module objects of its own: bind_loader.cc calls these.
 #pragma once
 
 #include <pybind11/numpy.h>

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "diagnose/doctor_checks.h"
 #include "util/json.h"
 #include "stoker/cpu.h"
 #include "stoker/dataset.h"
@@ -135,7 +136,7 @@ std::vector<std::string> find_nvidia_gpus(const std::string& root) {
 
 // ---- the checks ----------------------------------------------------------------------------
 
-Check check_io_uring(const std::string& reason) {
+Check internal::check_io_uring(const std::string& reason) {
   Check c;
   c.name = "io_uring";
   if (reason.empty()) {
@@ -153,7 +154,7 @@ Check check_io_uring(const std::string& reason) {
   return c;
 }
 
-Check check_o_direct(const std::optional<std::string>& dataset) {
+Check internal::check_o_direct(const std::optional<std::string>& dataset) {
   Check c;
   c.name = "o_direct";
   if (!dataset) {
@@ -208,7 +209,7 @@ Check check_o_direct(const std::optional<std::string>& dataset) {
   return c;
 }
 
-Check check_cpu_governor(const std::string& root) {
+Check internal::check_cpu_governor(const std::string& root) {
   Check c;
   c.name = "cpu_governor";
   std::map<std::string, int> count;
@@ -242,7 +243,7 @@ Check check_cpu_governor(const std::string& root) {
   return c;
 }
 
-Check check_cgroup_quota(const std::string& root, unsigned threads) {
+Check internal::check_cgroup_quota(const std::string& root, unsigned threads) {
   Check c;
   c.name = "cgroup_cpu_quota";
   const double q = cgroup_cpu_quota(root);
@@ -268,7 +269,7 @@ Check check_cgroup_quota(const std::string& root, unsigned threads) {
   return c;
 }
 
-Check check_affinity_numa(const std::string& root, const std::optional<std::string>& gpu) {
+Check internal::check_affinity_numa(const std::string& root, const std::optional<std::string>& gpu) {
   Check c;
   c.name = "affinity_numa";
   const std::vector<int> allowed = allowed_cpus(root);
@@ -310,7 +311,7 @@ Check check_affinity_numa(const std::string& root, const std::optional<std::stri
   return c;
 }
 
-Check check_pcie_link(const std::string& root, const std::optional<std::string>& gpu) {
+Check internal::check_pcie_link(const std::string& root, const std::optional<std::string>& gpu) {
   Check c;
   c.name = "pcie_link";
   if (!gpu) {
@@ -353,7 +354,7 @@ Check check_pcie_link(const std::string& root, const std::optional<std::string>&
   return c;
 }
 
-Check check_memlock(const std::string& root, uint64_t need) {
+Check internal::check_memlock(const std::string& root, uint64_t need) {
   Check c;
   c.name = "memlock";
   std::optional<std::string> soft;
@@ -405,7 +406,7 @@ Check check_memlock(const std::string& root, uint64_t need) {
   return c;
 }
 
-Check check_transparent_hugepages(const std::string& root) {
+Check internal::check_transparent_hugepages(const std::string& root) {
   Check c;
   c.name = "transparent_hugepages";
   const auto enabled = read_sys(root, "/sys/kernel/mm/transparent_hugepage/enabled");
@@ -430,7 +431,7 @@ Check check_transparent_hugepages(const std::string& root) {
   return c;
 }
 
-Check check_memory(const std::string& root, uint64_t need) {
+Check internal::check_memory(const std::string& root, uint64_t need) {
   Check c;
   c.name = "memory";
   auto mi = read_text_file(under_root(root, "/proc/meminfo"));
@@ -515,7 +516,7 @@ struct Nvml {
 
 }  // namespace
 
-Check check_gpu_clocks(int index) {
+Check internal::check_gpu_clocks(int index) {
   Check c;
   c.name = "gpu_clocks";
   Nvml n;
@@ -586,7 +587,7 @@ Check check_gpu_clocks(int index) {
 
 // An image dataset packed without --fast-crop decodes, for every crop, the MCU rows above
 // it and the whole width of its rows.
-Check check_fast_crop(const std::optional<std::string>& dataset) {
+Check internal::check_fast_crop(const std::optional<std::string>& dataset) {
   Check c;
   c.name = "fast_crop";
   if (!dataset) {
@@ -619,7 +620,7 @@ Check check_fast_crop(const std::optional<std::string>& dataset) {
   return c;
 }
 
-Check check_read_probe(const std::optional<std::string>& dataset, uint64_t max_bytes, unsigned threads) {
+Check internal::check_read_probe(const std::optional<std::string>& dataset, uint64_t max_bytes, unsigned threads) {
   Check c;
   c.name = "read_probe";
   if (!dataset) {
@@ -714,11 +715,11 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   const uint64_t pinned = o.pinned_bytes ? o.pinned_bytes : (64ull << 20) + 4ull * 64 * 224 * 224 * 3;
 
   if (live) {
-    rep.checks.push_back(check_io_uring(io_uring_unavailable_reason()));
+    rep.checks.push_back(internal::check_io_uring(io_uring_unavailable_reason()));
   } else {
     auto dis = read_sys(root, "/proc/sys/kernel/io_uring_disabled");
     if (dis && *dis != "0") {
-      rep.checks.push_back(check_io_uring("kernel.io_uring_disabled=" + *dis));
+      rep.checks.push_back(internal::check_io_uring("kernel.io_uring_disabled=" + *dis));
     } else {
       Check c;
       c.name = "io_uring";
@@ -726,24 +727,24 @@ DoctorReport run_doctor(const DoctorOptions& o) {
       rep.checks.push_back(c);
     }
   }
-  rep.checks.push_back(check_o_direct(o.dataset));
-  rep.checks.push_back(check_cpu_governor(root));
-  rep.checks.push_back(check_cgroup_quota(root, threads));
-  rep.checks.push_back(check_affinity_numa(root, gpu));
-  rep.checks.push_back(check_pcie_link(root, gpu));
-  rep.checks.push_back(check_memlock(root, pinned));
-  rep.checks.push_back(check_memory(root, pinned));
-  rep.checks.push_back(check_transparent_hugepages(root));
+  rep.checks.push_back(internal::check_o_direct(o.dataset));
+  rep.checks.push_back(internal::check_cpu_governor(root));
+  rep.checks.push_back(internal::check_cgroup_quota(root, threads));
+  rep.checks.push_back(internal::check_affinity_numa(root, gpu));
+  rep.checks.push_back(internal::check_pcie_link(root, gpu));
+  rep.checks.push_back(internal::check_memlock(root, pinned));
+  rep.checks.push_back(internal::check_memory(root, pinned));
+  rep.checks.push_back(internal::check_transparent_hugepages(root));
   if (live) {
-    rep.checks.push_back(check_gpu_clocks(device));
+    rep.checks.push_back(internal::check_gpu_clocks(device));
   } else {
     Check c;
     c.name = "gpu_clocks";
     c.reading = "not probed (not the live system root)";
     rep.checks.push_back(c);
   }
-  rep.checks.push_back(check_read_probe(o.dataset, o.probe_bytes, threads));
-  rep.checks.push_back(check_fast_crop(o.dataset));
+  rep.checks.push_back(internal::check_read_probe(o.dataset, o.probe_bytes, threads));
+  rep.checks.push_back(internal::check_fast_crop(o.dataset));
   return rep;
 }
 

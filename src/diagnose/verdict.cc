@@ -78,6 +78,20 @@ void record_verdict(LoaderStats& s, const Verdict& v) {
   s.advice = v.advice;
 }
 
+StagedFeed diagnose_staged(Stager& stager) {
+  const Loader* loader = stager.loader();
+  if (!loader)
+    throw_error(ErrorCode::kInvalidArgument, "diagnose_staged: the Stager stages a raw source, not a Loader");
+  StagedFeed feed;
+  feed.loader = loader->stats();
+  feed.stager = stager.stats();
+  const FeedFigures f = FeedFigures::from(feed.loader, feed.stager);
+  feed.loader.consumer_wait_s = f.consumer_wait_s;
+  feed.verdict = diagnose(f);
+  record_verdict(feed.loader, feed.verdict);
+  return feed;
+}
+
 FeedFigures FeedFigures::between(const LoaderStats& before, const LoaderStats& after) {
   return between(from(before), from(after));
 }
@@ -372,26 +386,6 @@ Json to_json_value(const Verdict& v) {
               {"slots", f.slots},
               {"network", to_json_value(f.network, f.wall_s, f.fetch_wait_frac())},
               {"intervals", v.intervals}};
-}
-
-Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait) {
-  if (!n.remote) return Json(nullptr);
-  return Json{{"bytes_fetched", n.bytes_fetched},
-              {"bytes_per_s", figure(n.bytes_per_s(wall_s))},
-              {"requests", n.requests},
-              {"requests_per_s", figure(n.requests_per_s(wall_s))},
-              {"retries", n.retries},
-              {"requests_in_flight_avg", figure(n.mean_in_flight(wall_s))},
-              {"fetch_wait_s", figure(n.fetch_wait_s)},
-              {"fetch_wait_frac", figure(fetch_wait)},
-              {"reads", n.record_reads ? "records" : "shards"},
-              {"range_ignored", n.range_ignored},
-              {"whole_fetches", n.whole_fetches},
-              {"hits", n.hits},
-              {"misses", n.misses},
-              {"hit_rate", n.hits + n.misses ? Json(figure(n.hit_rate())) : Json(nullptr)},
-              {"cache_bytes", n.cache_bytes},
-              {"cache_limit", n.cache_limit}};
 }
 
 }  // namespace internal

@@ -54,7 +54,9 @@ std::vector<RecordLocation> decode_index(std::span<const uint8_t> bytes, const S
                                          uint64_t count, uint64_t data_begin, uint64_t data_end,
                                          uint32_t align, uint64_t max_record_bytes,
                                          const std::string& where);
-/// Parses and checks a whole header block. Throws kDataLoss.
+/// Parses and checks a whole header block: the header CRC is checked before anything
+/// past the magic and size is interpreted, so a flipped bit reads as "checksum
+/// mismatch". Throws kDataLoss.
 ShardHeader decode_header(std::span<const uint8_t> block, const std::string& where);
 /// Header size declared by the first block (before reading the rest). Throws kDataLoss.
 uint32_t peek_header_size(std::span<const uint8_t> first_block, const std::string& where);

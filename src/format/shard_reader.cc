@@ -23,10 +23,6 @@ std::string hex32(uint32_t v) {
 }
 }  // namespace
 
-ShardHeader parse_shard_header(std::span<const uint8_t> block, const std::string& where) {
-  return internal::decode_header(block, where);
-}
-
 int64_t Record::int64_field(size_t i) const {
   if (i >= fields.size() || fields[i].size() != 8)
     throw_error(ErrorCode::kDataLoss, "field " + std::to_string(i) + " is not an int64");
@@ -63,7 +59,7 @@ std::shared_ptr<const ShardReader> ShardReader::open(const std::string& path, Sh
     block.resize(header_size);
     internal::pread_full(fd.get(), block.data() + kHeaderBlock, header_size - kHeaderBlock, kHeaderBlock, path);
   }
-  r->header_ = parse_shard_header(block, path);
+  r->header_ = internal::decode_header(block, path);
 
   std::array<uint8_t, kTrailerSize> tb{};
   internal::pread_full(fd.get(), tb.data(), tb.size(), size - kTrailerSize, path);

@@ -4,11 +4,13 @@
 #include <liburing.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 
 #include "io/io_util.h"
 #include "io/pread_engine.h"
+#include "io/throttled_engine.h"
 #include "io/uring_engine.h"
 #include "stoker/error.h"
 #include "util/log.h"
@@ -95,10 +97,13 @@ static void validate(const IoOptions& o) {
                 "IoOptions::slab_bytes must be at most 1 GiB (one registered buffer), got " +
                     std::to_string(o.slab_bytes));
   }
+  if (!(o.limit_bytes_per_s >= 0) || o.limit_bytes_per_s == HUGE_VAL) {
+    throw_error(ErrorCode::kInvalidArgument, "IoOptions::limit_bytes_per_s must be >= 0 and finite, got " +
+                                                 std::to_string(o.limit_bytes_per_s));
+  }
 }
 
-std::unique_ptr<IoEngine> make_io_engine(const IoOptions& options) {
-  validate(options);
+static std::unique_ptr<IoEngine> make_unlimited_engine(const IoOptions& options) {
   IoEngineKind kind = options.engine;
   if (kind == IoEngineKind::kAuto) {
     if (const char* env = std::getenv("STOKER_IO"); env && *env) {
@@ -123,6 +128,11 @@ std::unique_ptr<IoEngine> make_io_engine(const IoOptions& options) {
       "the pread engine (" + std::to_string(options.pread_threads) + " threads)");
   internal::log_warn_once("uring", reason);
   return internal::make_pread_engine(options, reason);
+}
+
+std::unique_ptr<IoEngine> make_io_engine(const IoOptions& options) {
+  validate(options);
+  return internal::limit_io_rate(make_unlimited_engine(options), options);
 }
 
 std::string io_uring_unavailable_reason() {

@@ -1,6 +1,5 @@
 // make_throttled_engine: an IoEngine wrapper that releases requests to the inner engine
-// at a limited byte rate (token bucket). Backs the diagnosis tool's --io-limit-mbps,
-// which shows how a pipeline behaves on slower storage.
+// at a limited byte rate (token bucket). Backs IoOptions::limit_bytes_per_s.
 #include <algorithm>
 #include <cerrno>
 #include <deque>
@@ -9,7 +8,7 @@
 #include "io/throttled_engine.h"
 #include "stoker/error.h"
 
-namespace stoker {
+namespace stoker::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -113,4 +112,9 @@ std::unique_ptr<IoEngine> make_throttled_engine(std::unique_ptr<IoEngine> inner,
   return std::make_unique<ThrottledEngine>(std::move(inner), bytes_per_s);
 }
 
-}  // namespace stoker
+std::unique_ptr<IoEngine> limit_io_rate(std::unique_ptr<IoEngine> engine, const IoOptions& options) {
+  if (options.limit_bytes_per_s > 0) return make_throttled_engine(std::move(engine), options.limit_bytes_per_s);
+  return engine;
+}
+
+}  // namespace stoker::internal

@@ -40,7 +40,8 @@ class ConsumerCall {
 };
 }  // namespace
 
-struct Loader::Impl {
+// Hidden: its members take stoker::internal types, which libstoker.so does not export.
+struct __attribute__((visibility("hidden"))) Loader::Impl {
   RankInfo rank;
   std::unique_ptr<internal::Feed> feed;
   std::atomic<bool> in_call{false};  // a consumer call (next, try_next, set_epoch, load_state) runs

@@ -1,4 +1,5 @@
 #include "pipeline/record_reads.h"
+#include "io/throttled_engine.h"
 #include "util/log.h"
 
 #include <cerrno>
@@ -12,7 +13,8 @@ bool RecordReads::open(Run& run) {
     if (!engine_) {
       IoOptions io = ctx_.opt->io;
       io.slab_bytes = static_cast<size_t>(std::min<uint64_t>(io.slab_bytes, std::max<uint64_t>(slab_need_, 4u << 20)));
-      engine_ = ctx_.record_reads() ? ctx_.cached->make_record_engine(io.queue_depth) : make_io_engine(io);
+      engine_ = ctx_.record_reads() ? limit_io_rate(ctx_.cached->make_record_engine(io.queue_depth), io)
+                                    : make_io_engine(io);
       if (ctx_.opt->wrap_io) engine_ = ctx_.opt->wrap_io(std::move(engine_));
       file_ids_.assign(ctx_.dataset->shard_count(), -1);
     }

@@ -175,7 +175,7 @@ void RemoteShard::load() {
     block.resize(header_size);
     r->store_->read(entry.name, kHeaderBlock, std::span<uint8_t>(block).subspan(kHeaderBlock), what);
   }
-  r->header_ = parse_shard_header(block, where);
+  r->header_ = internal::decode_header(block, where);
   internal::Trailer t = internal::decode_trailer(tb, where);
   if (t.file_size != size)
     throw_error(ErrorCode::kDataLoss, where + ": trailer: file is " + std::to_string(t.file_size) +

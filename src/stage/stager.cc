@@ -267,23 +267,29 @@ StageBackend Stager::backend() const noexcept { return core_->backend().kind(); 
 int Stager::device() const noexcept { return core_->backend().device(); }
 StagerStats Stager::stats() const { return core_->stats(); }
 
+void StagerStats::visit(StatsVisitor& v) const {
+  v.text("backend", backend);
+  v.integer("device", device);
+  v.count("device_slots", device_slots);
+  v.count("slot_bytes", slot_bytes);
+  v.text("host_memory", host_memory);
+  v.count("batches", batches);
+  v.count("bytes_copied", bytes_copied);
+  v.count("host_released", host_released);
+  v.figure("source_wait_s", source_wait_s);
+  v.figure("slot_wait_s", slot_wait_s);
+  v.figure("copy_busy_s", copy_busy_s);
+  v.figure("device_wait_s", device_wait_s);
+  v.figure("wall_s", wall_s);
+  v.figure("consumer_wait_s", consumer_wait_s);
+}
+
 namespace internal {
 
 Json to_json_value(const StagerStats& s) {
-  return Json{{"backend", s.backend},
-              {"device", s.device},
-              {"device_slots", s.device_slots},
-              {"slot_bytes", s.slot_bytes},
-              {"host_memory", s.host_memory},
-              {"batches", s.batches},
-              {"bytes_copied", s.bytes_copied},
-              {"host_released", s.host_released},
-              {"source_wait_s", figure(s.source_wait_s)},
-              {"slot_wait_s", figure(s.slot_wait_s)},
-              {"copy_busy_s", figure(s.copy_busy_s)},
-              {"device_wait_s", figure(s.device_wait_s)},
-              {"wall_s", figure(s.wall_s)},
-              {"consumer_wait_s", figure(s.consumer_wait_s)}};
+  JsonStatsWriter w;
+  s.visit(w);
+  return w.take();
 }
 
 }  // namespace internal

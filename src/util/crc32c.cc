@@ -1,4 +1,5 @@
 #include "stoker/crc32c.h"
+#include "util/crc32c_portable.h"
 
 #include <array>
 #include <cstring>
@@ -150,6 +151,8 @@ const bool kHasHardware = false;
 
 }  // namespace
 
+namespace internal {
+
 uint32_t crc32c_extend_portable(uint32_t crc, const void* data, size_t size) noexcept {
   const auto* p = static_cast<const uint8_t*>(data);
   uint32_t c = ~crc;
@@ -168,11 +171,13 @@ uint32_t crc32c_extend_portable(uint32_t crc, const void* data, size_t size) noe
   return ~c;
 }
 
+}  // namespace internal
+
 uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size) noexcept {
 #if defined(STOKER_CRC_HW)
   if (kHasHardware) return crc_hw(crc, static_cast<const uint8_t*>(data), size);
 #endif
-  return crc32c_extend_portable(crc, data, size);
+  return internal::crc32c_extend_portable(crc, data, size);
 }
 
 bool crc32c_is_hardware() noexcept { return kHasHardware; }

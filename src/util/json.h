@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
+
+#include "stoker/stats.h"
 
 namespace stoker {
 struct Verdict;
@@ -12,6 +15,7 @@ struct Check;
 struct DoctorReport;
 struct StagerStats;
 struct NetworkStats;
+struct LoaderStats;
 }  // namespace stoker
 
 namespace stoker::internal {
@@ -28,6 +32,30 @@ inline std::string json_text(const Json& j) { return j.dump(-1, ' ', false, Json
 /// reads 640, not 639.99999999999989); NaN and infinities stay as they are (null).
 double figure(double v);
 
+/// Builds the JSON object of a stats struct's visit() (stats.h): measurements as
+/// figure() reports them, none as null, groups as nested objects, keys in visit order.
+class JsonStatsWriter final : public StatsVisitor {
+ public:
+  JsonStatsWriter();
+  JsonStatsWriter(const JsonStatsWriter&) = delete;  // open_ points into root_
+  JsonStatsWriter& operator=(const JsonStatsWriter&) = delete;
+  void count(const char* name, uint64_t value) override { top()[name] = value; }
+  void integer(const char* name, int64_t value) override { top()[name] = value; }
+  void figure(const char* name, double value) override { top()[name] = internal::figure(value); }
+  void flag(const char* name, bool value) override { top()[name] = value; }
+  void text(const char* name, const std::string& value) override { top()[name] = value; }
+  void none(const char* name) override { top()[name] = nullptr; }
+  void begin_group(const char* name) override;
+  void end_group() override;
+  /// The object built so far (every group ended).
+  Json take();
+
+ private:
+  Json& top() { return *open_.back(); }
+  Json root_;
+  std::vector<Json*> open_;  // the groups begun and not ended, innermost last
+};
+
 /// The JSON of the library's reports, as values a caller can embed in its own (the
 /// public to_json() methods are json_text of these).
 Json to_json_value(const Verdict& v);       // diagnose/verdict.cc
@@ -36,6 +64,7 @@ Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait_frac)
 Json to_json_value(const Check& c);         // diagnose/doctor.cc
 Json to_json_value(const DoctorReport& r);  // diagnose/doctor.cc
 Json to_json_value(const StagerStats& s);   // stage/stager.cc
+Json to_json_value(const LoaderStats& s);   // diagnose/loader_stats.cc
 
 /// Parses JSON text; a syntax error throws stoker::Error kInvalidArgument naming `what`
 /// and the byte where the text stops making sense.

@@ -53,6 +53,30 @@ LogLevel level_from_env(std::string* bad) {
 
 }  // namespace
 
+bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(log_level()); }
+
+void log_warn_once(const std::string& key, const std::string& message) {
+  {
+    Logger& l = logger();
+    std::lock_guard<std::mutex> lock(l.mu);
+    if (!l.once.insert(key).second) return;
+  }
+  log_warn(message);
+}
+
+}  // namespace stoker::internal
+
+namespace stoker {
+
+using internal::enum_name;
+using internal::kLogLevelNames;
+using internal::level_from_env;
+using internal::log_enabled;
+using internal::log_warn;
+using internal::logger;
+using internal::Logger;
+using internal::write_stderr;
+
 const char* log_level_name(LogLevel level) noexcept { return enum_name(kLogLevelNames, level, "debug"); }
 
 LogLevel log_level() {
@@ -79,8 +103,6 @@ void set_log_level(LogLevel level) {
   l.level_set = true;
 }
 
-bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(log_level()); }
-
 void set_log_sink(LogSink sink) {
   Logger& l = logger();
   auto s = sink ? std::make_shared<const LogSink>(std::move(sink)) : nullptr;
@@ -100,13 +122,4 @@ void log_message(LogLevel level, const std::string& message) {
   else write_stderr(level, message);
 }
 
-void log_warn_once(const std::string& key, const std::string& message) {
-  {
-    Logger& l = logger();
-    std::lock_guard<std::mutex> lock(l.mu);
-    if (!l.once.insert(key).second) return;
-  }
-  log_warn(message);
-}
-
-}  // namespace stoker::internal
+}  // namespace stoker

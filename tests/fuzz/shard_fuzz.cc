@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::fwrite(data, 1, size, f);
   std::fclose(f);
   try {
-    stoker::parse_shard_header({data, size}, "fuzz");
+    stoker::internal::decode_header({data, size}, "fuzz");
   } catch (const stoker::Error&) {
   }
   if (size >= 12) {
@@ -42,13 +42,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     stoker::internal::put_u32(&block[12], stoker::kHeaderBlock);
     stoker::internal::put_u32(&block[stoker::kHeaderBlock - 4], stoker::crc32c(block.data(), stoker::kHeaderBlock - 4));
     try {
-      stoker::ShardHeader h = stoker::parse_shard_header(block, "fuzz");
+      stoker::ShardHeader h = stoker::internal::decode_header(block, "fuzz");
       stoker::ShardWriterOptions o;
       o.version = h.version;
       o.align = h.align;
       o.compression = h.compression;
       o.zstd_level = h.zstd_level;
-      stoker::ShardHeader back = stoker::parse_shard_header(stoker::internal::encode_header(h.schema, o), "fuzz");
+      stoker::ShardHeader back = stoker::internal::decode_header(stoker::internal::encode_header(h.schema, o), "fuzz");
       if (!(back.schema == h.schema) || back.version != h.version) __builtin_trap();
       for (const stoker::Field& f : h.schema.fields) (void)f.check_size(f.unit_size() * 3);
     } catch (const stoker::Error&) {

@@ -1,5 +1,5 @@
 // Servers on loopback for the remote-dataset tests: nginx serving a directory (each
-// request's path logged), and tests/fault_proxy.py in front of a server (503, 429,
+// request's path logged), and tests/util/fault_proxy.py in front of a server (503, 429,
 // resets, cut and stalled bodies, flipped bytes). Each runs as a child process stopped
 // with its owner; a server that cannot start makes start() return false (tests skip).
 #pragma once
@@ -186,8 +186,8 @@ struct PlainHttpServer {
 
 inline std::string proxy_script() {
   for (fs::path p = fs::current_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-    if (fs::exists(p / "tests/fault_proxy.py")) return (p / "tests/fault_proxy.py").string();
-  fs::path src = fs::path(__FILE__).parent_path().parent_path() / "fault_proxy.py";
+    if (fs::exists(p / "tests/util/fault_proxy.py")) return (p / "tests/util/fault_proxy.py").string();
+  fs::path src = fs::path(__FILE__).parent_path() / "fault_proxy.py";
   return src.string();
 }
 

@@ -1,4 +1,4 @@
-// The remote forms of verify, inspect and doctor (shards/tool/remote_cmd.h).
+// The remote forms of verify, inspect and doctor (src/cli/remote_cmd.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,10 +9,17 @@
 
 #include "remote_cmd.h"
 #include "stoker/diagnose.h"
+// Internal (the tool links the library statically): a remote dataset's fast_crop check,
+// read from its MANIFEST, replaces the local one run_doctor made.
+#include "diagnose/doctor_checks.h"
 #include "stoker/error.h"
 #include "stoker/remote.h"
 #include "stoker/verify.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
+// Internal, header-only: the one RAII file descriptor.
 #include "util/unique_fd.h"
 
 namespace stoker::cli {
@@ -174,7 +181,7 @@ DoctorReport doctor_remote(DoctorOptions o, const std::string& url, uint64_t pro
   // The local dataset checks have nothing to look at; the remote ones stand in.
   std::erase_if(r.checks, [](const Check& c) { return c.name == "o_direct" || c.name == "read_probe"; });
   for (Check& c : r.checks)
-    if (c.name == "fast_crop") c = check_fast_crop(url);  // from the remote MANIFEST
+    if (c.name == "fast_crop") c = internal::check_fast_crop(url);  // from the remote MANIFEST
   for (Check& c : check_remote_dataset(url, probe, remote.options())) r.checks.push_back(std::move(c));
   return r;
 }

@@ -1,4 +1,4 @@
-// The library's log messages (util/log.h) routed to Python's `logging`: the package
+// The library's log messages (stoker/log.h) routed to Python's `logging`: the package
 // installs a handler (stoker/__init__.py hands records to the "stoker" logger).
 //
 // A message logged on a thread that holds the GIL is handed over at once. One logged on
@@ -17,12 +17,11 @@
 #include <utility>
 
 #include "bindings.h"
-#include "util/log.h"
+#include "stoker/log.h"
 
 namespace stoker::python {
 namespace {
 
-using internal::LogLevel;
 
 struct Router {
   std::mutex mu;
@@ -98,7 +97,7 @@ void sink(LogLevel level, const std::string& message) {
 // atexit, and before a new handler replaces the old one.
 void unroute() {
   Router& r = router();
-  internal::set_log_sink({});
+  set_log_sink({});
   {
     std::lock_guard<std::mutex> lock(r.mu);
     r.stop = true;
@@ -123,7 +122,7 @@ void route(py::object handler) {
   unroute();
   if (handler.is_none()) return;
   router().handler = handler.release().ptr();
-  internal::set_log_sink(sink);
+  set_log_sink(sink);
 }
 
 LogLevel level_from_int(int level) {
@@ -138,17 +137,17 @@ void init_log(py::module_& m) {
         "Hands the library's log messages to handler(level, message), level 0 error .. 3 debug; None: back to "
         "stderr. The package routes them to logging.getLogger('stoker').");
   m.def("_unroute_log", &unroute, "Flushes queued messages and puts the stderr sink back (atexit).");
-  m.def("_log_level", [] { return static_cast<int>(internal::log_level()); },
+  m.def("_log_level", [] { return static_cast<int>(log_level()); },
         "The library's threshold (STOKER_LOG): 0 error .. 3 debug.");
-  m.def("_set_log_level", [](int level) { internal::set_log_level(level_from_int(level)); }, py::arg("level"),
+  m.def("_set_log_level", [](int level) { set_log_level(level_from_int(level)); }, py::arg("level"),
         "Sets the library's threshold for the rest of the process (overrides STOKER_LOG).");
   m.def(
       "_log",
       [](int level, const std::string& message, bool from_library_thread) {
         const LogLevel l = level_from_int(level);
-        if (!from_library_thread) return internal::log_message(l, message);
+        if (!from_library_thread) return log_message(l, message);
         py::gil_scoped_release nogil;
-        std::thread([&] { internal::log_message(l, message); }).join();
+        std::thread([&] { log_message(l, message); }).join();
       },
       py::arg("level"), py::arg("message"), py::arg("from_library_thread") = false,
       "Logs through the library's logger, from this thread or from a thread of the library's own (no GIL): "

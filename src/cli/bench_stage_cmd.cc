@@ -24,11 +24,15 @@
 #include <thread>
 
 #include "cli.h"
+// Not the library: stoker_benchlib, the benchmarks' own code (streams, timers, copy loops).
 #include "benchlib/bench_ops.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/stage.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
 
 namespace stoker::cli {
@@ -191,12 +195,10 @@ int bench_stage_cmd(const StageArgs& a) {
     lo.threads = static_cast<unsigned>(a.threads);
     Stager st(lo, fed_so);
     fed = consume(st, *ops, stream, consumer_us, warmup, static_cast<uint64_t>(iters));
-    fed_stats = st.stats();
-    LoaderStats ls = st.loader()->stats();
-    const Verdict v = diagnose(FeedFigures::from(ls, fed_stats));
-    record_verdict(ls, v);
-    loader_json = internal::parse_json(ls.to_json(), "the loader's stats");
-    verdict_line = v.summary();
+    const StagedFeed feed = diagnose_staged(st);
+    fed_stats = feed.stager;
+    loader_json = internal::to_json_value(feed.loader);
+    verdict_line = feed.verdict.summary();
   } else {
     PacedSource src(alloc, sz, static_cast<unsigned>(host_slots), source_us, warmup + static_cast<uint64_t>(iters));
     Stager st(src.source(), fed_so);

@@ -3,7 +3,7 @@
 // The number to hold next to fio (bench/fio_compare.sh): the storage side of the
 // loader, with the loader's read planning (aligned ranges, coalesced neighbours).
 // `stoker bench io URL --cache-dir DIR` measures the remote layer instead
-// (shards/tool/bench_remote_cmd.cc); the options of both are declared here.
+// (src/cli/bench_remote_cmd.cc); the options of both are declared here.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +22,9 @@
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/shard.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
 
 namespace stoker::cli {

@@ -7,9 +7,9 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "pack/pack_common.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "stoker/pack.h"
 #include "stoker/shard.h"
 
 namespace stoker::python {
@@ -64,7 +64,7 @@ class NativeWriter {
       spans.emplace_back(static_cast<const uint8_t*>(b.ptr), bytes);
       const Field& f = schema_.fields[i];
       if (f.kind == FieldKind::kImage) {
-        if (std::string why = internal::check_image_header(spans.back(), nullptr, nullptr); !why.empty())
+        if (std::string why = image_header_problem(spans.back()); !why.empty())
           throw_error(ErrorCode::kInvalidArgument, "image field '" + f.name + "': " + why);
       }
     }

@@ -1,5 +1,6 @@
 // Test and benchmark fixtures: PNG (libspng encoder) and WebP (libwebp encoder) images
-// made in memory, so no image files live in git. Header-only; link spng and libwebp.
+// made in memory, so no image files live in git. Here rather than in tests/ so the
+// benchmarks include no test header. Header-only; link spng and libwebp.
 #pragma once
 
 #include <spng.h>

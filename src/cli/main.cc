@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cli.h"
+// Internal (the tool links the library statically): byte counts printed as the
+// library prints them.
 #include "util/bytes.h"
 #include "stoker/error.h"
 

@@ -1,7 +1,7 @@
 // The `stoker` command-line tool: a thin layer over the library; CLI11 parses every
 // argument.
 //
-// Each command lives in its own source file under shards/tool/ and registers itself with
+// Each command lives in its own source file under src/cli/ and registers itself with
 // STOKER_COMMAND(name, fn): `fn` declares the command's words, options and help on the
 // tool's CLI::App and names, with on_run, what runs when it is given. Adding a command
 // touches no shared file.

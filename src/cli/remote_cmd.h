@@ -46,7 +46,7 @@ int inspect_remote(const std::string& url, bool json, const RemoteArgs& remote);
 /// local dataset checks replaced by the remote dataset's own (at most `probe_bytes` read).
 DoctorReport doctor_remote(DoctorOptions o, const std::string& url, uint64_t probe_bytes, const RemoteArgs& remote);
 
-/// `stoker bench io URL --cache-dir DIR` (shards/tool/bench_remote_cmd.cc).
+/// `stoker bench io URL --cache-dir DIR` (src/cli/bench_remote_cmd.cc).
 struct BenchRemoteArgs {
   std::string url, cache_dir, local_dir;
   uint64_t cache_limit = 0;  ///< 0: the dataset's size (everything fits)

@@ -37,7 +37,7 @@
 //
 // Processes: fork() copies the handle but none of its threads. A copy in a forked child
 // raises UnavailableError on use (pid check) and is leaked, never joined, when freed.
-// Options live in loader_options.cc, tensor export in tensor_export.cc.
+// Options live in bind_loader_options.cc, tensor export in tensor_export.cc.
 #include <pthread.h>
 #include <unistd.h>
 #include <pybind11/stl.h>
@@ -47,6 +47,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -55,15 +56,53 @@
 #include "tensor_export.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
-#include "io/throttled_engine.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
 #include "stoker/order.h"
 #include "stoker/stage.h"
+#include "stoker/stats.h"
 #include "stoker/shard.h"
 
 namespace stoker::python {
 namespace {
+
+// ---- stats ----------------------------------------------------------------------
+
+// A stats struct's visit() (stats.h) as a dict: measurements at full precision, none as
+// None, groups as nested dicts. The network group's fetch_wait_frac and busy_frac are
+// the JSON report's only: stats()["network"] keeps the keys it has always had.
+class DictStatsWriter final : public StatsVisitor {
+ public:
+  DictStatsWriter() : open_{py::dict()} {}
+  void count(const char* name, uint64_t v) override { put(name, py::int_(v)); }
+  void integer(const char* name, int64_t v) override { put(name, py::int_(v)); }
+  void figure(const char* name, double v) override { put(name, py::float_(v)); }
+  void flag(const char* name, bool v) override { put(name, py::bool_(v)); }
+  void text(const char* name, const std::string& v) override { put(name, py::str(v)); }
+  void none(const char* name) override { put(name, py::none()); }
+  void begin_group(const char* name) override {
+    py::dict group;
+    put(name, group);
+    open_.push_back(group);
+    names_.emplace_back(name);
+  }
+  void end_group() override {
+    if (open_.size() < 2) return;
+    open_.pop_back();
+    names_.pop_back();
+  }
+  py::dict take() { return open_.front(); }
+
+ private:
+  void put(const char* name, py::object v) {
+    if (names_.size() == 1 && names_[0] == "network" &&
+        (std::string_view(name) == "fetch_wait_frac" || std::string_view(name) == "busy_frac"))
+      return;
+    open_.back()[name] = std::move(v);
+  }
+  std::vector<py::dict> open_;      // the root, then the groups begun and not ended
+  std::vector<std::string> names_;  // the open groups' names
+};
 
 // ---- the handle ------------------------------------------------------------------
 
@@ -158,14 +197,6 @@ class PyLoader {
       const int dev = select_device(popt.device, cuda_device_count());
       if (!opt.slot_allocator) opt.slot_allocator = pinned_slot_allocator(dev);
       if (!opt.gpu_pci_bus_id) opt.gpu_pci_bus_id = cuda_pci_bus_id(dev);
-    }
-    if (popt.io_limit_bytes_per_s > 0) {
-      const double limit = popt.io_limit_bytes_per_s;
-      auto inner_wrap = opt.wrap_io;
-      opt.wrap_io = [limit, inner_wrap](std::unique_ptr<IoEngine> e) {
-        if (inner_wrap) e = inner_wrap(std::move(e));
-        return make_throttled_engine(std::move(e), limit);
-      };
     }
     {
       Worker* wp = w_.get();  // owns the loader, so outlives the sink
@@ -266,7 +297,7 @@ class PyLoader {
     std::exception_ptr error = std::exchange(w.error, nullptr);
     w.requested = w.done = false;
     lock.unlock();
-    if (error) std::rethrow_exception(error);  // stoker::Error -> stoker.*Error (errors.cc)
+    if (error) std::rethrow_exception(error);  // stoker::Error -> stoker.*Error (bind_errors.cc)
     if (!have) return py::none();
     py::dict out = export_batch(batch, converter_);
     batch = Batch();  // the tensors hold the lease now
@@ -350,98 +381,24 @@ class PyLoader {
     num_batches_ = loader_->num_batches();
   }
 
-  // The figures as a dict, and "summary": the one line made from the same LoaderStats,
-  // so the dict's evidence and the summary always agree.
+  // The figures as a dict (LoaderStats::visit, the description its JSON is made from
+  // too), "summary": the one line made from the same LoaderStats, so the dict's evidence
+  // and the summary always agree, and "stage": the Stager's figures when staged.
   py::dict stats() const {
     check_open();
-    LoaderStats s = loader_->stats();
-    std::optional<StagerStats> st;
-    if (staged_) {
-      // Staged, the copy stream is a stage too and the trainer waits on the Stager: its
-      // wait replaces the loader's (which is the copy thread's).
-      st = w_->stager->stats();
-      const FeedFigures f = FeedFigures::from(s, *st);
-      s.consumer_wait_s = f.consumer_wait_s;
-      record_verdict(s, diagnose(f));
+    std::optional<StagedFeed> staged;
+    if (staged_) staged = diagnose_staged(*w_->stager);
+    const LoaderStats s = staged ? staged->loader : loader_->stats();
+    DictStatsWriter d;
+    s.visit(d);
+    py::dict out = d.take();
+    out["summary"] = s.summary();
+    if (staged) {
+      DictStatsWriter g;
+      staged->stager.visit(g);
+      out["stage"] = g.take();
     }
-    auto stage = [&](const StageStats& x) {
-      py::dict d;
-      d["threads"] = x.threads;
-      d["busy_s"] = x.busy_s;
-      d["wait_s"] = x.wait_s;
-      d["items"] = x.items;
-      d["busy_frac"] = x.busy_frac(s.wall_s);
-      return d;
-    };
-    py::dict d;
-    d["wall_s"] = s.wall_s;
-    d["first_batch_s"] = s.first_batch_s;
-    d["batches"] = s.batches;
-    d["samples"] = s.samples;
-    d["samples_per_s"] = s.wall_s > 0 ? static_cast<double>(s.samples) / s.wall_s : 0.0;
-    d["bytes_read"] = s.bytes_read;
-    d["record_bytes"] = s.record_bytes;
-    d["skipped"] = s.skipped;
-    d["tokens"] = s.tokens;
-    d["io"] = stage(s.io);
-    d["decode"] = stage(s.decode);
-    d["consumer_wait_s"] = s.consumer_wait_s;
-    d["consumer_wait_frac"] = s.consumer_wait_frac();
-    d["decode_queue_avg"] = s.decode_queue_avg;
-    d["slots"] = s.slots;
-    d["slots_ready_avg"] = s.slots_ready_avg;
-    d["slots_free_avg"] = s.slots_free_avg;
-    d["io_engine"] = s.io_engine.engine;
-    d["io_direct"] = s.io_engine.direct;
-    d["io_fallback"] = s.io_engine.fallback_reason;
-    if (s.network.remote) {  // a URL: its fetches and cache (LoaderStats::network)
-      const NetworkStats& n = s.network;
-      py::dict g;
-      g["bytes_fetched"] = n.bytes_fetched;
-      g["bytes_per_s"] = n.bytes_per_s(s.wall_s);
-      g["requests"] = n.requests;
-      g["requests_per_s"] = n.requests_per_s(s.wall_s);
-      g["retries"] = n.retries;
-      g["requests_in_flight"] = n.requests_in_flight;
-      g["requests_in_flight_avg"] = n.mean_in_flight(s.wall_s);
-      g["fetch_wait_s"] = n.fetch_wait_s;
-      g["reads"] = n.record_reads ? "records" : "shards";
-      g["range_ignored"] = n.range_ignored;
-      g["whole_fetches"] = n.whole_fetches;
-      g["hits"] = n.hits;
-      g["misses"] = n.misses;
-      g["hit_rate"] = n.hits + n.misses ? py::object(py::float_(n.hit_rate())) : py::object(py::none());
-      g["cache_bytes"] = n.cache_bytes;
-      g["cache_limit"] = n.cache_limit;
-      d["network"] = g;
-    } else {
-      d["network"] = py::none();
-    }
-    d["slot_memory"] = s.slot_memory;
-    d["cpus"] = s.cpu_explanation;
-    d["bottleneck"] = s.bottleneck;
-    d["evidence"] = s.evidence;
-    d["advice"] = s.advice;
-    d["summary"] = s.summary();
-    if (st) {
-      py::dict g;
-      g["backend"] = st->backend;
-      g["device"] = st->device;
-      g["device_slots"] = st->device_slots;
-      g["slot_bytes"] = st->slot_bytes;
-      g["host_memory"] = st->host_memory;
-      g["batches"] = st->batches;
-      g["bytes_copied"] = st->bytes_copied;
-      g["host_released"] = st->host_released;
-      g["source_wait_s"] = st->source_wait_s;
-      g["slot_wait_s"] = st->slot_wait_s;
-      g["consumer_wait_s"] = st->consumer_wait_s;
-      g["copy_busy_s"] = st->copy_busy_s;
-      g["device_wait_s"] = st->device_wait_s;
-      g["wall_s"] = st->wall_s;
-      d["stage"] = g;
-    }
-    return d;
+    return out;
   }
   std::vector<std::string> class_names() const {
     check_open();

@@ -1,6 +1,6 @@
 // _stoker.LoaderOptions and _stoker.FieldTransform: the options of a Python Loader,
 // set by python/stoker/loader.py (which checks types and names the parameter) and read
-// by loader.cc. Enumerations go by their names ("u8_hwc", "shuffled", ...).
+// by bind_loader.cc. Enumerations go by their names ("u8_hwc", "shuffled", ...).
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -13,6 +13,9 @@
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/order.h"
+// The one internal header of the binding: the library's name tables (header-only
+// templates, nothing linked), so the names Python accepts for pixel_format and
+// token_dtype are parsed, and refused with the list of choices, as the library's are.
 #include "util/enum_names.h"
 
 namespace stoker::python {
@@ -200,7 +203,9 @@ void init_loader_options(py::module_& m) {
       .def_property(
           "io_queue_depth", [](const PyLoaderOptions& x) { return x.o.io.queue_depth; },
           [](PyLoaderOptions& x, unsigned v) { x.o.io.queue_depth = v; })
-      .def_readwrite("io_limit_bytes_per_s", &PyLoaderOptions::io_limit_bytes_per_s)
+      .def_property(
+          "io_limit_bytes_per_s", [](const PyLoaderOptions& x) { return x.o.io.limit_bytes_per_s; },
+          [](PyLoaderOptions& x, double v) { x.o.io.limit_bytes_per_s = v; })
       .def_readwrite("stage", &PyLoaderOptions::stage)
       .def_readwrite("device", &PyLoaderOptions::device)
       .def_readwrite("device_slots", &PyLoaderOptions::device_slots)

@@ -12,6 +12,9 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
 
 namespace stoker::cli {

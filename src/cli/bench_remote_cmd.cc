@@ -23,7 +23,11 @@
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/remote.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
+// Internal, header-only: the one RAII file descriptor.
 #include "util/unique_fd.h"
 
 namespace stoker::cli {

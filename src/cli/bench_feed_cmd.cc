@@ -19,15 +19,18 @@
 #include <thread>
 
 #include "remote_cmd.h"
+// Not the library: stoker_benchlib, the benchmarks' own code (the in-memory decode limit).
 #include "benchlib/decode_limit.h"
 #include "cli.h"
 #include "field_spec.h"
-#include "io/throttled_engine.h"
 #include "stoker/dataset.h"
 #include "stoker/diagnose.h"
 #include "stoker/error.h"
 #include "stoker/cpu.h"
 #include "stoker/loader.h"
+// Internal (the tool links the library statically): the Json type, the one JSON writer
+// and the library's reports as values (to_json_value), so --json prints the library's
+// own JSON, measurements rounded as every report rounds them (figure).
 #include "util/json.h"
 
 namespace stoker::cli {
@@ -99,11 +102,7 @@ int run_feed(const FeedArgs& a) {
     o.remote_reads = remote_reads_from_name(a.remote_reads);
     o.remote = a.remote.options();
   }
-  const double io_limit_mbps = a.io_limit_mbps;
-  if (io_limit_mbps > 0)
-    o.wrap_io = [io_limit_mbps](std::unique_ptr<IoEngine> e) {
-      return make_throttled_engine(std::move(e), io_limit_mbps * 1e6);
-    };
+  o.io.limit_bytes_per_s = a.io_limit_mbps * 1e6;
   const double consumer_ms = a.consumer_ms;
   const int epochs = static_cast<int>(a.epochs);
   const bool json = a.json;
