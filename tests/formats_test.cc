@@ -18,8 +18,8 @@
 #include "stoker/error.h"
 #include "stoker/image.h"
 #include "stoker/pack.h"
-#include "tar_builder.h"
-#include "util/image_encode.h"
+#include "util/tar_builder.h"
+#include "benchlib/image_encode.h"
 #include "util/test_util.h"
 
 namespace stoker {

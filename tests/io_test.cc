@@ -545,8 +545,10 @@ TEST_P(EachEngine, CancelWithReadsInFlightCompletesEveryRequestOnce) {
       EXPECT_EQ(0, std::memcmp(bufs[tag].data(), bytes.data() + reqs[tag].offset, 65536));
     }
   }
-  // At most a queue depth reached the kernel before the cancel.
-  EXPECT_GE(cancelled, 256u - 16u - (kind == IoEngineKind::kPread ? 0u : 0u));
+  // The cancel took most of the queue: about a queue depth reached the kernel (or the
+  // pread workers) before it, a few more where a worker took its next request first
+  // (a loaded machine may delay the submitting thread between submit and cancel).
+  EXPECT_GE(cancelled, 256u - 4 * 16u);
   EXPECT_EQ(e->stats().cancelled, cancelled);
 }
 
