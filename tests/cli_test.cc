@@ -564,12 +564,15 @@ pid_t spawn(const std::vector<std::string>& args) {
     const int null = ::open("/dev/null", O_WRONLY);
     ::dup2(null, 1);
     ::dup2(null, 2);
+    // tool() may be a command line ("qemu-aarch64 build-aarch64/stoker"): its words first.
+    std::vector<std::string> words;
+    std::istringstream tool_words(tool());
+    for (std::string w; tool_words >> w;) words.push_back(w);
+    words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
-    const std::string t = tool();
-    argv.push_back(const_cast<char*>(t.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    for (std::string& w : words) argv.push_back(w.data());
     argv.push_back(nullptr);
-    ::execv(t.c_str(), argv.data());
+    ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
   return pid;
