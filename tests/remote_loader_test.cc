@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -60,11 +61,24 @@ std::vector<std::string> epoch_digests(Loader& l, uint64_t epoch) {
   return out;
 }
 
+// Shard GETs in nginx's access log. nginx logs a request after its answer has gone, so
+// the last line may land a moment after the client has its bytes: the count is read
+// until two reads 30 ms apart agree (or a second has passed).
 int shard_requests(const Nginx& n) {
-  int k = 0;
-  for (const auto& [path, count] : n.requests())
-    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".stk") == 0) k += count;
-  return k;
+  auto count = [&] {
+    int k = 0;
+    for (const auto& [path, c] : n.requests())
+      if (path.size() > 4 && path.compare(path.size() - 4, 4, ".stk") == 0) k += c;
+    return k;
+  };
+  int last = count();
+  for (int i = 0; i < 33; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const int now = count();
+    if (now == last) break;
+    last = now;
+  }
+  return last;
 }
 
 uint64_t largest_shard(const Manifest& m) {
