@@ -553,7 +553,7 @@ TEST_F(RealPipeline, ThrottledCopyStreamIsCopyBound) {
     if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(1500)) break;
   }
   const StagerStats ss = st.stats();
-  const FeedFigures f = FeedFigures::from(st.loader()->stats(), ss);
+  const FeedFigures f = staged_figures(st.loader()->stats(), ss);
   ASSERT_TRUE(f.copy.has_value());
   const Verdict v = diagnose(f);
   std::printf("copy case: %s\n", v.summary().c_str());

@@ -47,6 +47,8 @@
 #include "stoker/io.h"
 #include "stoker/order.h"
 #include "stoker/remote.h"
+#include "stoker/shard.h"
+#include "stoker/feed_stats.h"
 #include "stoker/stats.h"
 
 namespace stoker {
@@ -140,6 +142,9 @@ struct LoaderOptions {
 
   // --- images ---
   ImageTransform transform;                    ///< the first image field's, unless `fields` names it; kTrain, 224
+  /// transform kNone: the first image field (unless `fields` names it) comes as stored,
+  /// as byte strings; false: it is read and checked only (which measures storage alone).
+  bool untransformed_image_as_stored = false;
   PixelFormat pixel_format = PixelFormat::kU8HWC;  ///< CPU-side output layout/type
   float mean[3] = {0.485f, 0.456f, 0.406f};    ///< for float pixel formats
   float std[3] = {0.229f, 0.224f, 0.225f};
@@ -225,117 +230,6 @@ struct LoaderOptions {
   std::function<void(const std::string&)> warning_sink;
 };
 
-/// Busy/wait accounting of one stage.
-struct StageStats {
-  unsigned threads = 0;
-  double busy_s = 0;   ///< summed over threads
-  double wait_s = 0;   ///< summed over threads: blocked on input or on a free slot
-  uint64_t items = 0;  ///< records (io), samples (decode)
-  /// busy_s / (threads * wall), in [0, 1].
-  double busy_frac(double wall_s) const noexcept {
-    return threads && wall_s > 0 ? busy_s / (threads * wall_s) : 0;
-  }
-};
-
-/// The network stage of a remote dataset (LoaderOptions::path a URL): its fetches and
-/// its shard cache, counted over the same run as LoaderStats' other figures (the first
-/// run includes opening the dataset), except requests_in_flight, cache_bytes and
-/// cache_limit, which are values now. No credential is ever part of it.
-struct NetworkStats {
-  bool remote = false;          ///< false: a local dataset (everything below is 0)
-  uint64_t bytes_fetched = 0;   ///< response body bytes received
-  uint64_t requests = 0;        ///< requests finished (any outcome)
-  uint64_t retries = 0;         ///< requests that were tried again
-  double busy_s = 0;            ///< seconds with at least one request in flight
-  double request_s = 0;         ///< requests in flight integrated over time (RemoteStats::request_s)
-  uint64_t requests_in_flight = 0;  ///< now
-  /// Seconds the readers blocked on shards not in the cache yet (their download, or a
-  /// prefetch thread's), summed over the reading threads.
-  double fetch_wait_s = 0;
-  /// Of fetch_wait_s, the part before the run's first batch: a cold epoch in a global
-  /// shuffle, whose first batches touch every shard, waits here for most of them.
-  double startup_fetch_wait_s = 0;
-  uint64_t hits = 0;    ///< shards the run read that were in place (in the cache, or held already)
-  uint64_t misses = 0;  ///< shards the run read that it had to wait for
-  /// Records come by their own ranged GETs (LoaderOptions::remote_reads), not shards
-  /// through the cache: hits and misses stay 0.
-  bool record_reads = false;
-  /// The server ignores Range (RemoteStats::range_ignored): shards come by one whole GET
-  /// each and records are not read by ranged GET; whole_fetches counts those GETs.
-  bool range_ignored = false;
-  uint64_t whole_fetches = 0;
-  uint64_t cache_bytes = 0;  ///< bytes of this dataset in the cache directory (last scanned)
-  uint64_t cache_limit = 0;  ///< the cache's limit in bytes
-  /// hits / (hits + misses); 0 when the run read no shard.
-  double hit_rate() const noexcept {
-    return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0;
-  }
-  /// bytes_fetched / wall_s, requests / wall_s, request_s / wall_s (mean requests in
-  /// flight), fetch_wait_s / wall_s, for the `wall_s` the figures were counted over.
-  double bytes_per_s(double wall_s) const noexcept { return wall_s > 0 ? bytes_fetched / wall_s : 0; }
-  double requests_per_s(double wall_s) const noexcept { return wall_s > 0 ? requests / wall_s : 0; }
-  double mean_in_flight(double wall_s) const noexcept { return wall_s > 0 ? request_s / wall_s : 0; }
-  /// Adds the counts of `n` (a later run, another source of a mixture): bytes,
-  /// requests, retries, busy and request seconds, fetch waits, hits, misses; `remote`
-  /// and `record_reads` when n has them. The values that are "now" (requests in flight,
-  /// cache bytes and limit) are the caller's to set.
-  void add_counts(const NetworkStats& n) noexcept;
-  /// "fetched 48.1 MB/s, 12.0 requests/s, 6.0 requests in flight, cache hit rate 12% (3
-  /// of 25 shards in place), cache 120.0 MB of 1000.0 MB", the rates over `wall_s`.
-  std::string summary(double wall_s) const;
-  /// The figures by name (stats.h), the rates over `wall_s`: bytes_fetched, bytes_per_s,
-  /// requests, requests_per_s, retries, requests_in_flight_avg, fetch_wait_s,
-  /// fetch_wait_frac (the given share of the interval the readers waited on fetches),
-  /// reads ("records" | "shards"), range_ignored, whole_fetches, hits, misses, hit_rate
-  /// (none before any shard was read), cache_bytes, cache_limit.
-  void visit(StatsVisitor& v, double wall_s, double fetch_wait_frac) const;
-};
-
-struct LoaderStats {
-  double wall_s = 0;          ///< since the epoch's pipeline started
-  double first_batch_s = 0;   ///< start -> first batch handed out
-  uint64_t batches = 0, samples = 0;
-  uint64_t bytes_read = 0;    ///< by the IO engine (aligned ranges included)
-  uint64_t record_bytes = 0;  ///< stored bytes of the records delivered
-  uint64_t skipped = 0;       ///< samples dropped by OnError::kSkip (token data: rows)
-  bool tokens = false;        ///< token data: samples are rows, "decode" is zstd + row copies
-  bool fast_crop = false;     ///< the dataset's JPEGs were packed with --fast-crop (manifest meta)
-  StageStats io, decode;
-  double consumer_wait_s = 0;     ///< time next() spent waiting for a batch
-  double decode_queue_avg = 0;    ///< mean records waiting for a decoder (sampled)
-  double slots_ready_avg = 0;     ///< mean slots decoded and not yet taken (sampled)
-  double slots_free_avg = 0;      ///< mean slots free for the IO stage (sampled)
-  unsigned slots = 0;             ///< ring size now (grows when the consumer holds slots)
-  IoStats io_engine;
-  NetworkStats network;           ///< a remote dataset's fetches and cache (network.remote)
-  std::string cpu_explanation;
-  std::string slot_memory;        ///< "host", "pinned", ...
-  /// Which stage bounds the feed over the whole run ("network", "storage", "decode",
-  /// "copy", "consumer", "unknown" before enough data), the numbers behind it and the next step
-  /// (diagnose.h). The periodic reports use interval verdicts instead.
-  std::string bottleneck = "unknown";
-  std::string evidence;
-  std::string advice;
-  /// The figures by name (stats.h), in this order: wall_s, first_batch_s, batches,
-  /// samples, samples_per_s, bytes_read, record_bytes, skipped, tokens, the groups io and
-  /// decode (threads, busy_s, wait_s, items, busy_frac), consumer_wait_s,
-  /// consumer_wait_frac, decode_queue_avg, slots, slots_ready_avg, slots_free_avg,
-  /// io_engine, io_direct, io_fallback, the group network (NetworkStats::visit, then
-  /// requests_in_flight and busy_frac; none for a local dataset), slot_memory, cpus,
-  /// bottleneck, evidence, advice.
-  void visit(StatsVisitor& v) const;
-  /// One JSON object (no newline): visit()'s figures, measurements to 6 significant digits.
-  std::string to_json() const;
-  /// One line: "1234 samples/s, decode 8 threads 97% busy, consumer waited 31% ...",
-  /// with the figures `evidence` gives (the consumer's wait after its first batch, busy
-  /// fractions capped at 100 %), and for a remote dataset the network stage: "network
-  /// 48.1 MB/s fetched, 12 requests/s, 6.0 in flight, cache hit rate 12%, ...".
-  std::string summary() const;
-  /// The consumer's wait after the first batch over the time since: the figure of the
-  /// verdict's evidence, summary() and to_json()'s consumer_wait_frac. In [0, 1].
-  double consumer_wait_frac() const;
-};
-
 class Loader {
  public:
   /// Opens the dataset and checks the options (kInvalidArgument naming the option).
@@ -384,6 +278,9 @@ class Loader {
   int world_size() const noexcept;
   /// Class names from the manifest (image datasets).
   const std::vector<std::string>& class_names() const noexcept;
+  /// The dataset's fields, from the manifest the Loader opened (a mixture: its first
+  /// source's), so a caller need not read the manifest again.
+  const Schema& schema() const noexcept;
 
  private:
   struct Impl;  // the feed (one dataset, or a mixture) and the consumer guard

@@ -404,6 +404,10 @@ class PyLoader {
     check_open();
     return loader_->class_names();
   }
+  std::string schema() const {
+    check_open();
+    return loader_->schema().to_string();
+  }
   int rank() const {
     check_open();
     return loader_->rank();
@@ -608,6 +612,9 @@ void init_loader(py::module_& m) {
            "LoaderStats as a dict (plus 'stage': the Stager's figures when staged, and 'summary': "
            "LoaderStats::summary() of the same figures).")
       .def("class_names", &PyLoader::class_names)
+      .def_property_readonly("schema", &PyLoader::schema,
+                             "The dataset's schema as the manifest writes it (\"jpg:image cls:int64\"); a "
+                             "mixture: its first source's")
       .def_property_readonly("rank", &PyLoader::rank)
       .def_property_readonly("world_size", &PyLoader::world_size)
       .def_property_readonly("configured_slots", &PyLoader::configured_slots)

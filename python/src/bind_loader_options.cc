@@ -128,6 +128,9 @@ void init_loader_options(py::module_& m) {
           "transform", [](const PyLoaderOptions& x) { return x.o.transform; },
           [](PyLoaderOptions& x, const ImageTransform& v) { x.o.transform = v; })
       .def_property(
+          "untransformed_image_as_stored", [](const PyLoaderOptions& x) { return x.o.untransformed_image_as_stored; },
+          [](PyLoaderOptions& x, bool v) { x.o.untransformed_image_as_stored = v; })
+      .def_property(
           "pixel_format",
           [](const PyLoaderOptions& x) { return std::string(internal::enum_name(kPixelFormats, x.o.pixel_format, "?")); },
           [](PyLoaderOptions& x, const std::string& v) {

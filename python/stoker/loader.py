@@ -311,9 +311,6 @@ class Loader:
                 raise TypeError("source_fields must be a list of dicts, one per dataset: {its output name: the "
                                 f"mixture's name}}, got {source_fields!r:.200}")
         path = os.fspath(path)
-        manifest = _stoker.read_manifest(path, remote_profile or "")
-        self._tokens = ":tokens" in manifest["schema"]
-        schema_fields = _schema_fields(manifest["schema"])
         self._numpy = _flag("numpy", numpy)
         self._as_tuple = _flag("as_tuple", as_tuple)
         self._device = self._parse_device(device)
@@ -332,12 +329,10 @@ class Loader:
             if not isinstance(fields, dict):
                 raise TypeError(f"fields must be a dict of field name -> transform, got {type(fields).__name__}")
             field_specs = {str(k): to_field_transform(k, v) for k, v in fields.items()}
-        images = [name for name, kind in schema_fields if kind == "image"]
-        if transform is None and images and sources is None and images[0] not in field_specs:
-            # No decode: the first image field comes as stored (a list of bytes), as every
-            # untransformed image does. (C++'s ImageTransform kNone leaves it out instead:
-            # read and checked only, for measuring storage alone.)
-            field_specs[images[0]] = to_field_transform(images[0], None)
+        # No decode: the first image field comes as stored (a list of bytes), as every
+        # untransformed image does. (C++'s default leaves it out instead: read and checked
+        # only, for measuring storage alone.)
+        o.untransformed_image_as_stored = transform is None and sources is None
         if field_specs:
             o.fields = field_specs
         o.pixel_format = _choice("pixel_format", pixel_format, _PIXEL_FORMATS)
@@ -355,17 +350,8 @@ class Loader:
                 raise ValueError(f"std={list(std)} must be in (0, 1] per channel: pixels are normalised as "
                                  "(x / 255 - mean) / std, so give e.g. (0.229, 0.224, 0.225), not 0 nor (58.4, ...)")
         o.targets = _flag("targets", targets)
-        if o.targets and not self._tokens:
-            raise ValueError(f"targets=True: next-token targets need token data, and {path} holds records "
-                             f"(schema {manifest['schema']})")
         if position_ids not in (False, True, "document", "row"):
             raise ValueError(f"position_ids must be True/'document' or 'row', got {position_ids!r}")
-        if not self._tokens:
-            for name, value in (("position_ids", position_ids), ("loss_mask", loss_mask), ("doc_ids", doc_ids),
-                                ("cu_seqlens", cu_seqlens)):
-                if value:
-                    raise ValueError(f"{name}={value!r}: document outputs need token data packed with "
-                                     f"boundaries, and {path} holds records (schema {manifest['schema']})")
         o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
         o.position_ids_from_row_start = position_ids == "row"
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
@@ -435,7 +421,10 @@ class Loader:
         if not self._numpy:
             import torch.utils.dlpack
             converter = torch.utils.dlpack.from_dlpack
+        # The C++ Loader opens the dataset (a URL's MANIFEST is fetched once, there) and
+        # refuses the token outputs asked of records, naming the schema.
         self._impl = _stoker.Loader(o, converter, stream)
+        self._tokens = any(kind == "tokens" for _, kind in _schema_fields(self._impl.schema))
         self._options = o
         self._fresh = True  # the next iteration continues where the loader stands
         self._generation = 0  # iterators made so far: only the latest may be used (_Iteration)
@@ -444,7 +433,7 @@ class Loader:
         self._fingerprint = {
             "dataset_samples": self._impl.epoch_samples,
             "sources": [sources, weights] if sources is not None else None,
-            "schema": manifest["schema"],
+            "schema": self._impl.schema,
             "order": o.order,
             "seed": o.seed,
             "transform": repr(o.transform) if not self._tokens else None,

@@ -91,6 +91,18 @@ def test_a_url_gives_the_local_batches_and_later_epochs_fetch_nothing(nginx, ima
             assert _shard_requests(log) == fetched, f"epoch {e} asked the server for shards again"
 
 
+def test_opening_a_url_fetches_its_manifest_once(nginx, tmp_path):
+    # The Python layer learns the schema from the C++ Loader, which fetched the MANIFEST
+    # for its cache: one request, not one per layer.
+    url, log = nginx
+    remote = stoker.Loader(url, cache_dir=tmp_path / "cache", batch_size=8, transform=None, threads=1)
+    assert remote._impl.schema.split()[1] == "image:image"
+    batch = next(iter(remote))
+    assert isinstance(batch["image"], list) and isinstance(batch["image"][0], bytes)  # transform=None: as stored
+    manifests = [line for line in log.read_text().splitlines() if line.endswith("/MANIFEST")]
+    assert len(manifests) == 1, manifests
+
+
 def test_a_url_without_cache_dir_is_a_named_error(nginx):
     url, _ = nginx
     with pytest.raises(Exception, match="cache_dir"):

@@ -80,6 +80,16 @@ void needed_range(double start, double length, int n, int clip_lo, int clip_hi, 
   }
 }
 
+FollowPlan plan_follow(const ImageGeometry& g, const FollowOutput& o, int width, int height) {
+  FollowPlan f;
+  f.crop = plan_from_geometry(g, width, height);
+  f.out_w = o.width > 0 ? o.width : g.out_width;
+  f.out_h = o.height > 0 ? o.height : g.out_height;
+  needed_range(f.crop.x0, f.crop.w, f.out_w, f.crop.clip_x0, f.crop.clip_x1, &f.x0, &f.x1);
+  needed_range(f.crop.y0, f.crop.h, f.out_h, f.crop.clip_y0, f.crop.clip_y1, &f.y0, &f.y1);
+  return f;
+}
+
 namespace {
 
 // Nearest source index per output index, at the resize's sample points.

@@ -34,6 +34,16 @@ CropPlan plan_from_geometry(const ImageGeometry& g, int width, int height);
 void needed_range(double start, double length, int n, int clip_lo, int clip_hi, int* lo,
                   int* hi);
 
+/// A Follow decode's plan (ImageDecoder::decode_with): `g` scaled to a width x height
+/// image, the output size (`o`'s, or the geometry's own when `o` gives none) and the
+/// source pixels [x0, x1) x [y0, y1) its resample may read.
+struct FollowPlan {
+  CropPlan crop;
+  int out_w = 0, out_h = 0;
+  int x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+};
+FollowPlan plan_follow(const ImageGeometry& g, const FollowOutput& o, int width, int height);
+
 /// Scratch buffers reused across calls.
 struct GeometryScratch {
   std::vector<uint8_t> rgb;  // one-channel source widened to RGB for the filter

@@ -317,13 +317,11 @@ DecodeResult JpegDecoder::decode_with(std::span<const uint8_t> image, const Imag
     throw Error(ErrorCode::kInvalidArgument,
                 "decode_with: a one-channel output needs a gray JPEG; this one stores colour");
   }
-  const CropPlan p = plan_from_geometry(g, W, H);
-  const int ow = o.width > 0 ? o.width : g.out_width;
-  const int oh = o.height > 0 ? o.height : g.out_height;
+  const FollowPlan plan = plan_follow(g, o, W, H);
+  const CropPlan& p = plan.crop;
+  const int ow = plan.out_w, oh = plan.out_h;
+  const int x0 = plan.x0, x1 = plan.x1, y0 = plan.y0, y1 = plan.y1;
   check_out_size("decode_with", out_size, static_cast<size_t>(ow) * oh * o.channels);
-  int x0, x1, y0, y1;
-  needed_range(p.x0, p.w, ow, p.clip_x0, p.clip_x1, &x0, &x1);
-  needed_range(p.y0, p.h, oh, p.clip_y0, p.clip_y1, &y0, &y1);
   prepare(1);
   // Margin column as in decode(): keep fancy upsampling off the region's edges.
   read_region(std::max(0, x0 - 1), std::min(W, x1 + 1), y0, y1, nullptr);

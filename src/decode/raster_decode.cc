@@ -106,13 +106,11 @@ DecodeResult RasterDecoder::decode_with(std::span<const uint8_t> bytes, const Im
                                         ResampleTools& tools) {
   const ImageInfo info = source_->header(bytes, o.max_pixels);
   const int W = info.width, H = info.height;
-  const CropPlan p = plan_from_geometry(g, W, H);
-  const int ow = o.width > 0 ? o.width : g.out_width;
-  const int oh = o.height > 0 ? o.height : g.out_height;
+  const FollowPlan plan = plan_follow(g, o, W, H);
+  const CropPlan& p = plan.crop;
+  const int ow = plan.out_w, oh = plan.out_h;
+  const int x0 = plan.x0, x1 = plan.x1, y0 = plan.y0, y1 = plan.y1;
   check_out_size("decode_with", out_size, static_cast<size_t>(ow) * oh * o.channels);
-  int x0, x1, y0, y1;
-  needed_range(p.x0, p.w, ow, p.clip_x0, p.clip_x1, &x0, &x1);
-  needed_range(p.y0, p.h, oh, p.clip_y0, p.clip_y1, &y0, &y1);
   load(bytes, info, PixelRect{x0, x1, y0, y1}, o.channels);
   apply(p, o.channels, o.interpolation, out, ow, oh, tools);
   DecodeResult r = result_of(info, p, ow, oh);

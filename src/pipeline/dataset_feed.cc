@@ -11,7 +11,7 @@
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
 #include "pipeline/slot_ring.h"
-#include "stoker/diagnose.h"
+#include "stoker/verdict.h"
 #include "stoker/error.h"
 #include "util/platform.h"
 
@@ -37,6 +37,7 @@ class DatasetFeed final : public Feed {
   LoaderStats stats() const override;
   const LoaderOptions& options() const noexcept override { return opt; }
   const std::vector<Output>& outputs() const noexcept override { return outputs_; }
+  const Schema& schema() const noexcept override { return ctx.dataset->schema(); }
   const std::vector<std::string>& class_names() const noexcept override {
     return ctx.dataset->manifest().class_names;
   }
@@ -109,6 +110,11 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   if (!tokens && opt.targets)
     throw_error(ErrorCode::kInvalidArgument, "targets: next-token targets need token data, and " + opt.path +
                                                  " holds records (schema " + schema.to_string() + ")");
+  if (!tokens && (opt.position_ids || opt.loss_mask || opt.doc_ids || opt.cu_seqlens))
+    throw_error(ErrorCode::kInvalidArgument,
+                std::string(opt.position_ids ? "position_ids" : opt.loss_mask ? "loss_mask" : opt.doc_ids ? "doc_ids" : "cu_seqlens") +
+                    ": document outputs need token data packed with boundaries, and " + opt.path +
+                    " holds records (schema " + schema.to_string() + ")");
   if (tokens && !opt.fields.empty())
     throw_error(ErrorCode::kInvalidArgument, "fields: per-field transforms apply to datasets of records, not to token data");
 

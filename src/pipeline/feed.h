@@ -47,6 +47,8 @@ class Feed {
   virtual const LoaderOptions& options() const noexcept = 0;
   /// The outputs of every batch, in the batches' order (dense first).
   virtual const std::vector<Output>& outputs() const noexcept = 0;
+  /// The dataset's schema (a mixture: its first source's).
+  virtual const Schema& schema() const noexcept = 0;
   virtual const std::vector<std::string>& class_names() const noexcept = 0;
 };
 

@@ -125,7 +125,7 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
                         (spec ? spec->kind != FieldTransform::Kind::kAsStored
                               : static_cast<int>(i) == first_image && opt.transform.kind != ImageTransform::Kind::kNone);
     if (f.kind == FieldKind::kImage && !spec && static_cast<int>(i) == first_image &&
-        opt.transform.kind == ImageTransform::Kind::kNone)
+        opt.transform.kind == ImageTransform::Kind::kNone && !opt.untransformed_image_as_stored)
       continue;  // read and checked only: isolates storage and IO
     const std::string out_name = v1 && static_cast<int>(i) == first_image ? "image"
                                  : v1 && static_cast<int>(i) == first_int64 ? "label"

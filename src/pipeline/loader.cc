@@ -117,5 +117,6 @@ const LoaderOptions& Loader::options() const noexcept { return impl_->feed->opti
 int Loader::rank() const noexcept { return static_cast<int>(impl_->rank.rank); }
 int Loader::world_size() const noexcept { return static_cast<int>(impl_->rank.world_size); }
 const std::vector<std::string>& Loader::class_names() const noexcept { return impl_->feed->class_names(); }
+const Schema& Loader::schema() const noexcept { return impl_->feed->schema(); }
 
 }  // namespace stoker

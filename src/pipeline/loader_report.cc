@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "stoker/diagnose.h"
+#include "stoker/verdict.h"
 #include "stoker/error.h"
 #include "util/json.h"
 

@@ -12,7 +12,7 @@
 #include <functional>
 #include <memory>
 
-#include "stoker/diagnose.h"
+#include "stoker/verdict.h"
 #include "stoker/loader.h"
 
 namespace stoker::internal {

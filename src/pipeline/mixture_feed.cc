@@ -64,6 +64,7 @@ class MixtureFeed final : public Feed {
   LoaderStats stats() const override;
   const LoaderOptions& options() const noexcept override { return opt; }
   const std::vector<Output>& outputs() const noexcept override { return out_specs; }
+  const Schema& schema() const noexcept override { return src.front().feed->schema(); }
   const std::vector<std::string>& class_names() const noexcept override {
     static const std::vector<std::string> none;
     return none;

@@ -1,16 +1,22 @@
-// LoaderStats' figures by name (stats.h): the one description from which to_json() and
+// StageStats, NetworkStats and LoaderStats (feed_stats.h): their figures by name (stats.h): the one description from which to_json() and
 // the Python binding's stats() dict are made, and the one-line summary.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
-#include "stoker/diagnose.h"
-#include "stoker/loader.h"
+#include "stoker/feed_stats.h"
+#include "stoker/verdict.h"
 #include "util/json.h"
 
 namespace stoker {
 
 namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
 
 void visit_stage(StatsVisitor& v, const char* name, const StageStats& s, double wall_s) {
   v.begin_group(name);
@@ -42,6 +48,38 @@ void NetworkStats::visit(StatsVisitor& v, double wall_s, double fetch_wait_frac)
   else v.none("hit_rate");
   v.count("cache_bytes", cache_bytes);
   v.count("cache_limit", cache_limit);
+}
+
+void NetworkStats::add_counts(const NetworkStats& n) noexcept {
+  if (!n.remote) return;
+  remote = true;
+  record_reads = record_reads || n.record_reads;
+  range_ignored = range_ignored || n.range_ignored;
+  whole_fetches += n.whole_fetches;
+  bytes_fetched += n.bytes_fetched;
+  requests += n.requests;
+  retries += n.retries;
+  busy_s += n.busy_s;
+  request_s += n.request_s;
+  fetch_wait_s += n.fetch_wait_s;
+  startup_fetch_wait_s += n.startup_fetch_wait_s;
+  hits += n.hits;
+  misses += n.misses;
+}
+
+std::string NetworkStats::summary(double wall_s) const {
+  std::string s = "fetched " + fmt("%.1f MB/s", bytes_per_s(wall_s) / 1e6) + ", " +
+                  fmt("%.1f requests/s", requests_per_s(wall_s)) + ", " +
+                  fmt("%.1f requests in flight", mean_in_flight(wall_s));
+  if (record_reads)
+    s += ", records by ranged GET (no shard cached)";
+  else
+    s += ", cache hit rate " + (hits + misses ? fmt("%.0f%%", 100 * hit_rate()) + " (" + std::to_string(hits) + " of " +
+                                                    std::to_string(hits + misses) + " shards in place)"
+                                              : std::string("- (no shard read)"));
+  s += ", cache " + fmt("%.1f MB", cache_bytes / 1e6) + " of " + fmt("%.1f MB", cache_limit / 1e6);
+  if (range_ignored) s += ", the server ignores Range (" + std::to_string(whole_fetches) + " whole-object GETs)";
+  return s;
 }
 
 void LoaderStats::visit(StatsVisitor& v) const {

@@ -1,11 +1,11 @@
-// The bottleneck verdict and its smoothing tracker (see include/stoker/diagnose.h).
+// The bottleneck verdict and its smoothing tracker (see include/stoker/verdict.h).
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <thread>
 
 #include "util/json.h"
-#include "stoker/diagnose.h"
+#include "stoker/verdict.h"
 #include "stoker/error.h"
 #include "util/platform.h"
 #include "util/enum_names.h"
@@ -31,44 +31,11 @@ Bottleneck bottleneck_from_name(const std::string& name) {
 
 FeedFigures FeedFigures::from(const LoaderStats& s) {
   FeedFigures f;
-  f.wall_s = s.wall_s;
+  static_cast<FeedCounters&>(f) = s;
   f.startup_s = s.batches > 0 ? std::min(s.first_batch_s, s.wall_s) : s.wall_s;
-  f.samples = s.samples;
-  f.batches = s.batches;
-  f.bytes_read = s.bytes_read;
-  f.io = s.io;
-  f.decode = s.decode;
-  f.consumer_wait_s = s.consumer_wait_s;
-  f.decode_queue_avg = s.decode_queue_avg;
-  f.slots_ready_avg = s.slots_ready_avg;
-  f.slots_free_avg = s.slots_free_avg;
-  f.slots = s.slots;
   f.io_engine_busy_s = s.io_engine.busy_s;
   f.io_engine = s.io_engine.engine;
   f.io_direct = s.io_engine.direct;
-  f.slot_memory = s.slot_memory;
-  f.tokens = s.tokens;
-  f.fast_crop = s.fast_crop;
-  f.network = s.network;
-  return f;
-}
-
-FeedFigures FeedFigures::from(const LoaderStats& s, const StagerStats& staged) {
-  FeedFigures f = from(s);
-  if (staged.wall_s <= 0) return f;
-  const double scale = f.wall_s / staged.wall_s;
-  StageStats copy;
-  copy.threads = 1;
-  copy.busy_s = std::min(staged.copy_busy_s, staged.wall_s) * scale;
-  copy.wait_s = std::min(staged.source_wait_s, staged.wall_s) * scale;
-  copy.items = staged.batches;
-  f.copy = copy;
-  // The trainer waits on the device when it queued work behind a copy still in flight,
-  // and on the host when next() finds nothing staged. A host thread that runs ahead of
-  // its GPU also blocks in next() while every device slot is still being read: that is
-  // the consumer's own pace (the copy thread waited for the slots), not a wait on input.
-  const double host_wait = std::max(0.0, staged.consumer_wait_s - staged.slot_wait_s);
-  f.consumer_wait_s = std::min(host_wait + staged.device_wait_s, staged.wall_s) * scale;
   return f;
 }
 
@@ -76,20 +43,6 @@ void record_verdict(LoaderStats& s, const Verdict& v) {
   s.bottleneck = bottleneck_name(v.bottleneck);
   s.evidence = v.evidence;
   s.advice = v.advice;
-}
-
-StagedFeed diagnose_staged(Stager& stager) {
-  const Loader* loader = stager.loader();
-  if (!loader)
-    throw_error(ErrorCode::kInvalidArgument, "diagnose_staged: the Stager stages a raw source, not a Loader");
-  StagedFeed feed;
-  feed.loader = loader->stats();
-  feed.stager = stager.stats();
-  const FeedFigures f = FeedFigures::from(feed.loader, feed.stager);
-  feed.loader.consumer_wait_s = f.consumer_wait_s;
-  feed.verdict = diagnose(f);
-  record_verdict(feed.loader, feed.verdict);
-  return feed;
 }
 
 FeedFigures FeedFigures::between(const LoaderStats& before, const LoaderStats& after) {
@@ -331,37 +284,6 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   return v;
 }
 
-void NetworkStats::add_counts(const NetworkStats& n) noexcept {
-  if (!n.remote) return;
-  remote = true;
-  record_reads = record_reads || n.record_reads;
-  range_ignored = range_ignored || n.range_ignored;
-  whole_fetches += n.whole_fetches;
-  bytes_fetched += n.bytes_fetched;
-  requests += n.requests;
-  retries += n.retries;
-  busy_s += n.busy_s;
-  request_s += n.request_s;
-  fetch_wait_s += n.fetch_wait_s;
-  startup_fetch_wait_s += n.startup_fetch_wait_s;
-  hits += n.hits;
-  misses += n.misses;
-}
-
-std::string NetworkStats::summary(double wall_s) const {
-  std::string s = "fetched " + fmt("%.1f MB/s", bytes_per_s(wall_s) / 1e6) + ", " +
-                  fmt("%.1f requests/s", requests_per_s(wall_s)) + ", " +
-                  fmt("%.1f requests in flight", mean_in_flight(wall_s));
-  if (record_reads)
-    s += ", records by ranged GET (no shard cached)";
-  else
-    s += ", cache hit rate " + (hits + misses ? pct(hit_rate()) + " (" + std::to_string(hits) + " of " +
-                                                    std::to_string(hits + misses) + " shards in place)"
-                                              : std::string("- (no shard read)"));
-  s += ", cache " + fmt("%.1f MB", cache_bytes / 1e6) + " of " + fmt("%.1f MB", cache_limit / 1e6);
-  if (range_ignored) s += ", the server ignores Range (" + std::to_string(whole_fetches) + " whole-object GETs)";
-  return s;
-}
 
 namespace internal {
 
