@@ -70,11 +70,8 @@ struct PackOptions {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-/// ImageFolder options.
-struct ImageFolderPackOptions : PackOptions {
-  /// Losslessly rewrite progressive JPEGs as baseline: a progressive file is decoded in
-  /// several passes over its coefficients, so it costs the loader more on every epoch.
-  bool baseline = false;
+/// Options of the packers that store images (ImageFolder, WebDataset).
+struct ImagePackOptions : PackOptions {
   /// Losslessly rewrite every JPEG with jpeg_for_fast_crop (image.h): crops then decode
   /// only the restart intervals they cover. Implies baseline. The restart interval is
   /// chosen per image so that the rewrite adds at most about 5 % to the file (coarser
@@ -88,6 +85,13 @@ struct ImageFolderPackOptions : PackOptions {
   /// size makes the exact turn impossible, the partial edge MCU (< 16 px) is dropped;
   /// summary.notes counts both. PNG and WebP orientation is not read.
   bool exif_transpose = false;
+};
+
+/// ImageFolder options.
+struct ImageFolderPackOptions : ImagePackOptions {
+  /// Losslessly rewrite progressive JPEGs as baseline: a progressive file is decoded in
+  /// several passes over its coefficients, so it costs the loader more on every epoch.
+  bool baseline = false;
   /// Files larger than this are bad inputs (kResourceExhausted unless skip_bad).
   uint64_t max_file_bytes = 1ull << 30;
 };
@@ -146,15 +150,11 @@ PackSummary pack_tokens(const std::string& file, const std::string& out,
                         const TokensPackOptions& options = {});
 
 /// WebDataset options.
-struct WdsPackOptions : PackOptions {
+struct WdsPackOptions : ImagePackOptions {
   /// Class names stored in the manifest (e.g. read from a --classes file); labels must
   /// then be below their count. Empty = none.
   std::vector<std::string> class_names;
   uint64_t max_member_bytes = 1ull << 30;  ///< larger tar members are rejected
-  /// As ImageFolderPackOptions::fast_crop.
-  bool fast_crop = false;
-  /// As ImageFolderPackOptions::exif_transpose (every JPEG field).
-  bool exif_transpose = false;
   /// Skip (count and list in summary.skipped) samples that lack a member other samples
   /// have, instead of failing on the first.
   bool skip_incomplete = false;

@@ -41,6 +41,12 @@ void set_common(PackOptions& o, uint64_t shard_size, uint32_t align, int threads
   o.progress = progress;
 }
 
+void set_image(ImagePackOptions& o, bool fast_crop, bool check, bool exif_transpose) {
+  o.fast_crop = fast_crop;
+  o.check_decode = check;
+  o.exif_transpose = exif_transpose;
+}
+
 // Runs a packer on a worker thread while this (the calling) thread keeps Python's
 // signal handling alive: Ctrl-C sets the packer's cancel flag, so it stops between
 // records and removes its partial output, and KeyboardInterrupt is raised here. Called
@@ -142,10 +148,8 @@ void init_pack(py::module_& m) {
          bool check, bool exif_transpose) {
         ImageFolderPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
-        o.check_decode = check;
+        set_image(o, fast_crop, check, exif_transpose);
         o.baseline = baseline;
-        o.fast_crop = fast_crop;
-        o.exif_transpose = exif_transpose;
         o.max_file_bytes = max_file_bytes;
         PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
           o.cancel = cancel;
@@ -193,9 +197,7 @@ void init_pack(py::module_& m) {
          const std::vector<std::string>& class_names, bool fast_crop, bool check, bool exif_transpose) {
         WdsPackOptions o;
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
-        o.fast_crop = fast_crop;
-        o.exif_transpose = exif_transpose;
-        o.check_decode = check;
+        set_image(o, fast_crop, check, exif_transpose);
         o.skip_incomplete = skip_incomplete;
         o.class_names = class_names;
         PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {

@@ -68,18 +68,37 @@ int print_summary(const PackSummary& s, const std::string& out, bool fast_crop =
   return 0;
 }
 
+// The flags of the packers that store images (ImagePackOptions), declared once.
+struct ImageArgs {
+  bool fast_crop = false, exif_transpose = false;
+
+  void declare(CLI::App* c) {
+    c->add_flag("--fast-crop", fast_crop,
+                "rewrite every JPEG losslessly with a restart-interval index, so training crops decode only what "
+                "they cover (recommended for training sets; extract then gives pixel-identical, not byte-identical, "
+                "files)");
+    c->add_flag("--exif-transpose", exif_transpose,
+                "turn JPEGs upright by their EXIF orientation, losslessly (as PIL's exif_transpose; without it the "
+                "pixels train as the camera stored them)");
+  }
+  void apply(ImagePackOptions& o) const {
+    o.fast_crop = fast_crop;
+    o.exif_transpose = exif_transpose;
+  }
+};
+
 struct ImageFolderArgs {
   std::string src, out;
   CommonArgs common;
-  bool baseline = false, fast_crop = false, exif_transpose = false;
+  ImageArgs image;
+  bool baseline = false;
 };
 
 int pack_imagefolder_cmd(const ImageFolderArgs& a) {
   ImageFolderPackOptions o;
   a.common.apply(o);
+  a.image.apply(o);
   o.baseline = a.baseline;
-  o.fast_crop = a.fast_crop;
-  o.exif_transpose = a.exif_transpose;
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
     return print_summary(pack_imagefolder(a.src, a.out, o), a.out, o.fast_crop);
@@ -111,14 +130,14 @@ struct WdsArgs {
   std::vector<std::string> paths;  // TAR... OUT
   std::string classes;
   CommonArgs common;
-  bool fast_crop = false, skip_incomplete = false, exif_transpose = false;
+  ImageArgs image;
+  bool skip_incomplete = false;
 };
 
 int pack_wds_cmd(const WdsArgs& a) {
   WdsPackOptions o;
   a.common.apply(o);
-  o.fast_crop = a.fast_crop;
-  o.exif_transpose = a.exif_transpose;
+  a.image.apply(o);
   o.skip_incomplete = a.skip_incomplete;
   if (!a.classes.empty()) {
     std::ifstream in(a.classes);
@@ -148,12 +167,7 @@ void setup(CLI::App& tool) {
   c->add_option("OUT", im->out, "dataset directory to write")->required();
   im->common.declare(c);
   c->add_flag("--baseline", im->baseline, "rewrite progressive JPEGs as baseline (lossless) so crops decode fast");
-  c->add_flag("--fast-crop", im->fast_crop,
-              "rewrite every JPEG losslessly with a restart-interval index, so training crops decode only what they "
-              "cover (recommended for training sets; extract then gives pixel-identical, not byte-identical, files)");
-  c->add_flag("--exif-transpose", im->exif_transpose,
-              "turn JPEGs upright by their EXIF orientation, losslessly (as PIL's exif_transpose; without it the "
-              "pixels train as the camera stored them)");
+  im->image.declare(c);
   on_run(c, [im] { return pack_imagefolder_cmd(*im); });
 
   auto tk = std::make_shared<TokensArgs>();
@@ -179,8 +193,7 @@ void setup(CLI::App& tool) {
                            "per member extension (jpg/png/webp: image, cls: int64, txt/json: text, npy: array, else bytes).");
   c->add_option("PATH", wd->paths, "TAR... OUT: the WebDataset tars, then the dataset directory to write")->required()->expected(2, -1);
   c->add_option("--classes", wd->classes, "file of class names, one a line (the labels' names)");
-  c->add_flag("--fast-crop", wd->fast_crop, "as for imagefolder: rewrite JPEGs for fast crops (lossless)");
-  c->add_flag("--exif-transpose", wd->exif_transpose, "as for imagefolder: turn JPEGs upright by their EXIF orientation");
+  wd->image.declare(c);
   c->add_flag("--skip-incomplete", wd->skip_incomplete,
               "skip samples lacking a member other samples have (listed at the end) instead of stopping");
   wd->common.declare(c);
