@@ -1012,6 +1012,36 @@ TEST(PackOverwrite, LeftoversOfAKilledWriterAreIgnoredByVerifyAndRemovedByTheNex
   EXPECT_FALSE(any_pending_file(tmp.str("out")));
 }
 
+// A commit killed after its MANIFEST went live and before the old shards went leaves
+// old shards that no manifest names (an old dataset of more shards than the new one):
+// verify notes them without failing, and the next writer removes those of its naming.
+TEST(PackOverwrite, OldShardsAKilledCommitLeftAreNotedByVerifyAndRemovedByTheNextWriter) {
+  TempDir tmp;
+  make_tree(tmp.str("src"));
+  pack_imagefolder(tmp.str("src"), tmp.str("out"));
+  write_file(tmp.str("out/shard-00007.stk"), {1, 2, 3});
+  write_file(tmp.str("out/shard-000123.stk"), {1, 2, 3});
+  write_file(tmp.str("out/notes-00001.stk"), {1, 2, 3});  // another writer's prefix
+  VerifyReport r = verify_path(tmp.str("out"));
+  EXPECT_TRUE(r.ok()) << r.problems[0].to_string();
+  EXPECT_EQ(r.notes.size(), 3u);
+  ImageFolderPackOptions o;
+  o.overwrite = true;
+  pack_imagefolder(tmp.str("src"), tmp.str("out"), o);
+  EXPECT_FALSE(fs::exists(tmp.str("out/shard-00007.stk")));
+  EXPECT_FALSE(fs::exists(tmp.str("out/shard-000123.stk")));
+  EXPECT_TRUE(fs::exists(tmp.str("out/notes-00001.stk")));
+  EXPECT_TRUE(fs::exists(tmp.str("out/shard-00000.stk")));
+  r = verify_path(tmp.str("out"));
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.notes.size(), 1u);
+  // A .stk file of no writer's naming is a problem.
+  write_file(tmp.str("out/shard-7.stk"), {1, 2, 3});
+  r = verify_path(tmp.str("out"));
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].reason.find("not listed"), std::string::npos);
+}
+
 TEST(PackImageFolder, TruncatedImagesAreRefusedOrSkippedByName) {
   TempDir tmp;
   make_tree(tmp.str("src"));

@@ -66,6 +66,10 @@ struct Manifest {
 /// ([A-Za-z0-9._-], no leading '.', not the manifest's name).
 bool is_safe_shard_name(std::string_view name);
 
+/// True when `name` is a name DatasetWriter gives a committed shard: `<prefix>-NNNNN.stk`
+/// (five or more digits). An empty `prefix` stands for any.
+bool is_writer_shard_name(std::string_view name, std::string_view prefix = {});
+
 /// Reads `dir/MANIFEST`. Throws kNotFound / kDataLoss.
 Manifest read_manifest(const std::string& dir);
 /// Writes `dir/MANIFEST` atomically (temporary name, fsync, rename, fsync dir).

@@ -30,6 +30,11 @@ struct VerifyReport {
   /// JPEG fields whose fast-crop index (image.h check_fast_crop_index) was checked.
   uint64_t fast_crop_indexes = 0;
   std::vector<VerifyProblem> problems;
+  /// What is not a problem of the dataset but worth saying: a shard file of a writer's
+  /// naming (is_writer_shard_name) that the manifest does not list is in no dataset (an
+  /// overwrite killed after its commit, before it removed the old shards, leaves them;
+  /// the next writer removes them). Any other unlisted .stk file is a problem.
+  std::vector<std::string> notes;
   bool ok() const noexcept { return problems.empty(); }
 };
 

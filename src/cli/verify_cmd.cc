@@ -45,6 +45,7 @@ int run_verify(const VerifyArgs& a) {
     VerifyReport r = verify_path(path, vo);
     if (tty) std::fprintf(stderr, "\r%80s\r", "");
     for (const auto& pr : r.problems) std::cout << "FAIL " << pr.to_string() << "\n";
+    for (const auto& note : r.notes) std::cout << "note: " << note << "\n";
     problems += r.problems.size();
     records += r.records;
     shards += r.shards;

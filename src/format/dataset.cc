@@ -223,12 +223,15 @@ void DatasetWriter::commit() {
     // The dataset stands under its pending names; the plain links made are strays.
     for (size_t i = 0; i < made; ++i) std::filesystem::remove(dir_ + "/" + plain.shards[i].name, ec);
   }
-  // Leftovers of writers killed earlier: pending files the live manifest does not name.
+  // Leftovers of writers killed earlier: pending files, and shards of this writer's
+  // naming that a commit killed before step 2 left behind, that the live manifest does
+  // not name.
   std::set<std::string> live;
   for (const ShardEntry& s : manifest_.shards) live.insert(s.name);
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
-    if (is_pending(name) && !live.count(name)) std::filesystem::remove(entry.path(), ec);
+    if ((is_pending(name) || is_writer_shard_name(name, options_.shard_prefix)) && !live.count(name))
+      std::filesystem::remove(entry.path(), ec);
   }
 }
 

@@ -96,6 +96,18 @@ bool is_safe_shard_name(std::string_view name) {
   return name != kManifestName;
 }
 
+bool is_writer_shard_name(std::string_view name, std::string_view prefix) {
+  constexpr std::string_view kSuffix = ".stk";
+  if (!is_safe_shard_name(name) || !name.ends_with(kSuffix)) return false;
+  const std::string_view stem = name.substr(0, name.size() - kSuffix.size());
+  const size_t dash = stem.rfind('-');
+  if (dash == std::string_view::npos || stem.size() - dash - 1 < 5) return false;
+  if (!prefix.empty() && stem.substr(0, dash) != prefix) return false;
+  for (char c : stem.substr(dash + 1))
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
 uint64_t Manifest::total_records() const noexcept {
   uint64_t n = 0;
   for (auto& s : shards) n += s.records;

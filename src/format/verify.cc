@@ -218,7 +218,11 @@ VerifyReport verify_path(const std::string& path, const VerifyOptions& options) 
   std::sort(present.begin(), present.end());
   for (const std::string& name : present) {
     if (listed.count(name)) continue;
-    if (have_manifest)
+    if (have_manifest && is_writer_shard_name(name))
+      total.notes.push_back(path + "/" + name +
+                            ": not listed in the manifest, so in no dataset (an old shard an interrupted overwrite left; "
+                            "the next pack --overwrite removes it)");
+    else if (have_manifest)
       total.problems.push_back({path + "/" + name, "file", "shard is not listed in the manifest"});
     else
       todo.emplace_back(path + "/" + name, nullptr);
