@@ -197,6 +197,24 @@ TEST(MetricsLoader, TwoLoadersOnOnePortAreToldApartAndCount) {
   EXPECT_NE(text.find("stoker_slots{"), std::string::npos) << text;
 }
 
+// The Loader says when a run ends (set_epoch), so an epoch never scraped still counts.
+TEST(MetricsLoader, AnEpochEndedBetweenScrapesIsCountedWhole) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 48});
+  auto o = testing::image_options(dir.str());
+  auto server = MetricsServer::on_port(0);
+  o.metrics_port = server->port();
+  Loader l(o);
+  while (l.next()) {}
+  l.set_epoch(1);
+  ASSERT_TRUE(l.next());
+  const std::string text = server->render();
+  const size_t at = text.find("\nstoker_samples_total{");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  EXPECT_EQ(line.substr(line.rfind(' ')), " 56") << line;  // 48 + one batch of 8
+}
+
 TEST(MetricsLoader, AnEnvironmentPortThatIsNotAPortIsInvalid) {
   TempDir dir;
   testing::write_image_dataset(dir.str(), {.count = 8});

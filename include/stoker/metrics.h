@@ -10,8 +10,9 @@
 //   - The source's counter names (figures that only grow while its run lasts) are
 //     counters, "_total" last. A source whose run restarts (a Loader's next epoch) starts
 //     its figures again from 0; the server keeps the last value it saw and adds it on, so
-//     a counter never goes down. What the finished run counted after its last scrape is
-//     not seen.
+//     a counter never goes down. A source that says when its run ended
+//     (MetricsRegistration::observe) loses none of its counts; one that does not loses
+//     what its finished run counted after the last scrape.
 //   - Every other number and flag is a gauge; a group that does not apply (none()) is
 //     left out.
 //   - A text is a gauge of value 1 that carries the text as a label of its own name:
@@ -55,6 +56,10 @@ class MetricsRegistration {
   MetricsRegistration& operator=(MetricsRegistration&& o) noexcept;
   MetricsRegistration(const MetricsRegistration&) = delete;
   MetricsRegistration& operator=(const MetricsRegistration&) = delete;
+  /// Reads the source's figures now, as a scrape would, without answering anyone: call
+  /// it when the source's run has ended and before the next starts (a Loader does, in
+  /// set_epoch() and load_state()), so its counters carry the run's final counts.
+  void observe();
   /// The server this source is on, or null.
   MetricsServer* server() const noexcept { return server_.get(); }
 
@@ -92,6 +97,7 @@ class MetricsServer {
   struct Impl;
   explicit MetricsServer(std::unique_ptr<Impl> impl);
   void remove(uint64_t id) noexcept;
+  void observe(uint64_t id);
   std::unique_ptr<Impl> impl_;
   std::weak_ptr<MetricsServer> self_;
 };

@@ -90,6 +90,15 @@ void MetricsServer::remove(uint64_t id) noexcept {
   impl_->sources.erase(id);
 }
 
+void MetricsServer::observe(uint64_t id) {
+  std::vector<internal::MetricSample> unused;
+  std::lock_guard lock(impl_->mu);
+  if (const auto it = impl_->sources.find(id); it != impl_->sources.end()) {
+    Impl::Source& s = it->second;
+    internal::collect_samples(s.walk, s.labels, s.counters, s.carry, unused);
+  }
+}
+
 std::string MetricsServer::render() {
   std::vector<internal::MetricSample> samples;
   {
@@ -104,6 +113,10 @@ std::string MetricsServer::render() {
 
 MetricsRegistration::~MetricsRegistration() {
   if (server_) server_->remove(id_);
+}
+
+void MetricsRegistration::observe() {
+  if (server_) server_->observe(id_);
 }
 
 MetricsRegistration& MetricsRegistration::operator=(MetricsRegistration&& o) noexcept {

@@ -98,6 +98,7 @@ void Loader::set_epoch(uint64_t e) {
     impl_->resume_pending = false;  // the restored epoch was over: the next one starts
   }
   impl_->feed->set_epoch(e);
+  impl_->metrics.observe();  // the stopped run's final counts, before the next run restarts them
 }
 
 uint64_t Loader::epoch() const noexcept { return impl_->feed->epoch(); }
@@ -109,6 +110,7 @@ void Loader::load_state(const OrderState& s) {
   ConsumerCall call(impl_->in_call, "load_state()");
   impl_->check_open();
   impl_->feed->load_state(s);
+  impl_->metrics.observe();  // as in set_epoch()
   impl_->resume_pending = true;
 }
 
