@@ -228,6 +228,11 @@ struct LoaderOptions {
   /// locks held: store the text, do not call back into the Loader. The Python binding
   /// turns it into one HeldBatchesWarning instead of a second line on stderr.
   std::function<void(const std::string&)> warning_sink;
+  /// Serve stats() in the Prometheus text format on this TCP port (stoker/metrics.h: the
+  /// names, the labels, how counters stay monotonic over epochs), shared with the
+  /// process's other loaders on the same port. 0: off, unless the environment variable
+  /// STOKER_METRICS_PORT names a port. A port in use is kUnavailable naming it.
+  unsigned metrics_port = 0;
 };
 
 class Loader {

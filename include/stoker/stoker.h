@@ -14,6 +14,7 @@
 #include "stoker/io.h"
 #include "stoker/loader.h"
 #include "stoker/log.h"
+#include "stoker/metrics.h"
 #include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/pack.h"

@@ -192,6 +192,9 @@ void init_loader_options(py::module_& m) {
           "slots", [](const PyLoaderOptions& x) { return x.o.slots; },
           [](PyLoaderOptions& x, unsigned v) { x.o.slots = v; })
       .def_property(
+          "metrics_port", [](const PyLoaderOptions& x) { return x.o.metrics_port; },
+          [](PyLoaderOptions& x, unsigned v) { x.o.metrics_port = v; })
+      .def_property(
           "grow_when_held", [](const PyLoaderOptions& x) { return x.o.grow_when_held; },
           [](PyLoaderOptions& x, bool v) { x.o.grow_when_held = v; })
       .def_property(

@@ -226,6 +226,10 @@ class Loader:
             past 32 MiB: 224 px images in batches of 64 get 4); token data up to one
             shuffle window's batches per decode thread plus one, which may exceed 64
             while it fits in 32 MiB. stats()["slots"] says the count in use.
+        metrics_port: serve stats() in the Prometheus text format at
+            http://HOST:metrics_port/metrics, shared with this process's other loaders
+            on that port (told apart by the label "loader"); None: the environment
+            variable STOKER_METRICS_PORT, else off. A port in use raises, naming it.
         token_dtype: "int64", "int32", "uint16", "uint32" or "stored" (numpy only for
             the unsigned ones: torch 1.13 has no uint16/uint32).
         pixel_format: "u8_hwc" (default), "u8_chw", "f32_chw", "f16_chw", "f32_hwc",
@@ -294,7 +298,7 @@ class Loader:
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
-                 source_fields=None, _stage=None):
+                 source_fields=None, metrics_port=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -379,6 +383,7 @@ class Loader:
             warnings.warn(f"stoker: threads={o.threads} decode threads on {_usable_cpus()} usable CPUs; they will "
                           "only take turns. threads=None sizes them from the CPU plan", RuntimeWarning, stacklevel=2)
         o.slots = 0 if slots is None else _integer("slots", slots, 1, 1 << 20)
+        o.metrics_port = 0 if metrics_port is None else _integer("metrics_port", metrics_port, 1, 65535)
         o.on_error = _choice("on_error", on_error, ("error", "skip"))
         if max_skipped is not None:
             o.max_skipped = _number("max_skipped", max_skipped, 0)

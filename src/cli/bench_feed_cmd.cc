@@ -45,7 +45,7 @@ uint64_t peak_rss_bytes() {
 struct FeedArgs {
   std::string dataset, transform = "train", order = "shuffled", engine = "auto", on_error = "error";
   int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
-          epochs = 1, warmup_epochs = 0, limit_records = 2000;
+          epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
@@ -87,6 +87,7 @@ int run_feed(const FeedArgs& a) {
   o.on_error = on_error_from_name(a.on_error);
   o.position_ids = a.position_ids;  // token data packed with --eos
   o.loss_mask = a.loss_mask;
+  o.metrics_port = static_cast<unsigned>(a.metrics_port);
   if (!a.mix.empty()) {
     o.sources = {o.path, a.mix};
     o.weights = {1, 1};
@@ -426,6 +427,9 @@ void setup(CLI::App& tool) {
                 "URL: a local copy to measure the in-memory limit on (default: the cache's, which then fetches "
                 "the shards holding the limit's records)");
   add_remote_options(c, a->remote);
+  c->add_option("--metrics-port", a->metrics_port,
+                "serve the loader's stats in the Prometheus text format on this port (stoker top PORT shows them)")
+      ->check(CLI::Range(1, 65535));
   c->add_flag("--json", a->json, "a JSON object after the text");
   on_run(c, [a, c] {
     if (!is_remote_url(a->dataset))

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "pipeline/feed.h"
+#include "pipeline/loader_metrics.h"
 #include "stoker/error.h"
 #include "util/enum_names.h"
 
@@ -49,6 +50,7 @@ struct __attribute__((visibility("hidden"))) Loader::Impl {
   // load_state() restored a position and no batch was asked for since: set_epoch() of the
   // restored epoch keeps it (the README loop calls set_epoch at every epoch's top).
   bool resume_pending = false;
+  MetricsRegistration metrics;  // after the feed: goes first, so no scrape reads a feed being destroyed
   void check_open() const {
     if (closed) throw_error(ErrorCode::kCancelled, "the Loader was closed (close()); it delivers no more batches");
   }
@@ -58,6 +60,9 @@ Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   internal::check_options(options);
   impl_->rank = internal::resolve_rank(options);
   impl_->feed = internal::open_feed(options, impl_->rank);
+  internal::Feed* feed = impl_->feed.get();
+  impl_->metrics = internal::register_loader_metrics(feed->options(), static_cast<int>(impl_->rank.rank),
+                                                     [feed] { return feed->stats(); });
 }
 
 Loader::~Loader() = default;
@@ -93,6 +98,7 @@ void Loader::set_epoch(uint64_t e) {
     impl_->resume_pending = false;  // the restored epoch was over: the next one starts
   }
   impl_->feed->set_epoch(e);
+  impl_->metrics.observe();  // the stopped run's final counts, before the next run restarts them
 }
 
 uint64_t Loader::epoch() const noexcept { return impl_->feed->epoch(); }
@@ -104,6 +110,7 @@ void Loader::load_state(const OrderState& s) {
   ConsumerCall call(impl_->in_call, "load_state()");
   impl_->check_open();
   impl_->feed->load_state(s);
+  impl_->metrics.observe();  // as in set_epoch()
   impl_->resume_pending = true;
 }
 
