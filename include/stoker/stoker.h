@@ -18,4 +18,5 @@
 #include "stoker/remote.h"
 #include "stoker/shard.h"
 #include "stoker/stage.h"
+#include "stoker/tokenizer.h"
 #include "stoker/verify.h"
