@@ -25,7 +25,7 @@ inline uint64_t hash_bytes(std::string_view s) noexcept {
     h ^= h >> 31;
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, s.data() + i, s.size() - i);
+  if (i < s.size()) std::memcpy(&tail, s.data() + i, s.size() - i);
   h = (h ^ tail) * 0x94D049BB133111EBull;
   return h ^ (h >> 29);
 }
