@@ -4,6 +4,9 @@
 // whatever the thread count; errors name the file and line.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <fstream>
 
 #include "stoker/dataset.h"
@@ -171,6 +174,34 @@ TEST(TextPack, BadInputsAreNamedWithTheirLine) {
   o = options_for(dir);
   o.tokenizer = dir.str("absent.tiktoken");
   EXPECT_EQ(testing::error_code_of([&] { pack_text({dir.str("in")}, dir.str("out"), o); }), ErrorCode::kNotFound);
+}
+
+// The tool: `stoker pack text` packs, names a bad line, and its help names its options.
+TEST(TextPack, ToolPacksAndNamesTheBadLine) {
+  TempDir dir;
+  write_inputs(dir);
+  const TextPackOptions o = options_for(dir);
+  const char* env = std::getenv("STOKER_TEST_TOOL");
+  const std::string tool = env && *env ? env : STOKER_CLI_PATH;
+  auto run = [&](const std::string& args, std::string* out) {
+    const std::string cmd = tool + " " + args + " >" + dir.str("log") + " 2>&1 </dev/null";
+    const int status = std::system(cmd.c_str());
+    *out = testing::read_file_text(dir.str("log"));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  };
+  const std::string common = " --tokenizer " + o.tokenizer + " --pattern '" + o.tokenizer_options.pattern +
+                             "' --special '<bos>=300' --special '<eos>=301' --bos '<bos>' --eos 301 --seq-len 16";
+  std::string out;
+  EXPECT_EQ(run("pack text " + dir.str("in") + " " + dir.str("ds") + common, &out), 0) << out;
+  EXPECT_NE(out.find("tokenized 5 documents"), std::string::npos) << out;
+  EXPECT_EQ(read_manifest(dir.str("ds")).meta.at("documents"), "5");
+  std::ofstream(dir.str("bad.jsonl")) << "{\"text\": \"a\"}\n{\"body\": \"b\"}\n";
+  EXPECT_EQ(run("pack text " + dir.str("bad.jsonl") + " " + dir.str("ds2") + common, &out), 1) << out;
+  EXPECT_NE(out.find("bad.jsonl:2: no \"text\" key"), std::string::npos) << out;
+  EXPECT_EQ(run("pack text --help", &out), 0) << out;
+  for (const char* m : {"--tokenizer", "--bos", "--eos", "--jsonl-key", "--seq-len", "--pattern", "--special",
+                        "--allow-special", "--threads"})
+    EXPECT_NE(out.find(m), std::string::npos) << m;
 }
 
 }  // namespace
