@@ -176,6 +176,31 @@ TEST(TextPack, BadInputsAreNamedWithTheirLine) {
   EXPECT_EQ(testing::error_code_of([&] { pack_text({dir.str("in")}, dir.str("out"), o); }), ErrorCode::kNotFound);
 }
 
+// A JSON Lines file larger than a work piece (4 MiB) is cut between lines: every line is
+// one document, in order, and a bad line deep in it is named by its line in the file.
+TEST(TextPack, LargeJsonLinesKeepLineNumbersAcrossPieces) {
+  TempDir dir;
+  TextPackOptions o = options_for(dir);
+  o.threads = 2;
+  const std::string pad(200, 'x');
+  const int lines = 30000;  // ~6.5 MB: two pieces or more
+  {
+    std::ofstream f(dir.str("big.jsonl"));
+    for (int i = 1; i <= lines; ++i) f << "{\"pad\": \"" << pad << "\", \"text\": \"the " << i << "\"}\n";
+  }
+  const PackSummary s = pack_text({dir.str("big.jsonl")}, dir.str("ds"), o);
+  EXPECT_EQ(read_manifest(dir.str("ds")).meta.at("documents"), std::to_string(lines));
+  EXPECT_GT(s.input_bytes, 4u << 20);
+  {
+    std::ofstream f(dir.str("big.jsonl"), std::ios::app);
+    f << "{\"text\": \"fine\"}\n{\"pad\": 1}\n";
+  }
+  std::string msg;
+  EXPECT_EQ(testing::error_code_of([&] { pack_text({dir.str("big.jsonl")}, dir.str("ds2"), o); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("big.jsonl:" + std::to_string(lines + 2) + ": no \"text\" key"), std::string::npos) << msg;
+}
+
 // The tool: `stoker pack text` packs, names a bad line, and its help names its options.
 TEST(TextPack, ToolPacksAndNamesTheBadLine) {
   TempDir dir;
