@@ -162,7 +162,7 @@ TEST_F(TextExact, O200kMatchesTiktoken) {
 
 TEST_F(TextExact, ByteLevelTokenizerJsonMatchesHuggingFace) {
   NEED_NODE();
-  for (const char* name : {"gpt2-bytelevel", "split-bytelevel"}) {
+  for (const char* name : {"gpt2-bytelevel", "prefix-bytelevel", "split-bytelevel"}) {
     auto tok = open_tokenizer(file(std::string(name) + ".json"));
     EXPECT_EQ(tok->format(), "tokenizer.json");
     expect_exact(*tok, node_[name]["all"], SpecialTokens::every(), name);

@@ -4,7 +4,7 @@
 // Writes DIR/cl100k_base.tiktoken and DIR/o200k_base.tiktoken (the ranks npm's tiktoken
 // ships), DIR/gpt2-bytelevel.json and DIR/split-bytelevel.json (tokenizer.json files
 // made from GPT-2's ranks: merges from each token's first split into two lower-ranked
-// tokens), and DIR/oracle.json: per tokenizer and special-token mode, the ids of each
+// tokens; prefix-bytelevel.json with add_prefix_space), and DIR/oracle.json: per tokenizer and special-token mode, the ids of each
 // text as the reference gives them for the text decoded with replacement (TextDecoder).
 // Needs the npm packages tiktoken and @anush008/tokenizers (NODE_PATH=$(npm root -g)).
 'use strict';
@@ -71,6 +71,7 @@ const model = { type: 'BPE', dropout: null, unk_token: null, continuing_subword_
   end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges };
 const variants = {
   'gpt2-bytelevel': { pre: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true } },
+  'prefix-bytelevel': { pre: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true } },
   'split-bytelevel': {
     pre: { type: 'Sequence', pretokenizers: [
       { type: 'Split', pattern: { Regex: JSON.parse(fs.readFileSync(path.join(encRoot, 'cl100k_base.json'), 'utf8')).pat_str },
