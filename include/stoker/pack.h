@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "stoker/shard.h"
+#include "stoker/tokenizer.h"
 
 namespace stoker {
 
@@ -148,6 +149,41 @@ struct TokensPackOptions : PackOptions {
 /// doc_ids and cu_seqlens.
 PackSummary pack_tokens(const std::string& file, const std::string& out,
                         const TokensPackOptions& options = {});
+
+/// Text options.
+struct TextPackOptions : PackOptions {
+  std::string tokenizer;                 ///< the tokenizer file (open_tokenizer: .tiktoken, .json, .model)
+  TokenizerOptions tokenizer_options;    ///< its pattern and specials, for a tiktoken file of no known encoding
+  /// Prepended / appended to every document: a decimal id (below the vocabulary size)
+  /// or a token's text ("<|endoftext|>", "<s>"), as Tokenizer::token_id finds it.
+  std::optional<std::string> bos, eos;
+  std::string jsonl_key = "text";        ///< JSON Lines: the key holding each document's text
+  /// Special tokens recognised inside documents (default none: a document's text that
+  /// looks like a special token is tokenised as the text it is).
+  SpecialTokens allowed_special;
+  uint32_t seq_len = 1024;               ///< as TokensPackOptions
+  uint32_t rows_per_record = 0;          ///< as TokensPackOptions
+  int zstd_level = 0;                    ///< as TokensPackOptions
+};
+
+/// Tokenises text into `out`, a token dataset exactly as pack_tokens writes from a
+/// Megatron pair (schema `tokens:tokens` + `doc_starts`: every document's boundaries),
+/// so the Loader's tokens, targets, position_ids, loss_mask, doc_ids and cu_seqlens work
+/// on it as on any token dataset. Inputs, in the order given: `.txt` files (one document
+/// per file, the whole file), `.jsonl`/`.ndjson` files (one document per non-blank line:
+/// the string under jsonl_key), or directories of them (their files in byte-wise path
+/// order). Each document becomes [bos] + its tokens + [eos]; documents follow one
+/// another in one stream cut into rows as pack_tokens cuts it (the trailing tokens that
+/// make no full row dropped, and said so). Tokens are uint16 when the vocabulary fits,
+/// else int32. The text is tokenised on `threads` workers (JSON Lines cut into pieces of
+/// whole lines), in a deterministic order, into a temporary Megatron .bin/.idx pair in a
+/// hidden sibling of `out` (removed whatever happens; it needs the disk for the token
+/// stream once more), which pack_tokens then writes; manifest meta "source" is
+/// "megatron:text.bin". Errors: a missing tokenizer or input is kNotFound; a file of
+/// another kind, a bad --bos/--eos, a JSON line that is not an object, lacks the key or
+/// holds no string there is kInvalidArgument naming the file and line.
+PackSummary pack_text(const std::vector<std::string>& inputs, const std::string& out,
+                      const TextPackOptions& options = {});
 
 /// WebDataset options.
 struct WdsPackOptions : ImagePackOptions {

@@ -21,5 +21,6 @@
 #include "stoker/remote.h"
 #include "stoker/shard.h"
 #include "stoker/stage.h"
+#include "stoker/tokenizer.h"
 #include "stoker/verdict.h"
 #include "stoker/verify.h"

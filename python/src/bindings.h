@@ -16,6 +16,7 @@ void init_loader(py::module_& m);   // bind_loader.cc: the Loader handle (batche
 void init_pack(py::module_& m);     // bind_pack.cc: packers and sample generators
 void init_log(py::module_& m);      // bind_log.cc: the library's log messages to Python's logging
 void init_writer(py::module_& m);   // bind_writer.cc: the native half of stoker.Writer
+void init_text(py::module_& m);     // bind_text.cc: tokenizers
 
 /// The warning category for "the caller holds every batch slot" (a UserWarning).
 PyObject* held_batches_warning();

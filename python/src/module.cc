@@ -18,6 +18,7 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::init_loader(m);
   stoker::python::init_pack(m);
   stoker::python::init_writer(m);
+  stoker::python::init_text(m);
   m.def(
       "rank_from_env",
       [] {

@@ -521,6 +521,42 @@ class ResourceExhaustedError(Error):
     """
     code: str
 
+class Tokenizer:
+    """
+    A tokenizer opened from a file: a tiktoken ranks file
+    (.tiktoken; cl100k_base, o200k_base, r50k_base and p50k_base files get their own split
+    pattern and special tokens, any other takes `pattern` and `special_tokens`), a byte-level
+    BPE tokenizer.json, or a SentencePiece .model. Ids equal the reference libraries'
+    (tiktoken, Hugging Face tokenizers, SentencePiece). Invalid UTF-8 in bytes is replaced
+    (U+FFFD per maximal invalid subsequence, as bytes.decode(errors="replace")).
+    """
+    def __init__(self, path: str, *, pattern: str = ..., special_tokens: Dict[str, int] = {}) -> None:
+        ...
+    def encode(self, text: object, allowed_special: object = ...) -> List[int]:
+        """
+        The ids of `text` (str, or bytes taken as UTF-8).
+        allowed_special: None (special-token text is ordinary text), "all", or a list of the
+        special tokens to recognise. Adds no BOS/EOS. The GIL is released while it runs.
+        """
+    def decode(self, ids: List[int]) -> bytes:
+        """
+        The bytes `ids` stand for (special tokens as their text).
+        """
+    def special_token(self, text: str) -> Optional[int]:
+        """
+        The id of the special token written `text`, or None.
+        """
+    def token_id(self, text: str) -> Optional[int]:
+        """
+        The id of `text` as one token (special or ordinary), or None.
+        """
+    @property
+    def vocab_size(self) -> int:
+        ...
+    @property
+    def format(self) -> str:
+        ...
+
 class UnavailableError(Error):
     """
     A facility is missing (io_uring, GPU, CUDA).

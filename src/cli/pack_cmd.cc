@@ -1,4 +1,4 @@
-// `stoker pack imagefolder|tokens|wds`: thin wrappers over stoker/pack.h.
+// `stoker pack imagefolder|tokens|text|wds`: thin wrappers over stoker/pack.h.
 #include <unistd.h>
 
 #include <cstdio>
@@ -126,6 +126,43 @@ int pack_tokens_cmd(const TokensArgs& a) {
   });
 }
 
+struct TextArgs {
+  std::vector<std::string> paths;  // SRC... OUT
+  std::string tokenizer, pattern, jsonl_key = "text";
+  std::vector<std::string> specials;  // TEXT=ID
+  std::optional<std::string> bos, eos;
+  CommonArgs common;
+  int64_t seq_len = 0, zstd = 0, rows_per_record = 0;
+  bool allow_special = false;
+};
+
+int pack_text_cmd(const TextArgs& a) {
+  TextPackOptions o;
+  a.common.apply(o);
+  o.tokenizer = a.tokenizer;
+  o.tokenizer_options.pattern = a.pattern;
+  for (const std::string& s : a.specials) {
+    const size_t eq = s.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size() ||
+        s.find_first_not_of("0123456789", eq + 1) != std::string::npos)
+      throw UsageError("--special " + s + ": expected TEXT=ID");
+    o.tokenizer_options.special_tokens[s.substr(0, eq)] = static_cast<uint32_t>(std::stoul(s.substr(eq + 1)));
+  }
+  o.bos = a.bos;
+  o.eos = a.eos;
+  o.jsonl_key = a.jsonl_key;
+  o.allowed_special = a.allow_special ? SpecialTokens::every() : SpecialTokens::none();
+  o.seq_len = static_cast<uint32_t>(a.seq_len);
+  o.zstd_level = static_cast<int>(a.zstd);
+  o.rows_per_record = static_cast<uint32_t>(a.rows_per_record);
+  std::vector<std::string> inputs(a.paths.begin(), a.paths.end() - 1);
+  const std::string& out = a.paths.back();
+  return run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    return print_summary(pack_text(inputs, out, o), out);
+  });
+}
+
 struct WdsArgs {
   std::vector<std::string> paths;  // TAR... OUT
   std::string classes;
@@ -158,7 +195,7 @@ int pack_wds_cmd(const WdsArgs& a) {
 }
 
 void setup(CLI::App& tool) {
-  CLI::App* pack = group(tool, "pack", "Pack inputs (an ImageFolder, a token file, WebDataset tars) into a dataset of shards.");
+  CLI::App* pack = group(tool, "pack", "Pack inputs (an ImageFolder, a token file, text, WebDataset tars) into a dataset of shards.");
 
   auto im = std::make_shared<ImageFolderArgs>();
   CLI::App* c = pack->add_subcommand(
@@ -186,6 +223,28 @@ void setup(CLI::App& tool) {
                  "position_ids, loss_mask, doc_ids and cu_seqlens (a Megatron index gives them itself)");
   tk->common.declare(c, false);
   on_run(c, [tk] { return pack_tokens_cmd(*tk); });
+
+  auto tx = std::make_shared<TextArgs>();
+  c = pack->add_subcommand("text",
+                           "Tokenise text (.txt: one document per file; .jsonl: one per line) into fixed-length rows "
+                           "with document boundaries, as pack tokens writes them.");
+  c->add_option("PATH", tx->paths, "SRC... OUT: text files or directories of them, then the dataset directory to write")
+      ->required()->expected(2, -1);
+  c->add_option("--tokenizer", tx->tokenizer, "tokenizer file: tiktoken ranks (.tiktoken), tokenizer.json, SentencePiece .model")
+      ->required();
+  c->add_option("--pattern", tx->pattern, "split pattern of a .tiktoken file not named after a known encoding");
+  c->add_option("--special", tx->specials, "TEXT=ID: a special token of a .tiktoken file not named after a known encoding");
+  c->add_option("--bos", tx->bos, "token put before every document: an id or a token's text (e.g. '<|endoftext|>')");
+  c->add_option("--eos", tx->eos, "token put after every document: an id or a token's text");
+  c->add_option("--jsonl-key", tx->jsonl_key, "JSON Lines: the key holding each document's text")->capture_default_str();
+  c->add_flag("--allow-special", tx->allow_special,
+              "recognise special tokens written in the text (default: such text is tokenised as the text it is)");
+  c->add_option("--seq-len", tx->seq_len, "training sequence length N (rows hold N+1 tokens)")->required()->check(CLI::Range(1, 1 << 24));
+  c->add_option("--zstd", tx->zstd, "zstd level of the records (0: stored raw)")->check(CLI::Range(0, 19))->capture_default_str();
+  c->add_option("--rows-per-record", tx->rows_per_record, "rows in a record (0: chosen from the shard size)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  tx->common.declare(c, false);
+  on_run(c, [tx] { return pack_text_cmd(*tx); });
 
   auto wd = std::make_shared<WdsArgs>();
   c = pack->add_subcommand("wds",

@@ -86,6 +86,7 @@ class TokenStream {
       Extent& last = extents_.back();
       if (last.byte_offset + last.tokens * elem_ == byte_offset) {
         last.tokens += tokens;
+        total_ += tokens;
         return;
       }
     }

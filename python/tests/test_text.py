@@ -1,0 +1,65 @@
+"""stoker.Tokenizer: a ranks file opened from Python encodes, decodes, recognises its
+special tokens only where allowed, replaces invalid UTF-8 as bytes.decode(errors="replace")
+does, and bad files raise stoker's errors."""
+import base64
+import threading
+
+import pytest
+
+import stoker
+
+
+def _ranks(tmp_path, name="small.tiktoken"):
+    lines = [f"{base64.b64encode(bytes([b])).decode()} {b}" for b in range(256)]
+    for i, t in enumerate([b"th", b"the", b" the", b"aa"]):
+        lines.append(f"{base64.b64encode(t).decode()} {256 + i}")
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+PATTERN = r" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+def test_encode_decode_and_specials(tmp_path):
+    tok = stoker.Tokenizer(_ranks(tmp_path), pattern=PATTERN, special_tokens={"<|eot|>": 1000})
+    assert tok.format == "tiktoken"
+    assert tok.vocab_size == 1001
+    assert tok.encode("the") == [257]
+    assert tok.encode(" the aa") == [258, 32, 259]
+    assert tok.encode("the<|eot|>", allowed_special="all") == [257, 1000]
+    assert tok.encode("the<|eot|>", allowed_special=["<|eot|>"]) == [257, 1000]
+    assert 1000 not in tok.encode("the<|eot|>")
+    assert tok.decode([257, 1000]) == b"the<|eot|>"
+    assert tok.special_token("<|eot|>") == 1000
+    assert tok.token_id("the") == 257 and tok.token_id("nope") is None
+    text = "wörld 🎉 the end"
+    assert tok.decode(tok.encode(text)).decode() == text
+    bad = b"a\xff\xe2\x82b"
+    assert tok.decode(tok.encode(bad)) == bad.decode(errors="replace").encode()
+
+
+def test_threads_share_one_tokenizer(tmp_path):
+    tok = stoker.Tokenizer(_ranks(tmp_path), pattern=PATTERN)
+    text = "the quick brown fox " * 2000
+    want = tok.encode(text)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(tok.encode(text))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [want] * 4
+
+
+def test_errors(tmp_path):
+    with pytest.raises(stoker.NotFoundError):
+        stoker.Tokenizer(str(tmp_path / "absent.tiktoken"))
+    with pytest.raises(stoker.InvalidArgumentError, match="--pattern"):
+        stoker.Tokenizer(_ranks(tmp_path))
+    (tmp_path / "bad.tiktoken").write_text("YQ== 0\nnot base64! 1\n")
+    with pytest.raises(stoker.InvalidArgumentError, match="bad.tiktoken:2"):
+        stoker.Tokenizer(str(tmp_path / "bad.tiktoken"), pattern=PATTERN)
+    tok = stoker.Tokenizer(_ranks(tmp_path), pattern=PATTERN)
+    with pytest.raises(ValueError):
+        tok.encode("x", allowed_special="some")
