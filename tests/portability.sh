@@ -194,8 +194,22 @@ step_aarch64() {
     liburing-dev:arm64 libturbojpeg0-dev:arm64 libjpeg62-turbo-dev:arm64 libspng-dev:arm64 \
     libwebp-dev:arm64 libzstd-dev:arm64 libnuma-dev:arm64 libarchive-dev:arm64 \
     libcurl4-openssl-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64 \
-    libc6:arm64 ||
+    libpcre2-dev:arm64 libc6:arm64 ||
     return 1
+  # Debian's SentencePiece packages are not multi-arch: installing the arm64 ones would
+  # remove the build machine's. Their files are unpacked under the cache instead, where
+  # the toolchain file looks (STOKER_AARCH64_EXTRA_ROOT) and the emulated tests load them.
+  local extra="$CACHE/arm64-sentencepiece"
+  if [[ ! -f "$extra/.stoker-ready" ]]; then
+    local debs; debs=$(mktemp -d)
+    (cd "$debs" && apt-get download -q libsentencepiece0:arm64 libsentencepiece-dev:arm64 >/dev/null) || return 1
+    rm -rf "$extra"; mkdir -p "$extra"
+    for d in "$debs"/*.deb; do dpkg -x "$d" "$extra"; done
+    rm -rf "$debs"; touch "$extra/.stoker-ready"
+  fi
+  export STOKER_AARCH64_EXTRA_ROOT="$extra"
+  # Every emulated run (test discovery in the build, then ctest) finds them.
+  export QEMU_SET_ENV="LD_LIBRARY_PATH=$extra/usr/lib/aarch64-linux-gnu"
   cmake -S . -B "$AARCH64_BUILD" -G Ninja \
     -DCMAKE_TOOLCHAIN_FILE="$ROOT/tests/toolchains/aarch64-linux-gnu.cmake" \
     -DCMAKE_BUILD_TYPE=Release -DSTOKER_ENABLE_CUDA=OFF -DSTOKER_BUILD_PYTHON=OFF \

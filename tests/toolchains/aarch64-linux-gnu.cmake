@@ -11,6 +11,11 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 # (lib/aarch64-linux-gnu); header-only packages (nlohmann-json, CLI11) in /usr/share.
 # Programs (pkg-config, the emulator) come from the build machine.
 set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu /usr)
+# Libraries unpacked outside /usr (tests/portability.sh: SentencePiece, whose Debian
+# packages cannot be installed for two architectures at once).
+if(DEFINED ENV{STOKER_AARCH64_EXTRA_ROOT})
+  list(APPEND CMAKE_FIND_ROOT_PATH $ENV{STOKER_AARCH64_EXTRA_ROOT})
+endif()
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
