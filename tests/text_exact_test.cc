@@ -19,29 +19,17 @@
 #include <unistd.h>
 
 #include "stoker/tokenizer.h"
+#include "util/base64.h"
 #include "util/test_util.h"
 #include "util/utf8.h"
 
 namespace stoker {
 namespace {
 
+using stoker::testing::base64;
+
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-std::string base64(const std::string& s) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(s[i]) << 16;
-    if (i + 1 < s.size()) v |= static_cast<uint8_t>(s[i + 1]) << 8;
-    if (i + 2 < s.size()) v |= static_cast<uint8_t>(s[i + 2]);
-    out += a[v >> 18];
-    out += a[(v >> 12) & 63];
-    out += i + 1 < s.size() ? a[(v >> 6) & 63] : '=';
-    out += i + 2 < s.size() ? a[v & 63] : '=';
-  }
-  return out;
-}
 
 std::vector<std::string> corpus() {
   std::vector<std::string> c = {

@@ -13,36 +13,24 @@
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "stoker/tokenizer.h"
+#include "util/base64.h"
 #include "util/test_util.h"
 
 namespace stoker {
 namespace {
 
+using stoker::testing::base64;
+
 using testing::TempDir;
 
 constexpr uint32_t kBos = 300, kEos = 301;
-
-std::string b64(const std::string& s) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(s[i]) << 16;
-    if (i + 1 < s.size()) v |= static_cast<uint8_t>(s[i + 1]) << 8;
-    if (i + 2 < s.size()) v |= static_cast<uint8_t>(s[i + 2]);
-    out += a[v >> 18];
-    out += a[(v >> 12) & 63];
-    out += i + 1 < s.size() ? a[(v >> 6) & 63] : '=';
-    out += i + 2 < s.size() ? a[v & 63] : '=';
-  }
-  return out;
-}
 
 // A ranks file of the 256 bytes and a few merges; its pattern and specials are options.
 TextPackOptions options_for(const TempDir& dir) {
   std::ofstream f(dir.str("small.tiktoken"));
   uint32_t rank = 0;
-  for (int b = 0; b < 256; ++b) f << b64(std::string(1, static_cast<char>(b))) << ' ' << rank++ << '\n';
-  for (const char* t : {"th", "the", " the", "in", "ing", " a", "an", " an", "and", " and"}) f << b64(t) << ' ' << rank++ << '\n';
+  for (int b = 0; b < 256; ++b) f << base64(std::string(1, static_cast<char>(b))) << ' ' << rank++ << '\n';
+  for (const char* t : {"th", "the", " the", "in", "ing", " a", "an", " an", "and", " and"}) f << base64(t) << ' ' << rank++ << '\n';
   f.close();
   TextPackOptions o;
   o.tokenizer = dir.str("small.tiktoken");

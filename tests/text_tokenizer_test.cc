@@ -12,35 +12,23 @@
 #include "text/bpe_merge.h"
 #include "text/regex_splitter.h"
 #include "text/utf8_repair.h"
+#include "util/base64.h"
 #include "util/test_util.h"
 
 namespace stoker {
 namespace {
 
+using stoker::testing::base64;
+
 using internal::ByteTokens;
 using internal::PairTable;
-
-std::string b64(const std::string& s) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(s[i]) << 16;
-    if (i + 1 < s.size()) v |= static_cast<uint8_t>(s[i + 1]) << 8;
-    if (i + 2 < s.size()) v |= static_cast<uint8_t>(s[i + 2]);
-    out += a[v >> 18];
-    out += a[(v >> 12) & 63];
-    out += i + 1 < s.size() ? a[(v >> 6) & 63] : '=';
-    out += i + 2 < s.size() ? a[v & 63] : '=';
-  }
-  return out;
-}
 
 // A small ranks file: the 256 bytes, then merges of "ab", "abab", "aa", "aaaa", " a".
 std::string write_ranks(const testing::TempDir& dir, const std::string& name) {
   std::ofstream f(dir.str(name));
   uint32_t rank = 0;
-  for (int b = 0; b < 256; ++b) f << b64(std::string(1, static_cast<char>(b))) << ' ' << rank++ << '\n';
-  for (const char* t : {"ab", "aa", "abab", "aaaa", " a", "aaa"}) f << b64(t) << ' ' << rank++ << '\n';
+  for (int b = 0; b < 256; ++b) f << base64(std::string(1, static_cast<char>(b))) << ' ' << rank++ << '\n';
+  for (const char* t : {"ab", "aa", "abab", "aaaa", " a", "aaa"}) f << base64(t) << ' ' << rank++ << '\n';
   return dir.str(name);
 }
 
@@ -139,11 +127,11 @@ TEST(TextTokenizer, MalformedFilesAreRefusedNamingFileAndLine) {
     std::string text, want;
   };
   const Case cases[] = {
-      {b64("a") + " 0\n" + "not-base64! 1\n", "bad.tiktoken:2: the token is not valid base64"},
-      {b64("a") + " 0\n" + b64("b") + " x\n", "bad.tiktoken:2: not a tiktoken ranks line"},
-      {b64("a") + " 0\n" + b64("a") + " 1\n", "bad.tiktoken:2: token id 1 repeats the bytes of token 0"},
-      {b64("a") + " 0\n" + b64("b") + " 0\n", "bad.tiktoken:2: token id 0 appears twice"},
-      {b64("a") + " 0\n", "no token for the byte 0"},
+      {base64("a") + " 0\n" + "not-base64! 1\n", "bad.tiktoken:2: the token is not valid base64"},
+      {base64("a") + " 0\n" + base64("b") + " x\n", "bad.tiktoken:2: not a tiktoken ranks line"},
+      {base64("a") + " 0\n" + base64("a") + " 1\n", "bad.tiktoken:2: token id 1 repeats the bytes of token 0"},
+      {base64("a") + " 0\n" + base64("b") + " 0\n", "bad.tiktoken:2: token id 0 appears twice"},
+      {base64("a") + " 0\n", "no token for the byte 0"},
   };
   for (const Case& c : cases) {
     std::ofstream(dir.str("bad.tiktoken")) << c.text;

@@ -17,23 +17,11 @@
 #include "stoker/tokenizer.h"
 #include "text/tiktoken_file.h"
 #include "text/utf8_repair.h"
+#include "util/base64.h"
 
 namespace {
 
-std::string b64(const std::string& s) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(s[i]) << 16;
-    if (i + 1 < s.size()) v |= static_cast<uint8_t>(s[i + 1]) << 8;
-    if (i + 2 < s.size()) v |= static_cast<uint8_t>(s[i + 2]);
-    out += a[v >> 18];
-    out += a[(v >> 12) & 63];
-    out += i + 1 < s.size() ? a[(v >> 6) & 63] : '=';
-    out += i + 2 < s.size() ? a[v & 63] : '=';
-  }
-  return out;
-}
+using stoker::testing::base64;
 
 const stoker::Tokenizer& tokenizer() {
   static const std::unique_ptr<stoker::Tokenizer> tok = [] {
@@ -41,9 +29,9 @@ const stoker::Tokenizer& tokenizer() {
     const std::string path = std::string(mkdtemp(tmpl)) + "/small.tiktoken";
     std::ofstream f(path);
     uint32_t rank = 0;
-    for (int b = 0; b < 256; ++b) f << b64(std::string(1, static_cast<char>(b))) << ' ' << rank++ << '\n';
+    for (int b = 0; b < 256; ++b) f << base64(std::string(1, static_cast<char>(b))) << ' ' << rank++ << '\n';
     for (const char* t : {"  ", "    ", "aa", "aaaa", "th", "the", " the", "\xc3\xa9", "\n\n", "<|", "|>"})
-      f << b64(t) << ' ' << rank++ << '\n';
+      f << base64(t) << ' ' << rank++ << '\n';
     f.close();
     stoker::TokenizerOptions o;
     o.pattern = std::string(stoker::internal::find_known_encoding("cl100k_base")->pattern);
