@@ -7,6 +7,7 @@
 // quietly delivering (almost) nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -197,6 +198,42 @@ TEST(LoaderSkip, BadRecordsAreDroppedCountedAndBatchesStayFull) {
   Epoch e1 = run(1, 1);
   EXPECT_EQ(e1.indices, e.indices);
   EXPECT_EQ(e1.images, e.images);
+}
+
+// On several ranks a batch keeps its own samples and goes out shorter (empty when all
+// failed), also under drop_last: every rank delivers num_batches() batches, which a DDP
+// loop needs, and together they deliver every good record once.
+TEST(LoaderSkip, OnSeveralRanksEveryRankDeliversTheSameNumberOfBatches) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 48, .shard_size = 1 << 20});
+  const std::vector<uint64_t> bad = {0, 1, 3, 5, 6, 9, 17, 42};
+  corrupt_records(dir.str(), bad);
+  for (bool drop_last : {false, true}) {
+    SCOPED_TRACE(drop_last ? "drop_last" : "keep_last");
+    std::multiset<int64_t> seen;
+    std::vector<size_t> sizes;
+    for (int rank = 0; rank < 3; ++rank) {
+      auto o = image_options(dir.str());
+      o.on_error = OnError::kSkip;
+      o.drop_last = drop_last;
+      o.batch_size = 4;
+      o.order.kind = OrderKind::kSequential;  // rank 0 batch 0: records 0, 3, 6, 9 (strided)
+      o.rank = rank;
+      o.world_size = 3;
+      Loader l(o);
+      Epoch e = run_epoch(l);
+      EXPECT_EQ(e.indices.size(), l.num_batches()) << "rank " << rank;
+      for (auto& b : e.indices) {
+        seen.insert(b.begin(), b.end());
+        sizes.push_back(b.size());
+      }
+    }
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a record was delivered twice";
+    EXPECT_EQ(seen.size(), 48u - bad.size());
+    for (uint64_t b : bad) EXPECT_EQ(seen.count(static_cast<int64_t>(b)), 0u);
+    EXPECT_EQ(std::count(sizes.begin(), sizes.end(), 0u), 1) << "rank 0's first batch lost all four";
+    EXPECT_GT(std::count(sizes.begin(), sizes.end(), 3u), 0) << "no batch came out shorter";
+  }
 }
 
 TEST(LoaderSkip, TryNextGivesWhatNextGivesSkipsIncluded) {

@@ -56,7 +56,10 @@ namespace stoker {
 /// What to do with a record that cannot be read, checked or decoded.
 enum class OnError {
   kError,  ///< stop: next() throws the error, naming shard, record and reason (default)
-  kSkip,   ///< drop it, count it (stats().skipped), log it once, keep batches full
+  /// Drop it, count it (stats().skipped), log it once. On one rank batches stay full
+  /// (filled from the following samples); on several, the batch goes out shorter, so
+  /// that every rank delivers the same number of batches and a resume stays exact.
+  kSkip,
 };
 const char* on_error_name(OnError e) noexcept;
 OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"

@@ -174,17 +174,6 @@ def test_skip_stops_past_its_budget_and_names_a_broken_shard_once(image_dataset,
 
 # --- 7: one warning ----------------------------------------------------------------------
 
-def test_skip_on_several_ranks_warns_what_it_cannot_keep(image_dataset, caplog):
-    # Each rank fills its skipped samples from its own later ones: batch counts can then
-    # differ between ranks, which a DDP loop would hang on. Said at construction.
-    with caplog.at_level(logging.WARNING, logger="stoker"):
-        stoker.Loader(image_dataset[0], batch_size=4, size=16, rank=0, world_size=2, on_error="skip")
-        stoker.Loader(image_dataset[0], batch_size=4, size=16, rank=0, world_size=1, on_error="skip")
-        stoker.Loader(image_dataset[0], batch_size=4, size=16, rank=0, world_size=2)
-    said = [r.getMessage() for r in caplog.records if "on_error=skip on 2 ranks" in r.getMessage()]
-    assert len(said) == 1 and "fewer batches" in said[0], [r.getMessage() for r in caplog.records]
-
-
 def test_holding_every_slot_warns_once_and_prints_nothing(image_dataset, capfd):
     path, _ = image_dataset
     loader = stoker.Loader(path, batch_size=4, size=S, threads=1, slots=2)

@@ -316,8 +316,12 @@ std::optional<Batch> DatasetFeed::next(bool block, bool* would_wait) {
     }
     next_deliver++;
     record_bytes_out += job->record_bytes.load(std::memory_order_relaxed);
-    if (n == 0) continue;  // every sample of this batch was dropped or moved earlier
-    if (opt.drop_last && n < opt.batch_size) {  // shortened by drops at the tail: every later batch is used up
+    // One rank: an empty batch had every sample dropped or moved earlier, and a short one
+    // under drop_last used up every later batch. Several ranks keep every batch, however
+    // short, so that each rank delivers the same number (skip_compaction.h).
+    const bool every_batch_out = ctx.rank.world_size > 1;
+    if (n == 0 && !every_batch_out) continue;
+    if (opt.drop_last && n < opt.batch_size && !every_batch_out) {
       next_deliver = r.sched->num_batches();
       return std::nullopt;
     }
@@ -487,10 +491,8 @@ OrderState DatasetFeed::state() const {
   OrderState s = OrderState::start(ctx.order_opt, ctx.layout->units(), epoch_);
   if (running) {
     s.consumed = run->sched->consumed_after(next_deliver);
-    // Skipped samples filled in from later batches: on one rank the stream is the global
-    // order, and the resume point is the last sample taken. (On several ranks each fills
-    // from its own later batches, so no global point covers them all; a resume there may
-    // repeat the samples taken ahead, at most those skipped since.)
+    // Skipped samples filled in from later batches (one rank only): the stream is the
+    // global order, and the resume point is the last sample taken.
     if (stream_consumed && ctx.rank.world_size == 1 && next_deliver < run->sched->num_batches())
       s.consumed = std::max(s.consumed, *stream_consumed);
   } else {

@@ -10,7 +10,6 @@
 #include "pipeline/loader_metrics.h"
 #include "stoker/error.h"
 #include "util/enum_names.h"
-#include "util/log.h"
 
 namespace stoker {
 
@@ -60,11 +59,6 @@ struct __attribute__((visibility("hidden"))) Loader::Impl {
 Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   internal::check_options(options);
   impl_->rank = internal::resolve_rank(options);
-  if (options.on_error == OnError::kSkip && impl_->rank.world_size > 1)
-    internal::log_warn("on_error=skip on " + std::to_string(impl_->rank.world_size) +
-                       " ranks: a rank fills the samples it skips from its own later ones, so it can end an epoch "
-                       "with fewer batches than the others (a DDP collective then waits for it), and a resume may "
-                       "repeat up to the samples skipped before it; with several ranks, prefer on_error=error");
   impl_->feed = internal::open_feed(options, impl_->rank);
   internal::Feed* feed = impl_->feed.get();
   impl_->metrics = internal::register_loader_metrics(feed->options(), static_cast<int>(impl_->rank.rank),

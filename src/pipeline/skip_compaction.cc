@@ -77,7 +77,8 @@ Compacted compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>
     move_sample(ctx, *job, j, *job, n++);
   }
   const uint64_t B = ctx.opt->batch_size, nb = run.sched->num_batches();
-  for (uint64_t q = job->k + 1; n < B && q < nb; ++q) {
+  const bool fill_from_later = ctx.rank.world_size == 1;
+  for (uint64_t q = job->k + 1; fill_from_later && n < B && q < nb; ++q) {
     std::shared_ptr<Job> next = run.wait_ready(q, lock, ctx.opt->grow_when_held, job->k);
     uint64_t skip_q = next->taken_front;
     for (uint64_t j = 0; j < next->samples.size() && n < B; ++j) {

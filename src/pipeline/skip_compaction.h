@@ -1,14 +1,21 @@
-// OnError::kSkip: samples that cannot be read, checked or decoded are dropped, and the
-// batches stay full.
+// OnError::kSkip: samples that cannot be read, checked or decoded are dropped.
 //
 // Producers mark a bad sample in its batch (Context::sample_failed) and go on. The
-// consumer compacts each batch that lost samples before it goes out: output batches are
-// the rank's sample stream with the dropped samples taken out, cut into batches of B, a
-// function of which records are bad, not of timing. Batch d is assembled in place in its
-// own slot: its remaining good samples move to the front, then the first good samples of
-// the following batches fill it up (waiting for them as the consumer waits for any
-// batch). A batch whose good samples all moved into earlier ones goes out empty, and the
-// consumer skips it.
+// consumer compacts each batch that lost samples before it goes out, a function of which
+// records are bad, not of timing:
+//   one rank     output batches are the rank's sample stream with the dropped samples
+//                taken out, cut into batches of B: batch d's remaining good samples move
+//                to the front, then the first good samples of the following batches fill
+//                it up (waiting for them as the consumer waits for any batch). A batch
+//                whose good samples all moved into earlier ones goes out empty, and the
+//                consumer skips it. Batches stay full and the order and a resume are
+//                exact (Loader::state() takes the last sample used).
+//   several      a batch keeps its own samples: its good ones move to the front and it
+//   ranks        goes out shorter (empty, when every sample failed). Filling from later
+//                batches would end the ranks' epochs after different numbers of batches
+//                (a DDP collective then waits forever) and move each rank's resume point
+//                apart from the shared one; this way every rank delivers num_batches()
+//                and the batch-based state stays exact.
 //
 // Threading: the consumer's thread only, with the ring's mutex held.
 #pragma once
@@ -33,8 +40,8 @@ struct Compacted {
   uint64_t through_k = 0, through_j = 0;
 };
 
-/// Moves the good samples of `job` to the front of its slot and fills it up from the
-/// following batches.
+/// Moves the good samples of `job` to the front of its slot and, when the feed runs on
+/// one rank, fills it up from the following batches.
 Compacted compact_batch(const Context& ctx, Run& run, const std::shared_ptr<Job>& job,
                         std::unique_lock<std::mutex>& lock);
 
