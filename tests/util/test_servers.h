@@ -124,7 +124,7 @@ class Child {
 };
 
 inline bool wait_port(int port, Child& c) {
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 750; ++i) {  // 15 s: a Python server starting on a loaded (or emulated) machine
     if (port_open(port)) return true;
     if (!c.alive()) return false;
     std::this_thread::sleep_for(20ms);
