@@ -31,6 +31,13 @@ using stoker::testing::base64;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+// A string literal's bytes, embedded NULs included (its length from its type, never
+// counted by hand).
+template <size_t N>
+std::string literal(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
 std::vector<std::string> corpus() {
   std::vector<std::string> c = {
       "",
@@ -50,9 +57,9 @@ std::vector<std::string> corpus() {
       "<|endoftext|>",
       "before<|endoftext|>after <|endoftext|> <|fim_prefix|>mid<|fim_suffix|><|endofprompt|>",
       "<|endoftext|<|endoftext|>|> <|im_start|>user<|im_end|> <|endoftext",
-      std::string("bad \xff\xfe bytes \xe2\x82 and \xc0\xaf overlong \xed\xa0\x80 surrogate", 49),
-      std::string("\xf0\x9f\x8e tail cut \xf0\x9f", 15),
-      std::string("nul\0inside", 10),
+      literal("bad \xff\xfe bytes \xe2\x82 and \xc0\xaf overlong \xed\xa0\x80 surrogate"),
+      literal("\xf0\x9f\x8e tail cut \xf0\x9f"),
+      literal("nul\0inside"),
       std::string(250, 'a') + " " + std::string(120, 'z') + "qq",
       "https://example.com/path/to/page?query=1&x=y#frag user@example.org",
       "NEL\xc2\x85here and nbsp\xc2\xa0there and ideographic\xe3\x80\x80space",
