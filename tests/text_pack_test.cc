@@ -143,6 +143,7 @@ TEST(TextPack, BadInputsAreNamedWithTheirLine) {
       {"{\"text\": \"a\"}\n{\"text\": 7}\n", "bad.jsonl:2: \"text\" is not a string"},
       {"{\"text\": \"a\"}\n[1, 2]\n", "bad.jsonl:2: not a JSON object"},
       {"{\"text\": \"a\"\n", "bad.jsonl:1: not JSON"},
+      {"{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": 777e99999999999}\n", "bad.jsonl:2: not JSON"},  // past double
   };
   for (const Case& c : cases) {
     std::ofstream(dir.str("bad.jsonl")) << c.jsonl;

@@ -114,7 +114,7 @@ std::optional<JsonLinesProblem> read_json_lines(std::string_view lines, const st
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
       return JsonLinesProblem{line_count, std::string("not JSON: ") + e.what()};
     }
     if (!j.is_object()) return JsonLinesProblem{line_count, "not a JSON object"};
