@@ -20,6 +20,7 @@
 #include "stoker/error.h"
 #include "stoker/pack.h"
 #include "util/bytes.h"
+#include "util/parse.h"
 #include "util/unique_fd.h"
 
 namespace stoker {
@@ -34,10 +35,8 @@ constexpr uint64_t kPieceBytes = 4ull << 20;  // JSON Lines text per work item
 
 // A decimal id below the vocabulary size, or a token's text.
 uint32_t resolve_token(const Tokenizer& tok, const std::string& spec, const char* option, const std::string& file) {
-  const bool digits = !spec.empty() && spec.find_first_not_of("0123456789") == std::string::npos;
-  if (digits && spec.size() < 11) {
-    const uint64_t id = std::stoull(spec);
-    if (id < tok.vocab_size()) return static_cast<uint32_t>(id);
+  if (const auto id = parse_decimal<uint32_t>(spec)) {
+    if (*id < tok.vocab_size()) return *id;
   } else if (auto id = tok.token_id(spec)) {
     return *id;
   }

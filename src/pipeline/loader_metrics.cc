@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "stoker/error.h"
+#include "util/parse.h"
 
 namespace stoker::internal {
 
@@ -21,11 +22,10 @@ unsigned metrics_port(const LoaderOptions& options) {
   if (options.metrics_port) return options.metrics_port;
   const char* env = std::getenv("STOKER_METRICS_PORT");
   if (!env || !*env) return 0;
-  char* end = nullptr;
-  const unsigned long v = std::strtoul(env, &end, 10);
-  if (*end || v > 65535 || env[0] == '-')
+  const auto v = parse_decimal<unsigned>(env);
+  if (!v || *v > 65535)
     throw_error(ErrorCode::kInvalidArgument, "STOKER_METRICS_PORT='" + std::string(env) + "' is not a TCP port (1..65535)");
-  return static_cast<unsigned>(v);
+  return *v;
 }
 
 MetricsRegistration register_loader_metrics(const LoaderOptions& options, int rank,
