@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -12,11 +14,13 @@
 #include "stoker/error.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
+#include "pipeline/sample_packing.h"
 #include "util/test_util.h"
 
 using namespace stoker;
 using stoker::testing::TempDir;
 using stoker::testing::write_file;
+using stoker::internal::PackingRules;
 
 namespace {
 
@@ -419,4 +423,241 @@ TEST(PackTokensDocs, ResumeOnAnotherWorldSizeKeepsTheOutputs) {
     for (uint64_t r = 0; r < rows; ++r) seen[r] += more[r];
   }
   for (uint64_t r = 0; r < rows; ++r) ASSERT_EQ(seen[r], 1) << "row " << r;
+}
+
+// ---- Packed samples (LoaderOptions::seq_len): samples of varying length in rows ----
+
+namespace {
+
+// Sample i holds tokens i * 1000 + k, k < its length, and a stored mask (k % 3 != 0):
+// every delivered token says which sample and place it is.
+std::vector<uint32_t> sample_lengths(size_t n, uint32_t max_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::lognormal_distribution<double> d(4.0, 0.8);
+  std::vector<uint32_t> len(n);
+  for (auto& x : len) x = std::clamp<uint32_t>(static_cast<uint32_t>(d(rng)), 1, max_len);
+  return len;
+}
+
+void write_samples(const std::string& dir, const std::vector<uint32_t>& lengths, bool with_mask) {
+  Schema schema{{Field{"__key__", FieldKind::kText}, Field{"tokens", FieldKind::kVarArray, DType::kUint32, 0, {}}}};
+  if (with_mask) schema.fields.push_back(Field{"loss_mask", FieldKind::kVarArray, DType::kUint8, 0, {}});
+  DatasetWriterOptions wo;
+  wo.shard_size = 64 << 10;  // several shards
+  DatasetWriter w(dir, schema, wo);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    std::vector<uint32_t> t(lengths[i]);
+    std::vector<uint8_t> m(lengths[i]);
+    for (uint32_t k = 0; k < lengths[i]; ++k) {
+      t[k] = static_cast<uint32_t>(i * 1000 + k);
+      m[k] = k % 3 != 0;
+    }
+    const std::string key = "conv/" + std::to_string(i);
+    std::span<const uint8_t> tb(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
+    std::vector<std::span<const uint8_t>> f{{reinterpret_cast<const uint8_t*>(key.data()), key.size()}, tb};
+    if (with_mask) f.push_back(m);
+    w.add(f);
+  }
+  w.finish();
+}
+
+LoaderOptions packed_options(const std::string& dir, uint32_t seq_len) {
+  LoaderOptions o = lm_options(dir);
+  o.seq_len = seq_len;
+  o.batch_size = 4;
+  o.pack_window = 64;
+  o.pad_id = 7;
+  return o;
+}
+
+const TensorView& view(const Batch& b, const std::string& name) {
+  for (const auto& t : b.tensors())
+    if (t.name == name) return t;
+  throw std::runtime_error("no output " + name);
+}
+
+}  // namespace
+
+TEST(SamplePacking, PlanPlacesEverySampleOnceWithinItsRowsAndPacksTight) {
+  const auto len = sample_lengths(20000, 2048, 1);
+  const PackingRules rules{2048, 1024, LongSamples::kError, 5};
+  const auto plan = internal::plan_packing(len, rules, [](uint64_t i) { return std::to_string(i); });
+  std::vector<int> seen(len.size(), 0);
+  for (uint64_t r = 0; r < plan.rows(); ++r) {
+    uint32_t at = 0;
+    for (const auto& p : plan.row(r)) {
+      ASSERT_EQ(p.at, at);
+      ASSERT_EQ(p.start, 0u);
+      ASSERT_EQ(p.len, len[p.sample]);
+      at += p.len;
+      seen[p.sample]++;
+    }
+    ASSERT_LE(at, 2048u);
+    ASSERT_GT(at, 0u);
+  }
+  for (int s : seen) ASSERT_EQ(s, 1);
+  EXPECT_EQ(plan.samples, len.size());
+  EXPECT_GT(plan.efficiency(), 0.95);
+  // The seed alone decides the plan.
+  const auto again = internal::plan_packing(len, rules, [](uint64_t i) { return std::to_string(i); });
+  EXPECT_EQ(again.row_begin, plan.row_begin);
+  PackingRules other = rules;
+  other.seed = 6;
+  EXPECT_NE(internal::plan_packing(len, other, [](uint64_t i) { return std::to_string(i); }).pieces.front().sample,
+            plan.pieces.front().sample);
+}
+
+TEST(SamplePacking, LongSamplesAreRefusedTruncatedOrSplit) {
+  const std::vector<uint32_t> len = {10, 70, 0, 33, 129};
+  auto name = [](uint64_t i) { return "sample " + std::to_string(i); };
+  try {
+    internal::plan_packing(len, {32, 8, LongSamples::kError, 0}, name);
+    FAIL() << "a sample longer than a row was packed";
+  } catch (const Error& e) {
+    // The first long sample in the plan's shuffle: 1, 3 or 4.
+    EXPECT_NE(std::string(e.what()).find(" tokens is longer than a row (seq_len 32)"), std::string::npos)
+        << e.what();
+  }
+  const auto cut = internal::plan_packing(len, {32, 8, LongSamples::kTruncate, 0}, name);
+  EXPECT_EQ(cut.truncated_tokens, (70u - 32) + (33 - 32) + (129 - 32));
+  EXPECT_EQ(cut.empty_samples, 1u);
+  EXPECT_EQ(cut.tokens, 10u + 32 * 3);
+  const auto split = internal::plan_packing(len, {32, 8, LongSamples::kSplit, 0}, name);
+  EXPECT_EQ(split.split_samples, 3u);
+  std::map<uint64_t, std::vector<int>> covered;
+  for (const auto& p : split.pieces) {
+    auto& c = covered[p.sample];
+    c.resize(len[p.sample]);
+    for (uint32_t k = 0; k < p.len; ++k) c[p.start + k]++;
+    EXPECT_EQ(p.end, len[p.sample]);
+  }
+  for (const auto& [s, c] : covered)
+    for (int x : c) EXPECT_EQ(x, 1) << "sample " << s;
+  EXPECT_EQ(covered.size(), 4u);
+}
+
+TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) {
+  TempDir dir;
+  auto len = sample_lengths(400, 300, 2);
+  len[5] = 700;  // split over rows
+  write_samples(dir.str("ds"), len, true);
+  auto o = packed_options(dir.str("ds"), 256);
+  o.long_samples = LongSamples::kSplit;
+  Loader l(o);
+  std::map<uint64_t, std::vector<int>> seen;  // per sample, per token: times delivered
+  uint64_t padding = 0;
+  while (auto b = l.next()) {
+    const auto& tok = view(*b, "tokens");
+    const auto& tgt = view(*b, "targets");
+    const auto& pos = view(*b, "position_ids");
+    const auto& mask = view(*b, "loss_mask");
+    const auto& ids = view(*b, "doc_ids");
+    const auto& cu = view(*b, "cu_seqlens");
+    const auto& samples = view(*b, "sample_index");
+    ASSERT_EQ(tok.dtype, ElemType::kUint32);
+    for (uint64_t j = 0; j < b->size(); ++j) {
+      const uint32_t* t = static_cast<const uint32_t*>(tok.data) + j * 256;
+      const uint32_t* g = static_cast<const uint32_t*>(tgt.data) + j * 256;
+      const int32_t* p = static_cast<const int32_t*>(pos.data) + j * 256;
+      const uint8_t* m = static_cast<const uint8_t*>(mask.data) + j * 256;
+      const int32_t* d = static_cast<const int32_t*>(ids.data) + j * 256;
+      const int32_t* c = static_cast<const int32_t*>(cu.data);
+      const int64_t* rs = static_cast<const int64_t*>(samples.data);
+      const int64_t piece0 = samples.offsets[j], pieces = samples.offsets[j + 1] - piece0;
+      ASSERT_GE(pieces, 1);
+      int32_t doc = -1;
+      for (uint32_t i = 0; i < 256; ++i) {
+        if (i == 0 || d[i] != d[i - 1]) {
+          ASSERT_EQ(d[i], doc + 1) << "doc_ids count up along the row";
+          doc = d[i];
+          // cu_seqlens: row j's piece ends are its entries [offsets[j], offsets[j + 1]) (row
+          // 0's after the leading 0); a piece starts where the one before it ends.
+          const int64_t start = doc == 0 ? int64_t(j) * 256 : c[(j == 0 ? 1 : cu.offsets[j]) + doc - 1];
+          ASSERT_EQ(start, int64_t(j) * 256 + i);
+        }
+        if (doc >= pieces) {  // padding
+          ASSERT_EQ(t[i], 7u);
+          ASSERT_EQ(g[i], 7u);
+          ASSERT_EQ(m[i], 0);
+          padding++;
+          continue;
+        }
+        const uint64_t s = static_cast<uint64_t>(rs[piece0 + doc]);
+        ASSERT_EQ(t[i] / 1000, s);
+        const uint32_t k = t[i] % 1000;
+        ASSERT_EQ(p[i], int32_t(k));
+        auto& v = seen[s];
+        v.resize(len[s]);
+        v[k]++;
+        if (k + 1 < len[s]) {
+          ASSERT_EQ(g[i], t[i] + 1);
+          ASSERT_EQ(m[i], (k + 1) % 3 != 0);
+        } else {
+          ASSERT_EQ(g[i], 7u);
+          ASSERT_EQ(m[i], 0);
+        }
+      }
+    }
+  }
+  ASSERT_EQ(seen.size(), len.size()) << "every sample delivered";
+  for (const auto& [s, v] : seen)
+    for (int x : v) ASSERT_EQ(x, 1) << "sample " << s << ": every token exactly once";
+  EXPECT_EQ(l.stats().padding_tokens, padding);
+}
+
+TEST(PackedSamples, RowsAreTheSameSequenceForAnyWorldSizeAndResumeExactly) {
+  TempDir dir;
+  write_samples(dir.str("ds"), sample_lengths(600, 128, 3), false);
+  auto rows_of = [&](int rank, int world, std::optional<OrderState> from, uint64_t stop_after,
+                     OrderState* at = nullptr) {
+    auto o = packed_options(dir.str("ds"), 128);
+    o.rank = rank;
+    o.world_size = world;
+    o.order.seed = 11;
+    Loader l(o);
+    if (from) l.load_state(*from);
+    std::vector<std::vector<int64_t>> batches;
+    while (batches.size() < stop_after) {
+      auto b = l.next();
+      if (!b) break;
+      const auto& ix = view(*b, "index");
+      batches.emplace_back(static_cast<const int64_t*>(ix.data), static_cast<const int64_t*>(ix.data) + b->size());
+    }
+    if (at) *at = l.state();
+    return batches;
+  };
+  const auto one = rows_of(0, 1, std::nullopt, UINT64_MAX);
+  std::vector<int64_t> seq;
+  for (const auto& b : one) seq.insert(seq.end(), b.begin(), b.end());
+  std::set<int64_t> distinct(seq.begin(), seq.end());
+  ASSERT_EQ(distinct.size(), seq.size()) << "no row twice in an epoch";
+  // Two ranks: step k takes positions [8k, 8k + 8), rank r every other one.
+  const auto r0 = rows_of(0, 2, std::nullopt, UINT64_MAX), r1 = rows_of(1, 2, std::nullopt, UINT64_MAX);
+  ASSERT_EQ(r0.size(), r1.size()) << "every rank the same number of batches";
+  for (size_t k = 0; k < r0.size(); ++k)
+    for (size_t j = 0; j < r0[k].size(); ++j) {
+      ASSERT_EQ(r0[k][j], seq[8 * k + 2 * j]);
+      ASSERT_EQ(r1[k][j], seq[8 * k + 2 * j + 1]);
+    }
+  // Resume after 3 batches: the rest, exactly.
+  OrderState st;
+  rows_of(0, 1, std::nullopt, 3, &st);
+  const auto rest = rows_of(0, 1, st, UINT64_MAX);
+  ASSERT_EQ(rest.size() + 3, one.size());
+  for (size_t k = 0; k < rest.size(); ++k) ASSERT_EQ(rest[k], one[k + 3]);
+}
+
+TEST(PackedSamples, BadOptionsAreRefusedNamingWhy) {
+  TempDir dir;
+  write_samples(dir.str("ds"), {5, 400, 3}, false);
+  try {
+    Loader l(packed_options(dir.str("ds"), 256));
+    FAIL() << "a sample longer than a row was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("record 1: a sample of 400 tokens is longer than a row"), std::string::npos)
+        << e.what();
+  }
+  auto skip = packed_options(dir.str("ds"), 512);
+  skip.on_error = OnError::kSkip;
+  EXPECT_THROW(Loader{skip}, Error);
 }

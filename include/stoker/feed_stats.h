@@ -109,6 +109,10 @@ struct LoaderStats : FeedCounters {
   double first_batch_s = 0;   ///< start -> first batch handed out
   uint64_t record_bytes = 0;  ///< stored bytes of the records delivered
   uint64_t skipped = 0;       ///< samples dropped by OnError::kSkip (token data: rows)
+  /// Packed samples (LoaderOptions::seq_len): padding positions in the rows delivered;
+  /// and, for the whole dataset's plan, tokens cut off by LongSamples::kTruncate and
+  /// samples left out for having no tokens.
+  uint64_t padding_tokens = 0, truncated_tokens = 0, empty_samples = 0;
   IoStats io_engine;
   std::string cpu_explanation;
   /// Which stage bounds the feed over the whole run ("network", "storage", "decode",
@@ -118,7 +122,8 @@ struct LoaderStats : FeedCounters {
   std::string evidence;
   std::string advice;
   /// The figures by name (stats.h), in this order: wall_s, first_batch_s, batches,
-  /// samples, samples_per_s, bytes_read, record_bytes, skipped, tokens, the groups io and
+  /// samples, samples_per_s, bytes_read, record_bytes, skipped, padding_tokens,
+  /// truncated_tokens, empty_samples, tokens, the groups io and
   /// decode (threads, busy_s, wait_s, items, busy_frac), consumer_wait_s,
   /// consumer_wait_frac, decode_queue_avg, slots, slots_ready_avg, slots_free_avg,
   /// io_engine, io_direct, io_fallback, the group network (NetworkStats::visit, then

@@ -64,6 +64,15 @@ enum class OnError {
 const char* on_error_name(OnError e) noexcept;
 OnError on_error_from_name(const std::string& s);  ///< "error" | "skip"
 
+/// A packed sample longer than a row (LoaderOptions::seq_len).
+enum class LongSamples {
+  kError,     ///< kInvalidArgument when the Loader opens, naming the record and its length
+  kTruncate,  ///< its first seq_len tokens (the rest never delivered; counted in stats())
+  kSplit,     ///< full rows of seq_len, then the remainder packed like any sample
+};
+const char* long_samples_name(LongSamples l) noexcept;
+LongSamples long_samples_from_name(const std::string& s);  ///< "error" | "truncate" | "split"
+
 /// How one field of the records becomes part of a batch (LoaderOptions::fields). Every
 /// field has a default: the first image field gets LoaderOptions::transform, every other
 /// field comes as stored (below). kInvalidArgument names the field and the parameter of
@@ -173,6 +182,28 @@ struct LoaderOptions {
   /// array, and sample j's cumulative ends are entries [offsets[j], offsets[j + 1])
   /// (sample 0 also holds the leading 0). Kept on the host by the Stager.
   bool cu_seqlens = false;
+
+  // --- packed samples (records whose `tokens` field is a variable-length array) ---
+  /// > 0: samples of varying length (fine-tuning conversations) are packed into rows of
+  /// seq_len tokens, and a batch is B such rows, with the token data's outputs: tokens,
+  /// targets, index (the row), and on request position_ids, loss_mask, doc_ids and
+  /// cu_seqlens, per sample instead of per document. The records need a 1-D integer
+  /// var-array field "tokens"; a uint8/bool var-array "loss_mask" of the same length,
+  /// when the records have one, marks which tokens are trained on (as targets: loss_mask
+  /// output i is the stored mask of target i), and the sample's end always masks.
+  /// Which samples share a row is fixed per seed when the Loader opens (best-fit
+  /// decreasing within windows of pack_window samples of a seed-keyed shuffle of them,
+  /// read from the shard indexes: nothing is read to plan); the rows' order is the epoch
+  /// order (`order`), so determinism, world sizes, resume and drop_last work as for
+  /// token rows. A row's unused end is padding: pad_id tokens and targets, loss_mask 0,
+  /// position_ids from 0, doc_ids and cu_seqlens a piece of its own. stats() counts it
+  /// (padding_tokens). A sample never straddles rows unless it is longer than one
+  /// (long_samples). Samples with no tokens are left out and counted (empty_samples).
+  /// 0: the field comes as stored, values + offsets.
+  uint32_t seq_len = 0;
+  uint64_t pack_window = 1024;  ///< samples per best-fit window, >= 1: more packs tighter
+  LongSamples long_samples = LongSamples::kError;
+  int64_t pad_id = 0;           ///< token and target value of padding positions
 
   // --- order ---
   OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled

@@ -91,6 +91,9 @@ void LoaderStats::visit(StatsVisitor& v) const {
   v.count("bytes_read", bytes_read);
   v.count("record_bytes", record_bytes);
   v.count("skipped", skipped);
+  v.count("padding_tokens", padding_tokens);
+  v.count("truncated_tokens", truncated_tokens);
+  v.count("empty_samples", empty_samples);
   v.flag("tokens", tokens);
   visit_stage(v, "io", io, wall_s);
   visit_stage(v, "decode", decode, wall_s);

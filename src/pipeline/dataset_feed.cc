@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "pipeline/loader_report.h"
+#include "pipeline/packed_samples.h"
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
 #include "pipeline/slot_ring.h"
@@ -47,10 +48,12 @@ class DatasetFeed final : public Feed {
   Context ctx;
   std::vector<Output> outputs_;  // ctx.tensors, then ctx.vars
   bool tokens = false;
+  bool packed = false;  // samples of varying length packed into rows (LoaderOptions::seq_len)
+  std::shared_ptr<const PackPlan> plan_;  // packed: which samples each row holds
   bool fast_crop = false;  // manifest meta "fast_crop" (LoaderStats::fast_crop)
   // Token data trims the final step to a multiple of the world size instead of padding it
   // (order.h TailPolicy): padding would need the first window decompressed again.
-  TailPolicy tail_policy() const noexcept { return tokens ? TailPolicy::kTrim : TailPolicy::kPad; }
+  TailPolicy tail_policy() const noexcept { return tokens || packed ? TailPolicy::kTrim : TailPolicy::kPad; }
   // LoaderOptions::max_skipped as a count of this run's samples.
   uint64_t skip_budget(const RankSchedule& s) const {
     const uint64_t nb = s.num_batches();
@@ -76,7 +79,7 @@ class DatasetFeed final : public Feed {
   std::exception_ptr delivered_error;  // sticky after a throw
   std::atomic<Clock::time_point> run_start{};
   std::atomic<double> first_batch_s{0};
-  std::atomic<uint64_t> batches_out{0}, samples_out{0}, record_bytes_out{0};
+  std::atomic<uint64_t> batches_out{0}, samples_out{0}, record_bytes_out{0}, padding_out{0};
   // A remote dataset's cache figures when the current run started (zero for the first
   // run, which so includes opening the dataset). Written by the consumer thread between
   // runs, read by stats() on any thread.
@@ -106,21 +109,35 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   TokenFacts tok;
   tok.field = tokens_field(schema);
   tokens = tok.field >= 0;
+  packed = !tokens && opt.seq_len > 0;
+  if (tokens && opt.seq_len > 0)
+    throw_error(ErrorCode::kInvalidArgument, "seq_len: " + opt.path + " holds token rows of the seq_len they were "
+                                                 "packed with (" + schema.to_string() + "); seq_len packs samples of "
+                                                 "varying length (a var-array 'tokens' field)");
   if (ctx.cached) ctx.cached->choose_reads(opt.remote_reads, tokens, opt.order.kind);
-  if (!tokens && opt.targets)
+  if (!tokens && !packed && opt.targets)
     throw_error(ErrorCode::kInvalidArgument, "targets: next-token targets need token data, and " + opt.path +
                                                  " holds records (schema " + schema.to_string() + ")");
-  if (!tokens && (opt.position_ids || opt.loss_mask || opt.doc_ids || opt.cu_seqlens))
+  if (!tokens && !packed && (opt.position_ids || opt.loss_mask || opt.doc_ids || opt.cu_seqlens))
     throw_error(ErrorCode::kInvalidArgument,
                 std::string(opt.position_ids ? "position_ids" : opt.loss_mask ? "loss_mask" : opt.doc_ids ? "doc_ids" : "cu_seqlens") +
                     ": document outputs need token data packed with boundaries, and " + opt.path +
                     " holds records (schema " + schema.to_string() + ")");
-  if (tokens && !opt.fields.empty())
-    throw_error(ErrorCode::kInvalidArgument, "fields: per-field transforms apply to datasets of records, not to token data");
+  if ((tokens || packed) && !opt.fields.empty())
+    throw_error(ErrorCode::kInvalidArgument,
+                "fields: per-field transforms apply to datasets of records, not to token data or packed samples");
 
   ctx.order_opt = opt.order;
   std::vector<uint64_t> groups;
-  if (tokens) {
+  PackedFacts pack;
+  if (packed) {
+    pack = plan_packed_samples(opt, ctx);
+    plan_ = pack.plan;
+    groups = {pack.plan->rows()};
+    // Rows are made of samples from anywhere in the dataset: no chunk to keep reads local.
+    if (ctx.order_opt.kind == OrderKind::kChunkLocal || ctx.order_opt.kind == OrderKind::kTokenWindow)
+      ctx.order_opt.kind = OrderKind::kShuffled;
+  } else if (tokens) {
     groups = plan_token_rows(ctx, tok);
     if (ctx.order_opt.kind == OrderKind::kShuffled || ctx.order_opt.kind == OrderKind::kChunkLocal)
       ctx.order_opt.kind = OrderKind::kTokenWindow;
@@ -142,7 +159,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
 
   ImageFacts img;
   if (tokens) plan_token_outputs(opt, schema, tok, ctx);
-  else img = plan_image_fields(opt, schema, ctx);
+  else if (!packed) img = plan_image_fields(opt, schema, ctx);
   outputs_ = ctx.tensors;
   outputs_.insert(outputs_.end(), ctx.vars.begin(), ctx.vars.end());
 
@@ -176,7 +193,8 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   run->var_outputs = ctx.vars.size();
   run->warn = opt.warning_sink;
   for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
-  producer = tokens ? make_token_producer(ctx, tok) : make_image_producer(ctx, img);
+  if (tokens) producer = make_token_producer(ctx, tok);
+  else producer = make_record_producer(ctx, packed ? make_packed_work(ctx, pack) : make_image_work(ctx, img));
 }
 
 void DatasetFeed::start_run() {
@@ -207,6 +225,7 @@ void DatasetFeed::start_run() {
   batches_out = 0;
   samples_out = 0;
   record_bytes_out = 0;
+  padding_out = 0;
   run_start = Clock::now();
   reporter->start_run();
   running = true;
@@ -316,6 +335,7 @@ std::optional<Batch> DatasetFeed::next(bool block, bool* would_wait) {
     }
     next_deliver++;
     record_bytes_out += job->record_bytes.load(std::memory_order_relaxed);
+    padding_out += job->padding;
     // One rank: an empty batch had every sample dropped or moved earlier, and a short one
     // under drop_last used up every later batch. Several ranks keep every batch, however
     // short, so that each rank delivers the same number (skip_compaction.h).
@@ -424,6 +444,11 @@ LoaderStats DatasetFeed::snapshot() const {
   s.bytes_read = c.io_bytes;
   s.record_bytes = record_bytes_out;
   s.skipped = c.skipped;
+  s.padding_tokens = padding_out;
+  if (plan_) {
+    s.truncated_tokens = plan_->truncated_tokens;
+    s.empty_samples = plan_->empty_samples;
+  }
   s.tokens = tokens;
   s.fast_crop = fast_crop;
   s.io.threads = 1;

@@ -25,6 +25,11 @@ void check_options(const LoaderOptions& opt) {
                   "mixtures take on_error 'error' only (a skipped sample would shift a source's positions)");
   }
   if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
+  if (opt.seq_len > 0 && opt.pack_window == 0) throw_error(ErrorCode::kInvalidArgument, "pack_window must be >= 1");
+  if (opt.seq_len > 0 && opt.on_error != OnError::kError)
+    throw_error(ErrorCode::kInvalidArgument,
+                "packed samples (seq_len) take on_error 'error' only: a dropped sample would leave a hole in a row "
+                "whose other samples are planned around it");
   if (opt.max_skipped && !(*opt.max_skipped >= 0))
     throw_error(ErrorCode::kInvalidArgument, "max_skipped = " + std::to_string(*opt.max_skipped) +
                                                  " is not a fraction in [0, 1), a count >= 1 or infinity");

@@ -1,7 +1,7 @@
 // One record of an image dataset into one sample of a batch: the record's fields sliced
 // out of what was read (record_fields), then every field's output written at its place
-// in the batch (put_image_fields) as plan_image_fields planned it. ImageProducer runs
-// these per sample; the in-memory decode limit (benchlib/decode_limit.h) runs the very
+// in the batch (put_image_fields) as plan_image_fields planned it. The record producer
+// runs these per sample (ImageWork, below); the in-memory decode limit (benchlib/decode_limit.h) runs the very
 // same two over records held in memory, so the limit is the loader's own work per record.
 #include <cstdio>
 #include <cstring>
@@ -90,6 +90,46 @@ void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, J
     }
     throw Error(e.code(), where + key + ": " + e.what());
   }
+}
+
+namespace {
+
+// Images through the record producer: one record per sample, decoded into its place.
+class ImageWork final : public RecordWork {
+ public:
+  ImageWork(const Context& ctx, const ImageFacts& f) : ctx_(ctx), f_(f) {}
+  void plan_locked(const Run& run, Job& job, std::vector<Use>& uses) const override {
+    for (uint64_t j = 0; j < job.samples.size(); ++j) {
+      job.samples[j] = run.order->at(run.sched->position(job.k, j));
+      uses.push_back(Use{static_cast<uint32_t>(j), job.samples[j], 0});
+    }
+  }
+  std::unique_ptr<Worker> worker() const override { return std::make_unique<ImageWorker>(*this); }
+  uint64_t records_per_batch() const override { return ctx_.opt->batch_size; }
+
+ private:
+  class ImageWorker final : public Worker {
+   public:
+    explicit ImageWorker(const ImageWork& w) : w_(w) {}
+    void put(const Run& run, Job& job, const Use& use, const std::vector<std::span<const uint8_t>>& fields,
+             const std::string& where) override {
+      put_image_fields(w_.ctx_, w_.f_, run.epoch, job, use.j, fields, use.record, dec_, pixels_, results_, where);
+    }
+
+   private:
+    const ImageWork& w_;
+    ImageDecoder dec_;
+    std::vector<uint8_t> pixels_;
+    std::vector<DecodeResult> results_;
+  };
+  const Context& ctx_;
+  const ImageFacts f_;
+};
+
+}  // namespace
+
+std::unique_ptr<RecordWork> make_image_work(const Context& ctx, const ImageFacts& facts) {
+  return std::make_unique<ImageWork>(ctx, facts);
 }
 
 }  // namespace stoker::internal

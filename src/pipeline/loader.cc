@@ -15,10 +15,16 @@ namespace stoker {
 
 namespace {
 constexpr internal::EnumName<OnError> kOnErrorNames[] = {{OnError::kError, "error"}, {OnError::kSkip, "skip"}};
+constexpr internal::EnumName<LongSamples> kLongSampleNames[] = {
+    {LongSamples::kError, "error"}, {LongSamples::kTruncate, "truncate"}, {LongSamples::kSplit, "split"}};
 }  // namespace
 
 const char* on_error_name(OnError e) noexcept { return internal::enum_name(kOnErrorNames, e, "error"); }
 OnError on_error_from_name(const std::string& s) { return internal::enum_from_name(kOnErrorNames, s, "on_error"); }
+const char* long_samples_name(LongSamples l) noexcept { return internal::enum_name(kLongSampleNames, l, "error"); }
+LongSamples long_samples_from_name(const std::string& s) {
+  return internal::enum_from_name(kLongSampleNames, s, "long_samples");
+}
 
 
 namespace {

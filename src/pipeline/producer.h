@@ -10,12 +10,14 @@
 // set and wake() called, every thread returns promptly; join() waits for them, and
 // clear() drops what the run left (after join, no thread running).
 //
-// Two producers: ImageProducer (records of image + scalar fields, a decode per sample)
-// and TokenProducer (token rows, a shuffle window of compressed records at a time).
+// Two producers: RecordProducer (datasets of records, a record at a time, as a RecordWork
+// says: images decoded per sample, or packed samples' pieces of rows) and TokenProducer
+// (token rows, a shuffle window of compressed records at a time).
 #pragma once
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -128,6 +130,11 @@ struct TokenFacts {
 /// The schema's first tokens field (token data), or -1 (a dataset of records).
 int tokens_field(const Schema& schema);
 
+/// fn(shard, record, its location) for every record of the dataset, in order. A remote
+/// dataset's shards are pinned in the cache one at a time meanwhile.
+void for_each_record_location(const Context& ctx,
+                              const std::function<void(size_t, uint64_t, const RecordLocation&)>& fn);
+
 /// Token data: the rows of every record (the order's groups, one per record), read from
 /// the shard indexes; fills tok's row and record sizes (tok.field set). A remote
 /// dataset's shards are pinned in the cache one at a time meanwhile.
@@ -185,7 +192,38 @@ void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, J
                       const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, ImageDecoder& dec,
                       std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results, const std::string& where);
 
-std::unique_ptr<Producer> make_image_producer(const Context& ctx, const ImageFacts& facts);
+/// What a record producer does with a batch of a dataset of records: which records the
+/// batch needs, and how each goes into it. Images: a record per sample, decoded; packed
+/// samples (sample_packing.h): the pieces of each row.
+class RecordWork {
+ public:
+  struct Use {
+    uint32_t j = 0;       ///< the batch's sample (row) the record goes into
+    uint64_t record = 0;  ///< global record index
+    uint64_t piece = 0;   ///< the work's own reference (packed samples: the plan's piece)
+  };
+  /// A worker thread's own: its scratch (a decoder), and the writing of one use.
+  class Worker {
+   public:
+    virtual ~Worker() = default;
+    /// Writes `use` into `job` from its record's payloads (schema order). Throws naming
+    /// `where` (the record) and the record's source.
+    virtual void put(const Run& run, Job& job, const Use& use, const std::vector<std::span<const uint8_t>>& fields,
+                     const std::string& where) = 0;
+  };
+  virtual ~RecordWork() = default;
+  /// ring->mu held: sets job.samples (the order's samples of batch job.k) and appends the
+  /// records the batch needs, one hand-over each (at least one per sample).
+  virtual void plan_locked(const Run& run, Job& job, std::vector<Use>& uses) const = 0;
+  /// Before any use of the batch is read (no lock): writes what needs no record.
+  virtual void prepare(Job& /*job*/) const {}
+  virtual std::unique_ptr<Worker> worker() const = 0;
+  /// About how many records a batch reads (sizes the IO slab).
+  virtual uint64_t records_per_batch() const = 0;
+};
+
+std::unique_ptr<Producer> make_record_producer(const Context& ctx, std::unique_ptr<RecordWork> work);
+std::unique_ptr<RecordWork> make_image_work(const Context& ctx, const ImageFacts& facts);
 std::unique_ptr<Producer> make_token_producer(const Context& ctx, const TokenFacts& facts);
 /// The ring slots a token producer wants: every worker holding a window's batches, plus
 /// a window's more (so each worker can fill its window's batches directly).

@@ -89,6 +89,7 @@ struct Job {
   std::mutex mu;
   std::exception_ptr error;
   std::atomic<uint64_t> record_bytes{0};  ///< images: added per sample; tokens: set when claimed
+  uint64_t padding = 0;  ///< packed samples: the batch's padding positions (set before any hand-over)
   /// Variable-size outputs: var[v][j] is output v's bytes of sample j.
   std::vector<std::vector<std::vector<uint8_t>>> var;
   std::vector<uint8_t> bad;   ///< OnError::kSkip: samples dropped (set before `remaining` hits 0)

@@ -13,13 +13,9 @@ int tokens_field(const Schema& schema) {
   return -1;
 }
 
-std::vector<uint64_t> plan_token_rows(const Context& ctx, TokenFacts& tok) {
+void for_each_record_location(const Context& ctx,
+                              const std::function<void(size_t, uint64_t, const RecordLocation&)>& fn) {
   const Dataset& dataset = *ctx.dataset;
-  const Field& f = dataset.schema().fields[static_cast<size_t>(tok.field)];
-  tok.seq_len = f.seq_len;
-  tok.row_bytes = (static_cast<size_t>(tok.seq_len) + 1) * dtype_size(f.dtype);
-  std::vector<uint64_t> groups;
-  // Units are rows; groups are records (one per compressed chunk).
   for (size_t s = 0; s < dataset.shard_count(); ++s) {
     // A remote dataset: every shard's record index is needed now, one shard at a time
     // in the cache (its reader closed before the pin goes: see cached_shards.h).
@@ -34,13 +30,21 @@ std::vector<uint64_t> plan_token_rows(const Context& ctx, TokenFacts& tok) {
       }
     } close{dataset, s, ctx.cached != nullptr};
     auto r = dataset.shard(s);
-    for (uint64_t i = 0; i < r->record_count(); ++i) {
-      const RecordLocation& loc = r->location(i);
-      groups.push_back(loc.field_sizes[static_cast<size_t>(tok.field)] / tok.row_bytes);
-      tok.capacity = std::max<size_t>(tok.capacity, loc.raw_size);
-      tok.largest_stored = std::max<uint64_t>(tok.largest_stored, loc.stored_size);
-    }
+    for (uint64_t i = 0; i < r->record_count(); ++i) fn(s, i, r->location(i));
   }
+}
+
+std::vector<uint64_t> plan_token_rows(const Context& ctx, TokenFacts& tok) {
+  const Field& f = ctx.dataset->schema().fields[static_cast<size_t>(tok.field)];
+  tok.seq_len = f.seq_len;
+  tok.row_bytes = (static_cast<size_t>(tok.seq_len) + 1) * dtype_size(f.dtype);
+  std::vector<uint64_t> groups;
+  // Units are rows; groups are records (one per compressed chunk).
+  for_each_record_location(ctx, [&](size_t, uint64_t, const RecordLocation& loc) {
+    groups.push_back(loc.field_sizes[static_cast<size_t>(tok.field)] / tok.row_bytes);
+    tok.capacity = std::max<size_t>(tok.capacity, loc.raw_size);
+    tok.largest_stored = std::max<uint64_t>(tok.largest_stored, loc.stored_size);
+  });
   return groups;
 }
 

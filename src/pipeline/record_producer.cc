@@ -1,12 +1,13 @@
-// ImageProducer: records of an image dataset into batches, a decode per sample.
+// RecordProducer: records into batches, a record at a time, as a RecordWork says (images:
+// a decode per sample; packed samples: a row's pieces).
 //
-// The "stoker-io" thread starts batch k when a slot is free: it looks up its samples in
-// the epoch's order, plans aligned, coalesced reads of their records (io.h plan_reads)
-// and submits them; completed reads become one DecodeTask per record, queued for the
-// "stoker-dec/N" workers. A worker checks the record's CRC (zero-copy when it is stored
-// raw: the fields are sliced out of the IO buffer), decodes and transforms the image
-// straight into the batch's slot (converting to the pixel format when it is not uint8
-// HWC), writes the label and the sample index, and hands the sample over. An IO buffer
+// The "stoker-io" thread starts batch k when a slot is free: the work names the records
+// the batch needs (RecordWork::plan_locked), the thread plans aligned, coalesced reads of
+// them (io.h plan_reads) and submits them; completed reads become one DecodeTask per
+// record use, queued for the "stoker-dec/N" workers. A worker checks the record's CRC
+// (zero-copy when it is stored raw: the fields are sliced out of the IO buffer), has the
+// work's per-thread Worker write it into the batch's slot (an image decoded and
+// transformed straight there), and hands the use over. An IO buffer
 // goes back to the engine when the last record in it is decoded. A remote dataset's
 // shard is held from a record's planning to its decode (RecordReads::range / done);
 // when the cache has no room for the next shard, the reader thread submits what it has
@@ -25,7 +26,7 @@ namespace {
 
 struct DecodeTask {
   std::shared_ptr<Job> job;
-  uint32_t j = 0;  // sample within the batch
+  RecordWork::Use use;
   std::shared_ptr<IoBuffer> buf;
   uint64_t skip = 0;
   size_t shard = 0;
@@ -34,17 +35,18 @@ struct DecodeTask {
   ErrorCode io_code = ErrorCode::kIoError;
 };
 
-uint64_t image_slab_need(const Context& ctx) {
+uint64_t record_slab_need(const Context& ctx, const RecordWork& work) {
   // The reads in flight are at most the ring's batches.
   const uint64_t records = std::max<uint64_t>(1, ctx.dataset->record_count());
   const uint64_t mean = ctx.dataset->manifest().total_bytes() / records;
-  return static_cast<uint64_t>(ctx.opt->slots + 1) * ctx.opt->batch_size * (mean + 2 * kDirectAlignment);
+  return static_cast<uint64_t>(ctx.opt->slots + 1) * work.records_per_batch() * (mean + 2 * kDirectAlignment);
 }
 
-class ImageProducer final : public Producer {
+class RecordProducer final : public Producer {
  public:
-  ImageProducer(const Context& ctx, const ImageFacts& f) : ctx_(ctx), f_(f), reads_(ctx, image_slab_need(ctx)) {}
-  ~ImageProducer() override { join(); }
+  RecordProducer(const Context& ctx, std::unique_ptr<RecordWork> work)
+      : ctx_(ctx), work_(std::move(work)), reads_(ctx, record_slab_need(ctx, *work_)) {}
+  ~RecordProducer() override { join(); }
 
   void start(Run& run) override {
     run_ = &run;
@@ -69,18 +71,17 @@ class ImageProducer final : public Producer {
   void start_job(uint64_t k, size_t slot);
   /// Plans and submits the reads of the records gathered for `job` (cleared after).
   void submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
-                    std::vector<std::pair<size_t, uint64_t>>& where, std::vector<uint32_t>& js);
+                    std::vector<std::pair<size_t, uint64_t>>& where, std::vector<RecordWork::Use>& uses);
   /// Reaps completions into decode tasks and queues them; whether any arrived.
   bool reap_some(size_t min_complete, std::chrono::milliseconds timeout);
   void decode_main(unsigned id);
-  void process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch, std::vector<uint8_t>& pixels,
-               std::vector<DecodeResult>& results);
+  void process(DecodeTask& t, RecordWork::Worker& worker, std::vector<uint8_t>& scratch);
 
   struct ReadCtx {
     std::shared_ptr<Job> job;
     std::shared_ptr<IoBuffer> buf;
     struct Rec {
-      uint32_t j;
+      RecordWork::Use use;
       size_t shard;
       uint64_t record;
       uint64_t skip;
@@ -90,7 +91,7 @@ class ImageProducer final : public Producer {
   };
 
   const Context& ctx_;
-  const ImageFacts f_;
+  std::unique_ptr<RecordWork> work_;
   RecordReads reads_;
   Run* run_ = nullptr;
   std::thread io_thread_;
@@ -104,46 +105,47 @@ class ImageProducer final : public Producer {
   uint64_t next_tag_ = 1;
 };
 
-void ImageProducer::start_job(uint64_t k, size_t slot) {
+void RecordProducer::start_job(uint64_t k, size_t slot) {
   Run& run = *run_;
   std::shared_ptr<Job> job;
+  std::vector<RecordWork::Use> uses;
   {
     std::lock_guard<std::mutex> lock(run.ring->mu);
     job = run.claim_locked(k, slot);
-    for (uint64_t j = 0; j < job->samples.size(); ++j) job->samples[j] = run.order->at(run.sched->position(k, j));
-    job->remaining = job->samples.size();
+    work_->plan_locked(run, *job, uses);
+    job->remaining = uses.size();
     run.jobs[k] = job;
   }
+  work_->prepare(*job);
   std::vector<RecordRange> ranges;
   std::vector<std::pair<size_t, uint64_t>> where;
-  std::vector<uint32_t> js;  // batch position of each planned record
-  for (uint64_t j = 0; j < job->samples.size(); ++j) {
-    auto [s, r] = ctx_.dataset->locate(job->samples[j]);
+  std::vector<RecordWork::Use> planned;  // the use of each planned record
+  for (const RecordWork::Use& use : uses) {
+    auto [s, r] = ctx_.dataset->locate(use.record);
     try {
       std::optional<RecordRange> range;
       while (!(range = reads_.range(s, r))) {
         // A remote dataset's cache has no room for shard s until reads in use end: hand
         // on what is planned and let reads and decodes finish (this thread reaps them).
-        submit_reads(job, ranges, where, js);
+        submit_reads(job, ranges, where, planned);
         if (run.stop) return;
         if (!reap_some(1, std::chrono::milliseconds(2)) && reads_.engine().inflight() == 0) reads_.wait_for_room();
       }
       ranges.push_back(*range);
       where.emplace_back(s, r);
-      js.push_back(static_cast<uint32_t>(j));
+      planned.push_back(use);
     } catch (const Error& e) {
       // A missing or replaced shard: this record fails like a bad read would.
       const Context::ShardFailure sf{s, e.what()};
-      ctx_.sample_failed(run, *job, static_cast<uint32_t>(j), std::make_exception_ptr(naming(e, ctx_.record_name(s, r))),
-                         &sf);
+      ctx_.sample_failed(run, *job, use.j, std::make_exception_ptr(naming(e, ctx_.record_name(s, r))), &sf);
       run.finish_one(*job);
     }
   }
-  submit_reads(job, ranges, where, js);
+  submit_reads(job, ranges, where, planned);
 }
 
-void ImageProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
-                                 std::vector<std::pair<size_t, uint64_t>>& where, std::vector<uint32_t>& js) {
+void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
+                                  std::vector<std::pair<size_t, uint64_t>>& where, std::vector<RecordWork::Use>& uses) {
   if (ranges.empty()) return;
   IoEngine& engine = reads_.engine();
   ReadPlan plan = plan_reads(ranges, reads_.plan_options());
@@ -155,7 +157,7 @@ void ImageProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<Re
     rc.job = job;
     rc.buf = std::make_shared<IoBuffer>(engine.alloc(rd.length));
     for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q)
-      rc.recs.push_back({js[q], where[q].first, where[q].second, plan.records[q].skip, static_cast<uint32_t>(ranges[q].length)});
+      rc.recs.push_back({uses[q], where[q].first, where[q].second, plan.records[q].skip, static_cast<uint32_t>(ranges[q].length)});
     const uint64_t tag = next_tag_++;
     reqs.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), rc.buf->data(), tag});
     pending_.emplace(tag, std::move(rc));
@@ -163,10 +165,10 @@ void ImageProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<Re
   engine.submit(reqs);
   ranges.clear();
   where.clear();
-  js.clear();
+  uses.clear();
 }
 
-bool ImageProducer::reap_some(size_t min_complete, std::chrono::milliseconds timeout) {
+bool RecordProducer::reap_some(size_t min_complete, std::chrono::milliseconds timeout) {
   IoEngine& engine = reads_.engine();
   if (engine.inflight() == 0) return false;
   Counters& c = run_->c;
@@ -183,7 +185,7 @@ bool ImageProducer::reap_some(size_t min_complete, std::chrono::milliseconds tim
     pending_.erase(it);
     if (d.result > 0) c.io_bytes += static_cast<uint64_t>(d.result);
     for (const auto& r : rc.recs) {
-      DecodeTask t{rc.job, r.j, rc.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
+      DecodeTask t{rc.job, r.use, rc.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
       if (auto bad = read_failure(d, r.skip + r.stored)) {
         t.io_error = bad->what();
         t.io_code = bad->code();
@@ -202,7 +204,7 @@ bool ImageProducer::reap_some(size_t min_complete, std::chrono::milliseconds tim
   return !done.empty();
 }
 
-void ImageProducer::io_main() {
+void RecordProducer::io_main() {
   Run& run = *run_;
   Counters& c = run.c;
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-io");
@@ -255,8 +257,7 @@ void ImageProducer::io_main() {
   pending_.clear();
 }
 
-void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_t>& scratch,
-                            std::vector<uint8_t>& pixels, std::vector<DecodeResult>& results) {
+void RecordProducer::process(DecodeTask& t, RecordWork::Worker& worker, std::vector<uint8_t>& scratch) {
   Job& job = *t.job;
   const std::string where = ctx_.record_name(t.shard, t.record);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
@@ -274,18 +275,16 @@ void ImageProducer::process(DecodeTask& t, ImageDecoder& dec, std::vector<uint8_
     again = ctx_.cached->fetch_record(t.shard, t.record);
     fields = record_fields(ctx_.dataset->schema(), loc, again, scratch, where + " (fetched twice)");
   }
-  const uint64_t sample = job.samples[t.j];
-  put_image_fields(ctx_, f_, run_->epoch, job, t.j, fields, sample, dec, pixels, results, where);
+  worker.put(*run_, job, t.use, fields, where);
   job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 
-void ImageProducer::decode_main(unsigned id) {
+void RecordProducer::decode_main(unsigned id) {
   Run& run = *run_;
   Counters& c = run.c;
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-dec/" + std::to_string(id));
-  ImageDecoder dec;
-  std::vector<uint8_t> scratch, pixels;
-  std::vector<DecodeResult> results;
+  std::unique_ptr<RecordWork::Worker> worker = work_->worker();
+  std::vector<uint8_t> scratch;
   for (;;) {
     DecodeTask t;
     {
@@ -300,10 +299,10 @@ void ImageProducer::decode_main(unsigned id) {
     }
     auto b0 = Clock::now();
     try {
-      process(t, dec, scratch, pixels, results);
+      process(t, *worker, scratch);
       c.dec_samples++;
     } catch (...) {
-      ctx_.sample_failed(run, *t.job, t.j, std::current_exception());
+      ctx_.sample_failed(run, *t.job, t.use.j, std::current_exception());
     }
     reads_.done(t.shard);  // a remote shard may be closed once its records are decoded
     t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
@@ -314,8 +313,8 @@ void ImageProducer::decode_main(unsigned id) {
 
 }  // namespace
 
-std::unique_ptr<Producer> make_image_producer(const Context& ctx, const ImageFacts& facts) {
-  return std::make_unique<ImageProducer>(ctx, facts);
+std::unique_ptr<Producer> make_record_producer(const Context& ctx, std::unique_ptr<RecordWork> work) {
+  return std::make_unique<RecordProducer>(ctx, std::move(work));
 }
 
 }  // namespace stoker::internal

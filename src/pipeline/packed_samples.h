@@ -1,0 +1,40 @@
+// Packed samples through the record producer (LoaderOptions::seq_len): records of a
+// variable-length `tokens` field (and an optional per-token `loss_mask`) placed into
+// rows as sample_packing.h plans, with token data's outputs per sample.
+//
+// The plan is made once, when the Loader opens, from the shard indexes (each record's
+// token count is its field size). A batch's rows are the epoch order's samples; the
+// reader reads every record a row holds a piece of, and a worker writes each piece: its
+// tokens and targets, and per position the sample's position, its place in the row
+// (doc_ids) and the loss mask (the stored mask of the target, 0 at the sample's end).
+// What needs no record (the padding, cu_seqlens, the row's samples) is written as the
+// batch starts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "pipeline/producer.h"
+#include "pipeline/sample_packing.h"
+
+namespace stoker::internal {
+
+struct PackedFacts {
+  int tokens_field = -1;  ///< the 1-D integer var-array "tokens"
+  int mask_field = -1;    ///< the uint8/bool var-array "loss_mask", or -1
+  int key_field = -1;
+  ElemType stored_type = ElemType::kUint16;
+  std::shared_ptr<const PackPlan> plan;
+  int tokens_t = -1, targets_t = -1, index_t = -1, position_t = -1, mask_t = -1, doc_ids_t = -1;
+  int seqlens_var = -1;  ///< cu_seqlens
+  int samples_var = -1;  ///< "sample_index": the row's samples (records), int64 values + offsets
+};
+
+/// The schema's fields for packing, the plan (kInvalidArgument: no usable `tokens`
+/// field, a sample too long under LongSamples::kError, naming it) and the outputs,
+/// added to `ctx`.
+PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx);
+
+std::unique_ptr<RecordWork> make_packed_work(const Context& ctx, const PackedFacts& facts);
+
+}  // namespace stoker::internal

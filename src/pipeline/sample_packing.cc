@@ -1,0 +1,112 @@
+// Packed samples' plan (sample_packing.h).
+#include "pipeline/sample_packing.h"
+
+#include <algorithm>
+#include <map>
+
+#include "stoker/error.h"
+#include "stoker/order.h"
+
+namespace stoker::internal {
+
+namespace {
+// Keys the samples' shuffle apart from every epoch order drawn from the same seed.
+constexpr uint64_t kPackingKey = 0x7061636b696e6721ull;  // "packing!"
+}  // namespace
+
+uint32_t PackPlan::used(uint64_t r) const noexcept {
+  uint32_t n = 0;
+  for (uint64_t p = row_begin[r]; p < row_begin[r + 1]; ++p) n += pieces[p].len;
+  return n;
+}
+
+double PackPlan::efficiency() const noexcept {
+  const double positions = static_cast<double>(rows()) * seq_len;
+  return positions > 0 ? static_cast<double>(tokens) / positions : 1.0;
+}
+
+PackPlan plan_packing(std::span<const uint32_t> lengths, const PackingRules& rules,
+                      const std::function<std::string(uint64_t)>& name) {
+  if (rules.seq_len == 0 || rules.window == 0)
+    throw_error(ErrorCode::kInvalidArgument, "packing needs seq_len >= 1 and a window of >= 1 samples");
+  PackPlan plan;
+  plan.seq_len = rules.seq_len;
+  const uint32_t N = rules.seq_len;
+  const uint64_t n = lengths.size();
+  if (n == 0) return plan;
+  const Permutation shuffle(n, mix64(rules.seed ^ kPackingKey));
+
+  struct Item {
+    uint64_t sample;
+    uint32_t start, len, end;
+  };
+  std::vector<Item> items;
+  std::vector<std::vector<PackedPiece>> rows;  // the window's best-fit rows
+  std::multimap<uint32_t, size_t> room;        // room left -> row, rows still open
+  auto emit_row = [&plan](const std::vector<PackedPiece>& row) {
+    plan.pieces.insert(plan.pieces.end(), row.begin(), row.end());
+    plan.row_begin.push_back(plan.pieces.size());
+  };
+  for (uint64_t w0 = 0; w0 < n; w0 += rules.window) {
+    items.clear();
+    const uint64_t w1 = std::min(n, w0 + rules.window);
+    for (uint64_t q = w0; q < w1; ++q) {
+      const uint64_t s = shuffle(q);
+      const uint32_t L = lengths[s];
+      if (L == 0) {
+        plan.empty_samples++;
+        continue;
+      }
+      plan.samples++;
+      if (L <= N) {
+        items.push_back({s, 0, L, L});
+        continue;
+      }
+      switch (rules.long_samples) {
+        case LongSamples::kError:
+          throw_error(ErrorCode::kInvalidArgument,
+                      name(s) + ": a sample of " + std::to_string(L) + " tokens is longer than a row (seq_len " +
+                          std::to_string(N) + "); pass long_samples='truncate' or 'split', or a larger seq_len");
+        case LongSamples::kTruncate:
+          plan.truncated_tokens += L - N;
+          items.push_back({s, 0, N, N});
+          break;
+        case LongSamples::kSplit: {
+          plan.split_samples++;
+          uint32_t start = 0;
+          for (; L - start >= N; start += N) {  // whole rows of its own
+            emit_row({PackedPiece{s, start, N, 0, L}});
+            plan.tokens += N;
+          }
+          if (start < L) items.push_back({s, start, L - start, L});
+          break;
+        }
+      }
+    }
+    // Longest first; ties keep the shuffle's order, so the plan depends on nothing else.
+    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.len > b.len; });
+    rows.clear();
+    room.clear();
+    for (const Item& it : items) {
+      auto fit = room.lower_bound(it.len);
+      size_t r;
+      uint32_t left;
+      if (fit == room.end()) {
+        r = rows.size();
+        rows.emplace_back();
+        left = N;
+      } else {
+        r = fit->second;
+        left = fit->first;
+        room.erase(fit);
+      }
+      rows[r].push_back(PackedPiece{it.sample, it.start, it.len, N - left, it.end});
+      plan.tokens += it.len;
+      if (left > it.len) room.emplace(left - it.len, r);
+    }
+    for (const auto& row : rows) emit_row(row);
+  }
+  return plan;
+}
+
+}  // namespace stoker::internal
