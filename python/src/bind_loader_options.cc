@@ -116,6 +116,18 @@ void init_loader_options(py::module_& m) {
           "cu_seqlens", [](const PyLoaderOptions& x) { return x.o.cu_seqlens; },
           [](PyLoaderOptions& x, bool v) { x.o.cu_seqlens = v; })
       .def_property(
+          "seq_len", [](const PyLoaderOptions& x) { return x.o.seq_len; },
+          [](PyLoaderOptions& x, uint32_t v) { x.o.seq_len = v; })
+      .def_property(
+          "pack_window", [](const PyLoaderOptions& x) { return x.o.pack_window; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.pack_window = v; })
+      .def_property(
+          "long_samples", [](const PyLoaderOptions& x) { return std::string(long_samples_name(x.o.long_samples)); },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.long_samples = long_samples_from_name(v); })
+      .def_property(
+          "pad_id", [](const PyLoaderOptions& x) { return x.o.pad_id; },
+          [](PyLoaderOptions& x, int64_t v) { x.o.pad_id = v; })
+      .def_property(
           "fields", [](const PyLoaderOptions& x) { return x.o.fields; },
           [](PyLoaderOptions& x, const std::map<std::string, FieldTransform>& v) { x.o.fields = v; })
       .def_property(

@@ -221,6 +221,17 @@ class Loader:
             "cu_seqlens" int32 [D + 1] (cumulative lengths of the rows' document pieces
             over the flattened batch, for varlen attention; with
             "cu_seqlens.offsets" [B + 1]: row j's entries).
+        seq_len: records of varying length (a 1-D integer var-array "tokens", e.g.
+            fine-tuning conversations; an optional uint8 var-array "loss_mask" marks the
+            tokens trained on) packed into rows of seq_len tokens: "tokens" [B, seq_len]
+            and, as asked, "targets", "position_ids" (position in its sample),
+            "loss_mask" (the stored mask of each target, 0 at a sample's end and on
+            padding), "doc_ids", "cu_seqlens" per sample, and always "sample_index"
+            (the row's samples, values + offsets). Which samples share a row is fixed
+            per seed (best-fit within windows of pack_window samples); rows are shuffled
+            each epoch like token rows. A row's unused end holds pad_id (stats():
+            padding_tokens). long_samples: a sample longer than a row is an "error" when
+            the Loader opens, or is "truncate"d, or "split" over rows.
         slots: batches in the loader's ring (memory = slots x batch bytes); None: sized
             from the batch: as many as fit in 32 MiB, clamped to 4..64 (at least 4 even
             past 32 MiB: 224 px images in batches of 64 get 4); token data up to one
@@ -298,7 +309,8 @@ class Loader:
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
-                 source_fields=None, metrics_port=None, _stage=None):
+                 source_fields=None, metrics_port=None, seq_len=None, pack_window=1024,
+                 long_samples="error", pad_id=0, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -359,6 +371,11 @@ class Loader:
         o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
         o.position_ids_from_row_start = position_ids == "row"
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
+        if seq_len is not None:
+            o.seq_len = _integer("seq_len", seq_len, 1, 1 << 24)
+            o.pack_window = _integer("pack_window", pack_window, 1)
+            o.long_samples = _choice("long_samples", long_samples, ("error", "truncate", "split"))
+            o.pad_id = _integer("pad_id", pad_id, -2**63, 2**63 - 1)
         if token_dtype is None:
             token_dtype = "stored" if self._numpy else "int64"
         _choice("token_dtype", token_dtype, ("int64", "int32", "uint16", "uint32", "stored"))
