@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
@@ -216,6 +217,76 @@ TEST(TextPack, ToolPacksAndNamesTheBadLine) {
   for (const char* m : {"--tokenizer", "--bos", "--eos", "--jsonl-key", "--seq-len", "--pattern", "--special",
                         "--allow-special", "--threads"})
     EXPECT_NE(out.find(m), std::string::npos) << m;
+}
+
+
+// The same documents tokenised in the loader (a text dataset, LoaderOptions::tokenizer)
+// and at pack time: each document's ids, reassembled from the packed rows, are the
+// pack-time stream's documents, in record order.
+TEST(TextPack, TokenisingInTheLoaderGivesThePackTimeDocuments) {
+  TempDir dir;
+  write_inputs(dir);
+  TextPackOptions o = options_for(dir);
+  pack_text({dir.str("in")}, dir.str("packed"), o);
+  std::vector<uint16_t> packed;  // the pack-time stream, row after row
+  {
+    LoaderOptions lo;
+    lo.path = dir.str("packed");
+    lo.batch_size = 1;
+    lo.order.kind = OrderKind::kSequential;
+    Loader l(lo);
+    while (auto b = l.next()) {
+      const auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
+      packed.insert(packed.end(), t, t + 16);
+    }
+  }
+  Schema schema{{Field{"__key__", FieldKind::kText}, Field{"txt", FieldKind::kText}}};
+  {
+    DatasetWriter w(dir.str("text"), schema);
+    for (size_t i = 0; i < kDocs.size(); ++i) {
+      const std::string key = std::to_string(i);
+      std::vector<std::span<const uint8_t>> f{{reinterpret_cast<const uint8_t*>(key.data()), key.size()},
+                                              {reinterpret_cast<const uint8_t*>(kDocs[i].data()), kDocs[i].size()}};
+      w.add(f);
+    }
+    w.finish();
+  }
+  LoaderOptions lo;
+  lo.path = dir.str("text");
+  lo.tokenizer = o.tokenizer;
+  lo.tokenizer_options = o.tokenizer_options;
+  lo.bos = kBos;
+  lo.eos = kEos;
+  lo.seq_len = 16;
+  lo.long_samples = LongSamples::kSplit;
+  lo.batch_size = 2;
+  lo.threads = 2;
+  lo.position_ids = true;
+  Loader l(lo);
+  std::map<int64_t, std::vector<uint32_t>> docs;  // record -> its ids, by position
+  while (auto b = l.next()) {
+    const auto* t = static_cast<const uint32_t*>((*b)["tokens"].data);
+    const auto* p = static_cast<const int32_t*>((*b)["position_ids"].data);
+    const TensorView& si = (*b)["sample_index"];
+    for (size_t j = 0; j < b->size(); ++j) {
+      int64_t piece = si.offsets[j] - 1;
+      for (uint32_t i = 0; i < 16; ++i) {
+        if (i == 0 || p[j * 16 + i] != p[j * 16 + i - 1] + 1) ++piece;  // a new piece starts
+        if (piece >= si.offsets[j + 1]) break;                          // padding
+        auto& d = docs[static_cast<const int64_t*>(si.data)[piece]];
+        const auto at = static_cast<size_t>(p[j * 16 + i]);
+        if (d.size() <= at) d.resize(at + 1);
+        d[at] = t[j * 16 + i];
+      }
+    }
+  }
+  ASSERT_EQ(docs.size(), kDocs.size());
+  std::vector<uint16_t> stream;
+  for (const auto& [rec, ids] : docs) stream.insert(stream.end(), ids.begin(), ids.end());
+  ASSERT_GE(stream.size(), packed.size());
+  stream.resize(packed.size());  // pack time drops the tail that fills no row
+  EXPECT_EQ(stream, packed);
+  EXPECT_TRUE(l.stats().tokenize);
 }
 
 }  // namespace

@@ -88,6 +88,7 @@ struct FeedCounters {
   uint64_t batches = 0, samples = 0;
   uint64_t bytes_read = 0;    ///< by the IO engine (aligned ranges included)
   bool tokens = false;        ///< token data: samples are rows, "decode" is zstd + row copies
+  bool tokenize = false;      ///< text tokenised in the loader: "decode" is tokenising (and packing rows)
   /// The dataset's JPEGs were packed with --fast-crop (manifest meta): advice never
   /// proposes that repack again.
   bool fast_crop = false;

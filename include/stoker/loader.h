@@ -50,6 +50,7 @@
 #include "stoker/shard.h"
 #include "stoker/feed_stats.h"
 #include "stoker/stats.h"
+#include "stoker/tokenizer.h"
 
 namespace stoker {
 
@@ -204,6 +205,19 @@ struct LoaderOptions {
   uint64_t pack_window = 1024;  ///< samples per best-fit window, >= 1: more packs tighter
   LongSamples long_samples = LongSamples::kError;
   int64_t pad_id = 0;           ///< token and target value of padding positions
+  // Text tokenised in the loader: with `tokenizer` (a file open_tokenizer reads:
+  // tokenizer.h), each record's text field is tokenised on the decode threads (bos, the
+  // text's ids, eos) and the documents are packed into rows of seq_len (required) as
+  // packed samples are, with the same outputs: every row starts with a document's start
+  // (its BOS) unless a document longer than a row continues there (LongSamples::kSplit,
+  // what pretraining text needs; kError refuses it). Planning needs every document's
+  // length, so opening the Loader tokenises the dataset once on `threads` threads (kept
+  // for the Loader's life: epochs do not repeat it). Special tokens' text in the data is
+  // ordinary text. The verdict names the stage "tokenize". Local datasets only.
+  std::string tokenizer;
+  TokenizerOptions tokenizer_options;  ///< a tiktoken file of no known encoding: its pattern and specials
+  std::string text_field;            ///< "": the records' one text field besides `__key__`
+  std::optional<uint32_t> bos, eos;  ///< ids put before / after each document
 
   // --- order ---
   OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled

@@ -12,6 +12,7 @@
 //   copy      the copy stream is (nearly) always busy while the consumer waits;
 //   decode    decode threads are (nearly) always busy, or records queue up for them,
 //             while the consumer waits;
+//   tokenize  the same, when the decode threads tokenise text (LoaderOptions::tokenizer);
 //   network   a remote dataset: the consumer waits and the readers spend much of the
 //             time blocked on shards that have not arrived in the cache yet (and neither
 //             decode nor copy is saturated), or the first batch waited on fetches for
@@ -36,8 +37,8 @@
 
 namespace stoker {
 
-enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer, kNetwork };
-/// "unknown", "storage", "decode", "copy", "consumer", "network".
+enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer, kNetwork, kTokenize };
+/// "unknown", "storage", "decode", "copy", "consumer", "network", "tokenize".
 const char* bottleneck_name(Bottleneck b) noexcept;
 /// Inverse of bottleneck_name. Throws kInvalidArgument.
 Bottleneck bottleneck_from_name(const std::string& name);

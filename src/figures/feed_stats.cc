@@ -95,6 +95,7 @@ void LoaderStats::visit(StatsVisitor& v) const {
   v.count("truncated_tokens", truncated_tokens);
   v.count("empty_samples", empty_samples);
   v.flag("tokens", tokens);
+  v.flag("tokenize", tokenize);
   visit_stage(v, "io", io, wall_s);
   visit_stage(v, "decode", decode, wall_s);
   v.figure("consumer_wait_s", consumer_wait_s);

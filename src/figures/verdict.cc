@@ -16,6 +16,7 @@ namespace stoker {
 namespace {
 constexpr internal::EnumName<Bottleneck> kBottleneckNames[] = {{Bottleneck::kStorage, "storage"},
                                                                {Bottleneck::kDecode, "decode"},
+                                                               {Bottleneck::kTokenize, "tokenize"},
                                                                {Bottleneck::kCopy, "copy"},
                                                                {Bottleneck::kConsumer, "consumer"},
                                                                {Bottleneck::kNetwork, "network"},
@@ -143,6 +144,8 @@ std::string threads_text(unsigned n) { return std::to_string(n) + (n == 1 ? " th
 }  // namespace
 
 Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck current) {
+  // Tokenising in the loader runs on the decode threads: the same station, named apart.
+  if (current == Bottleneck::kTokenize) current = Bottleneck::kDecode;
   Verdict v;
   v.figures = f;
   // Start-up (before the first batch) says nothing about the steady state: judge only
@@ -220,6 +223,16 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
       break;
     }
     case Bottleneck::kDecode: {
+      if (f.tokenize) {
+        v.bottleneck = v.raw = Bottleneck::kTokenize;
+        v.evidence = "tokenize bound: " + dec + " tokenising, " + waited + ", " + ready;
+        v.advice = f.decode.threads + 1 < cpus
+                       ? "add decode threads (" + std::to_string(f.decode.threads) + " in use, " +
+                             std::to_string(cpus) + " CPUs): LoaderOptions.threads / --threads"
+                       : "every CPU tokenises: tokenise once at pack time (`stoker pack text`; the loader then "
+                         "copies token rows), or add CPUs";
+        break;
+      }
       v.evidence = "decode bound: " + dec + ", " + waited + ", " + ready + ", " + fmt("%.1f", qpt) +
                    " records queued per thread";
       if (f.decode.threads + 1 < cpus)

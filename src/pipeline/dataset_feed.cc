@@ -445,6 +445,7 @@ LoaderStats DatasetFeed::snapshot() const {
   s.record_bytes = record_bytes_out;
   s.skipped = c.skipped;
   s.padding_tokens = padding_out;
+  s.tokenize = packed && !opt.tokenizer.empty();
   if (plan_) {
     s.truncated_tokens = plan_->truncated_tokens;
     s.empty_samples = plan_->empty_samples;

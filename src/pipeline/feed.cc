@@ -25,6 +25,9 @@ void check_options(const LoaderOptions& opt) {
                   "mixtures take on_error 'error' only (a skipped sample would shift a source's positions)");
   }
   if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
+  if (!opt.tokenizer.empty() && opt.seq_len == 0)
+    throw_error(ErrorCode::kInvalidArgument, "tokenizer: text tokenised in the loader is packed into rows of seq_len "
+                                             "tokens: give seq_len");
   if (opt.seq_len > 0 && opt.pack_window == 0) throw_error(ErrorCode::kInvalidArgument, "pack_window must be >= 1");
   if (opt.seq_len > 0 && opt.on_error != OnError::kError)
     throw_error(ErrorCode::kInvalidArgument,

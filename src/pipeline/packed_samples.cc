@@ -2,7 +2,10 @@
 #include "pipeline/packed_samples.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "stoker/error.h"
 #include "util/convert.h"
@@ -20,40 +23,126 @@ int packed_field(const Schema& schema, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// The records' text field: `name`, or the one text field besides `__key__`.
+int text_field(const LoaderOptions& opt, const Schema& schema) {
+  if (!opt.text_field.empty()) {
+    const int i = schema.find(opt.text_field);
+    if (i < 0 || schema.fields[static_cast<size_t>(i)].kind != FieldKind::kText)
+      throw_error(ErrorCode::kInvalidArgument, "text_field: " + opt.path + " has no text field '" + opt.text_field +
+                                                   "' (schema " + schema.to_string() + ")");
+    return i;
+  }
+  int found = -1;
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    const Field& fd = schema.fields[i];
+    if (fd.kind != FieldKind::kText || fd.name == kKeyField) continue;
+    if (found >= 0)
+      throw_error(ErrorCode::kInvalidArgument, "tokenizer: " + opt.path + " has several text fields (schema " +
+                                                   schema.to_string() + "); name one with text_field");
+    found = static_cast<int>(i);
+  }
+  if (found < 0)
+    throw_error(ErrorCode::kInvalidArgument, "tokenizer: " + opt.path + " has no text field to tokenise (schema " +
+                                                 schema.to_string() + ")");
+  return found;
+}
+
+// Every document's token count, tokenising the dataset once on `threads` threads.
+std::vector<uint32_t> text_lengths(const Context& ctx, const PackedFacts& f) {
+  const Dataset& dataset = *ctx.dataset;
+  const uint64_t n = dataset.record_count();
+  std::vector<uint32_t> lengths(n);
+  std::atomic<uint64_t> next{0};
+  std::mutex mu;
+  std::exception_ptr failed;
+  auto work = [&] {
+    std::vector<uint32_t> ids;
+    constexpr uint64_t kChunk = 64;
+    try {
+      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < n;) {
+        for (uint64_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
+          const Record r = dataset.read(i);
+          ids.clear();
+          document_ids(f, r.fields[static_cast<size_t>(f.text_field)], ids);
+          lengths[i] = static_cast<uint32_t>(std::min<size_t>(ids.size(), UINT32_MAX));
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failed) failed = std::current_exception();
+      next = n;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::max(1u, ctx.threads); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
+  return lengths;
+}
+
+}  // namespace
+
+void document_ids(const PackedFacts& f, std::span<const uint8_t> text, std::vector<uint32_t>& out) {
+  if (f.bos) out.push_back(*f.bos);
+  f.tokenizer->encode(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), out);
+  if (f.eos) out.push_back(*f.eos);
+}
+
 PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
   const Dataset& dataset = *ctx.dataset;
   const Schema& schema = dataset.schema();
   PackedFacts f;
-  f.tokens_field = packed_field(schema, "tokens");
-  const auto stored = f.tokens_field >= 0 ? elem_type_of(schema.fields[static_cast<size_t>(f.tokens_field)].dtype)
-                                          : std::nullopt;
-  if (!stored || !is_token_type(*stored))
-    throw_error(ErrorCode::kInvalidArgument,
-                "seq_len: packing samples into rows needs records with a 1-D var-array field 'tokens' of uint16, "
-                "uint32, int32 or int64, and " + opt.path + " has schema " + schema.to_string());
-  f.stored_type = *stored;
-  f.mask_field = packed_field(schema, "loss_mask");
-  if (f.mask_field >= 0) {
-    const DType md = schema.fields[static_cast<size_t>(f.mask_field)].dtype;
-    if (md != DType::kUint8 && md != DType::kBool) f.mask_field = -2;
-  }
-  if (f.mask_field == -2)
-    throw_error(ErrorCode::kInvalidArgument, opt.path + ": the field 'loss_mask' must be a 1-D uint8 or bool var-array "
-                                                        "(one 0/1 per token), schema " + schema.to_string());
   f.key_field = schema.key_field();
-
-  const size_t tok = static_cast<size_t>(f.tokens_field);
-  const uint64_t tsize = elem_size(f.stored_type);
   std::vector<uint32_t> lengths;
-  lengths.reserve(dataset.record_count());
-  for_each_record_location(ctx, [&](size_t s, uint64_t r, const RecordLocation& loc) {
-    const uint64_t n = loc.field_sizes[tok] / tsize;
-    if (f.mask_field >= 0 && loc.field_sizes[static_cast<size_t>(f.mask_field)] != n)
-      throw_error(ErrorCode::kDataLoss, ctx.record_name(s, r) + ": 'loss_mask' has " +
-                                            std::to_string(loc.field_sizes[static_cast<size_t>(f.mask_field)]) +
-                                            " entries for " + std::to_string(n) + " tokens");
-    lengths.push_back(static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX)));
-  });
+  if (!opt.tokenizer.empty()) {
+    if (ctx.cached)
+      throw_error(ErrorCode::kInvalidArgument, "tokenizer: tokenising in the loader reads local datasets, and " +
+                                                   opt.path + " is a URL; tokenise at pack time (`stoker pack text`)");
+    f.text_field = text_field(opt, schema);
+    f.tokenizer = open_tokenizer(opt.tokenizer, opt.tokenizer_options);
+    f.bos = opt.bos;
+    f.eos = opt.eos;
+    for (const auto& id : {opt.bos, opt.eos})
+      if (id && *id >= f.tokenizer->vocab_size())
+        throw_error(ErrorCode::kInvalidArgument, "bos/eos id " + std::to_string(*id) + " is not below " +
+                                                     opt.tokenizer + "'s vocabulary size " +
+                                                     std::to_string(f.tokenizer->vocab_size()));
+    f.stored_type = ElemType::kUint32;
+    lengths = text_lengths(ctx, f);
+  } else {
+    f.tokens_field = packed_field(schema, "tokens");
+    const auto stored = f.tokens_field >= 0
+                            ? elem_type_of(schema.fields[static_cast<size_t>(f.tokens_field)].dtype)
+                            : std::nullopt;
+    if (!stored || !is_token_type(*stored))
+      throw_error(ErrorCode::kInvalidArgument,
+                  "seq_len: packing samples into rows needs records with a 1-D var-array field 'tokens' of uint16, "
+                  "uint32, int32 or int64 (or text and a tokenizer), and " + opt.path + " has schema " +
+                      schema.to_string());
+    f.stored_type = *stored;
+    f.mask_field = packed_field(schema, "loss_mask");
+    if (f.mask_field >= 0) {
+      const DType md = schema.fields[static_cast<size_t>(f.mask_field)].dtype;
+      if (md != DType::kUint8 && md != DType::kBool) f.mask_field = -2;
+    }
+    if (f.mask_field == -2)
+      throw_error(ErrorCode::kInvalidArgument, opt.path + ": the field 'loss_mask' must be a 1-D uint8 or bool "
+                                                          "var-array (one 0/1 per token), schema " + schema.to_string());
+    const size_t tok = static_cast<size_t>(f.tokens_field);
+    const uint64_t tsize = elem_size(f.stored_type);
+    lengths.reserve(dataset.record_count());
+    for_each_record_location(ctx, [&](size_t s, uint64_t r, const RecordLocation& loc) {
+      const uint64_t n = loc.field_sizes[tok] / tsize;
+      if (f.mask_field >= 0 && loc.field_sizes[static_cast<size_t>(f.mask_field)] != n)
+        throw_error(ErrorCode::kDataLoss, ctx.record_name(s, r) + ": 'loss_mask' has " +
+                                              std::to_string(loc.field_sizes[static_cast<size_t>(f.mask_field)]) +
+                                              " entries for " + std::to_string(n) + " tokens");
+      lengths.push_back(static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX)));
+    });
+  }
   PackingRules rules{opt.seq_len, opt.pack_window, opt.long_samples, opt.order.seed};
   f.plan = std::make_shared<const PackPlan>(plan_packing(lengths, rules, [&](uint64_t i) {
     auto [s, r] = dataset.locate(i);
@@ -159,7 +248,14 @@ class PackedWork final : public RecordWork {
       const PackedFacts& f = w_.f_;
       const Context& ctx = w_.ctx_;
       const PackedPiece& p = w_.plan_.pieces[use.piece];
-      const std::span<const uint8_t> toks = fields[static_cast<size_t>(f.tokens_field)];
+      std::span<const uint8_t> toks;
+      if (f.tokenizer) {
+        ids_.clear();
+        document_ids(f, fields[static_cast<size_t>(f.text_field)], ids_);
+        toks = {reinterpret_cast<const uint8_t*>(ids_.data()), ids_.size() * 4};
+      } else {
+        toks = fields[static_cast<size_t>(f.tokens_field)];
+      }
       const size_t tsize = elem_size(f.stored_type);
       if (toks.size() / tsize < p.end) {  // the index said otherwise: the record is not what was planned
         std::string key;
@@ -168,7 +264,7 @@ class PackedWork final : public RecordWork {
           key = " (source '" + std::string(k.begin(), k.end()) + "')";
         }
         throw_error(ErrorCode::kDataLoss, where + key + ": holds " + std::to_string(toks.size() / tsize) +
-                                              " tokens, its index " + std::to_string(p.end));
+                                              " tokens, " + std::to_string(p.end) + " when the rows were planned");
       }
       const uint32_t j = use.j;
       const uint32_t N = w_.N_;
@@ -212,6 +308,7 @@ class PackedWork final : public RecordWork {
 
    private:
     const PackedWork& w_;
+    std::vector<uint32_t> ids_;  // a text document's ids
   };
 
   const Context& ctx_;

@@ -1,21 +1,29 @@
 // Packed samples through the record producer (LoaderOptions::seq_len): records of a
-// variable-length `tokens` field (and an optional per-token `loss_mask`) placed into
-// rows as sample_packing.h plans, with token data's outputs per sample.
+// variable-length `tokens` field (and an optional per-token `loss_mask`), or of text
+// tokenised here (LoaderOptions::tokenizer), placed into rows as sample_packing.h
+// plans, with token data's outputs per sample.
 //
 // The plan is made once, when the Loader opens, from the shard indexes (each record's
 // token count is its field size). A batch's rows are the epoch order's samples; the
 // reader reads every record a row holds a piece of, and a worker writes each piece: its
 // tokens and targets, and per position the sample's position, its place in the row
 // (doc_ids) and the loss mask (the stored mask of the target, 0 at the sample's end).
+// Text: the plan needs every document's token count, so opening tokenises the dataset
+// once (on the decode threads' count of threads); a worker then tokenises a document
+// again for each of its pieces.
 // What needs no record (the padding, cu_seqlens, the row's samples) is written as the
 // batch starts.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "pipeline/producer.h"
 #include "pipeline/sample_packing.h"
+#include "stoker/tokenizer.h"
 
 namespace stoker::internal {
 
@@ -23,6 +31,11 @@ struct PackedFacts {
   int tokens_field = -1;  ///< the 1-D integer var-array "tokens"
   int mask_field = -1;    ///< the uint8/bool var-array "loss_mask", or -1
   int key_field = -1;
+  /// Text tokenised here: the text field, the tokenizer and the ids around a document
+  /// (tokens_field is -1, stored_type kUint32: the tokenizer's ids).
+  int text_field = -1;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::optional<uint32_t> bos, eos;
   ElemType stored_type = ElemType::kUint16;
   std::shared_ptr<const PackPlan> plan;
   int tokens_t = -1, targets_t = -1, index_t = -1, position_t = -1, mask_t = -1, doc_ids_t = -1;
@@ -34,6 +47,9 @@ struct PackedFacts {
 /// field, a sample too long under LongSamples::kError, naming it) and the outputs,
 /// added to `ctx`.
 PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx);
+
+/// A text document's ids as the loader packs them: bos, the text's, eos (into `out`).
+void document_ids(const PackedFacts& f, std::span<const uint8_t> text, std::vector<uint32_t>& out);
 
 std::unique_ptr<RecordWork> make_packed_work(const Context& ctx, const PackedFacts& facts);
 
