@@ -125,6 +125,24 @@ void init_loader_options(py::module_& m) {
           "long_samples", [](const PyLoaderOptions& x) { return std::string(long_samples_name(x.o.long_samples)); },
           [](PyLoaderOptions& x, const std::string& v) { x.o.long_samples = long_samples_from_name(v); })
       .def_property(
+          "tokenizer", [](const PyLoaderOptions& x) { return x.o.tokenizer; },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.tokenizer = v; })
+      .def_property(
+          "tokenizer_pattern", [](const PyLoaderOptions& x) { return x.o.tokenizer_options.pattern; },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.tokenizer_options.pattern = v; })
+      .def_property(
+          "tokenizer_special_tokens", [](const PyLoaderOptions& x) { return x.o.tokenizer_options.special_tokens; },
+          [](PyLoaderOptions& x, const std::map<std::string, uint32_t>& v) { x.o.tokenizer_options.special_tokens = v; })
+      .def_property(
+          "text_field", [](const PyLoaderOptions& x) { return x.o.text_field; },
+          [](PyLoaderOptions& x, const std::string& v) { x.o.text_field = v; })
+      .def_property(
+          "bos", [](const PyLoaderOptions& x) { return x.o.bos; },
+          [](PyLoaderOptions& x, std::optional<uint32_t> v) { x.o.bos = v; })
+      .def_property(
+          "eos", [](const PyLoaderOptions& x) { return x.o.eos; },
+          [](PyLoaderOptions& x, std::optional<uint32_t> v) { x.o.eos = v; })
+      .def_property(
           "pad_id", [](const PyLoaderOptions& x) { return x.o.pad_id; },
           [](PyLoaderOptions& x, int64_t v) { x.o.pad_id = v; })
       .def_property(

@@ -81,6 +81,18 @@ def default_rank_world():
 # --- argument checks: TypeError for a wrong type, ValueError for a wrong value, each
 # naming the parameter (the native layer would say "incompatible function arguments").
 
+def _token_id(name, value, tokenizer, options):
+    """An id given as an int, or as a token's text looked up in the tokenizer file."""
+    if value is None or isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return None if value is None else _integer(name, value, 0, 2**32 - 1)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a token id (int) or a token's text (str), got {type(value).__name__}")
+    found = _stoker.Tokenizer(tokenizer, **options).token_id(value)
+    if found is None:
+        raise ValueError(f"{name}={value!r} is not a token of {tokenizer}")
+    return found
+
+
 def _integer(name, value, minimum=None, maximum=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
@@ -231,7 +243,18 @@ class Loader:
             per seed (best-fit within windows of pack_window samples); rows are shuffled
             each epoch like token rows. A row's unused end holds pad_id (stats():
             padding_tokens). long_samples: a sample longer than a row is an "error" when
-            the Loader opens, or is "truncate"d, or "split" over rows.
+            the Loader opens, or is "truncate"d, or "split" over rows (None: "error",
+            with a tokenizer "split").
+        tokenizer: a tokenizer file (as stoker.Tokenizer opens: .tiktoken, tokenizer.json,
+            SentencePiece .model): the dataset's text field (text_field, or its one text
+            field) is tokenised on the loader's threads, each document as [bos] + ids +
+            [eos] (bos/eos: an id, or a token's text such as "<|endoftext|>"), and the
+            documents are packed into rows of seq_len as above, each row starting at a
+            document's start unless a longer one continues there. Opening the Loader
+            tokenises the dataset once to plan the rows. The verdict names the stage
+            "tokenize" when it bounds the feed. tokenizer_options: for a .tiktoken file
+            of no known encoding, {"pattern": its split pattern, "special_tokens":
+            {text: id}}, as stoker.Tokenizer takes them.
         slots: batches in the loader's ring (memory = slots x batch bytes); None: sized
             from the batch: as many as fit in 32 MiB, clamped to 4..64 (at least 4 even
             past 32 MiB: 224 px images in batches of 64 get 4); token data up to one
@@ -310,7 +333,8 @@ class Loader:
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
                  source_fields=None, metrics_port=None, seq_len=None, pack_window=1024,
-                 long_samples="error", pad_id=0, _stage=None):
+                 long_samples=None, pad_id=0, tokenizer=None, tokenizer_options=None, text_field=None,
+                 bos=None, eos=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -371,9 +395,26 @@ class Loader:
         o.position_ids, o.loss_mask = bool(position_ids), bool(loss_mask)
         o.position_ids_from_row_start = position_ids == "row"
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
+        if tokenizer is not None:
+            o.tokenizer = os.fspath(tokenizer)
+            if seq_len is None:
+                raise ValueError("tokenizer= packs the tokenised documents into rows: give seq_len=")
+            if text_field is not None:
+                o.text_field = str(text_field)
+            topt = dict(tokenizer_options or {})
+            unknown = set(topt) - {"pattern", "special_tokens"}
+            if unknown:
+                raise ValueError(f"tokenizer_options takes 'pattern' and 'special_tokens', not {sorted(unknown)}")
+            o.tokenizer_pattern = str(topt.get("pattern", ""))
+            o.tokenizer_special_tokens = {str(k): int(v) for k, v in (topt.get("special_tokens") or {}).items()}
+            o.bos, o.eos = _token_id("bos", bos, o.tokenizer, topt), _token_id("eos", eos, o.tokenizer, topt)
+        elif text_field is not None or bos is not None or eos is not None or tokenizer_options is not None:
+            raise ValueError("text_field=, tokenizer_options=, bos= and eos= go with tokenizer=")
         if seq_len is not None:
             o.seq_len = _integer("seq_len", seq_len, 1, 1 << 24)
             o.pack_window = _integer("pack_window", pack_window, 1)
+            if long_samples is None:
+                long_samples = "split" if tokenizer is not None else "error"
             o.long_samples = _choice("long_samples", long_samples, ("error", "truncate", "split"))
             o.pad_id = _integer("pad_id", pad_id, -2**63, 2**63 - 1)
         if token_dtype is None:

@@ -63,3 +63,34 @@ def test_errors(tmp_path):
     tok = stoker.Tokenizer(_ranks(tmp_path), pattern=PATTERN)
     with pytest.raises(ValueError):
         tok.encode("x", allowed_special="some")
+
+
+def test_loader_tokenises_text_into_packed_rows(tmp_path):
+    """A text dataset read with tokenizer=: every document comes once per epoch as
+    [bos] + its ids + [eos], rows start at a document, and the verdict stage is tokenize."""
+    ranks = _ranks(tmp_path)
+    specials = {"<bos>": 300, "<eos>": 301}
+    tok = stoker.Tokenizer(ranks, pattern=PATTERN, special_tokens=specials)
+    docs = [f"the {i} th{'e' * (i % 7)} aa " * (1 + i % 9) for i in range(200)] + ["", "ünï 🎉 <eos>"]
+    with stoker.Writer(str(tmp_path / "text"), fields={"txt": "text"}) as w:
+        for d in docs:
+            w.write({"txt": d})
+    loader = stoker.Loader(str(tmp_path / "text"), batch_size=4, seq_len=48, tokenizer=ranks,
+                           tokenizer_options={"pattern": PATTERN, "special_tokens": specials},
+                           bos="<bos>", eos=301, position_ids=True, numpy=True, threads=2)
+    got = {}
+    for b in loader:
+        tokens, pos, samples, offs = b["tokens"], b["position_ids"], b["sample_index"], b["sample_index.offsets"]
+        for j in range(len(tokens)):
+            piece = offs[j] - 1
+            for i in range(48):
+                if i == 0 or pos[j][i] != pos[j][i - 1] + 1:
+                    piece += 1
+                if piece >= offs[j + 1]:
+                    break
+                got.setdefault(int(samples[piece]), {})[int(pos[j][i])] = int(tokens[j][i])
+    assert sorted(got) == list(range(len(docs)))
+    for i, d in enumerate(docs):
+        want = [300] + tok.encode(d) + [301]
+        assert [got[i][k] for k in range(len(got[i]))] == want, i
+    assert loader.stats()["tokenize"] is True
