@@ -11,10 +11,12 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline/packed_samples.h"
 #include "pipeline/producer.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/order.h"
+#include "util/convert.h"
 #include "util/huge_pages.h"
 
 namespace stoker::internal {
@@ -36,6 +38,8 @@ struct DecodeLimitMeter::Impl {
   LoaderOptions opt;
   std::shared_ptr<Dataset> ds;
   bool token_data = false;
+  bool packed = false;  // samples of varying length, or text tokenised here (opt.seq_len)
+  PackedFacts pack;
   Context ctx;
   ImageFacts facts;
   size_t sample_bytes = 0;
@@ -58,7 +62,10 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
   // one, laid out as the loader lays out a slot).
   m.ctx.opt = &m.opt;
   m.ctx.order_opt = m.opt.order;
-  if (!m.token_data) {
+  m.packed = !m.token_data && opt.seq_len > 0;
+  if (m.packed) {
+    m.pack = packed_facts(m.opt, schema);
+  } else if (!m.token_data) {
     m.facts = plan_image_fields(m.opt, schema, m.ctx);
     for (auto& t : m.ctx.tensors) {
       t.offset = m.sample_bytes;
@@ -106,7 +113,7 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
   threads = std::max(1u, threads);
   // A full pass: until every record held has been started once, counting every run.
   const uint64_t pass_end = full_pass ? std::max<uint64_t>(m.next, items.size()) : 0;
-  std::atomic<uint64_t> next{m.next}, done{0}, raw_bytes{0};
+  std::atomic<uint64_t> next{m.next}, done{0}, raw_bytes{0}, tokens{0};
   std::atomic<bool> failed{false};
   std::exception_ptr first_error;  // a bad record ends the measurement with its error
   std::mutex error_mu;
@@ -116,6 +123,8 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
     ImageDecoder dec;
     std::vector<uint8_t> raw, pixels;
     std::vector<DecodeResult> results;
+    std::vector<uint32_t> ids;
+    std::vector<uint8_t> row;  // a packed sample's tokens as the loader writes them
     PageBuffer mem(std::max<size_t>(1, m.sample_bytes));
     Job job;
     job.mem = mem.get();
@@ -127,6 +136,25 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
       if (m.token_data) {
         raw.resize(it.loc.raw_size);
         unpack_record_into(schema, it.loc, it.stored, raw, it.where);
+      } else if (m.packed) {
+        // The sample's tokens (text: tokenised) written out once, as a row's piece is.
+        const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
+        const uint8_t* src;
+        size_t n;
+        if (m.pack.tokenizer) {
+          ids.clear();
+          document_ids(m.pack, fields[static_cast<size_t>(m.pack.text_field)], ids);
+          src = reinterpret_cast<const uint8_t*>(ids.data());
+          n = ids.size();
+        } else {
+          const auto t = fields[static_cast<size_t>(m.pack.tokens_field)];
+          src = t.data();
+          n = t.size() / elem_size(m.pack.stored_type);
+        }
+        const ElemType out = m.opt.token_type_is_stored ? m.pack.stored_type : m.opt.token_type;
+        row.resize(std::max<size_t>(1, n * elem_size(out)));
+        widen_tokens_le(src, m.pack.stored_type, n, out, row.data());
+        tokens += n;
       } else {
         // The same checks, slicing and per-field work as the loader's decode workers.
         const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
@@ -154,6 +182,7 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
   m.out.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.out.samples += done;
   m.out.raw_bytes += raw_bytes;
+  m.out.tokens += tokens;
   m.out.samples_per_s = m.out.samples / std::max(m.out.seconds, 1e-9);
 }
 

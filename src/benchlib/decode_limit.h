@@ -16,6 +16,7 @@ struct DecodeLimit {
   double samples_per_s = 0;
   uint64_t samples = 0;         ///< records decoded
   uint64_t raw_bytes = 0;       ///< bytes of unpacked records (tokens: rows = raw_bytes / row bytes)
+  uint64_t tokens = 0;          ///< packed samples and text (LoaderOptions::seq_len): tokens made
   uint64_t records_in_memory = 0;
   uint64_t bytes_in_memory = 0;
   double seconds = 0;
@@ -31,6 +32,8 @@ struct DecodeLimit {
 /// given its leader's geometry, scalars and arrays copied, text and bytes gathered —
 /// with per-sample seeds as the loader draws them (opt.order.seed, epoch 0).
 /// Token datasets: zstd decompression of the records.
+/// Packed samples (opt.seq_len): a sample's tokens written out as the loader writes a
+/// row's piece; text (opt.tokenizer): tokenised first, as the loader does.
 /// kInvalidArgument for specs the loader refuses (the same messages).
 /// The records (global indices) the limit holds of a dataset of `records`: up to
 /// `max_records` of them, evenly spread.

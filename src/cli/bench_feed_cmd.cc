@@ -48,6 +48,10 @@ struct FeedArgs {
           epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
+  // Packed samples / text tokenised in the loader.
+  uint32_t seq_len = 0;
+  std::string tokenizer, long_samples = "error";
+  std::optional<uint32_t> bos, eos;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
   // A URL: the shard cache, how it is fetched, and a local copy for the limit.
   std::string cache_dir, cache_limit, local, remote_reads = "auto";
@@ -88,6 +92,11 @@ int run_feed(const FeedArgs& a) {
   o.position_ids = a.position_ids;  // token data packed with --eos
   o.loss_mask = a.loss_mask;
   o.metrics_port = static_cast<unsigned>(a.metrics_port);
+  o.seq_len = a.seq_len;
+  o.tokenizer = a.tokenizer;
+  o.bos = a.bos;
+  o.eos = a.eos;
+  o.long_samples = long_samples_from_name(a.long_samples);
   if (!a.mix.empty()) {
     o.sources = {o.path, a.mix};
     o.weights = {1, 1};
@@ -132,7 +141,7 @@ int run_feed(const FeedArgs& a) {
   NetworkStats net_total;
   internal::Json per_epoch = internal::Json::array();
   double wall = 0, first_batch = 0, consumer_wait = 0;
-  uint64_t samples = 0, bytes = 0, batches = 0;
+  uint64_t samples = 0, bytes = 0, batches = 0, tokens_out = 0;
   LoaderStats last;
   StageStats io_total, dec_total;
   // Figures of all epochs together (each epoch's start-up left out): the verdict of runs
@@ -240,6 +249,7 @@ int run_feed(const FeedArgs& a) {
     if (e == 0 && warmup == 0) first_batch = last.first_batch_s;
     wall += w;
     samples += last.samples;
+    tokens_out += last.samples * o.seq_len - last.padding_tokens;
     bytes += last.record_bytes;
     consumer_wait += last.consumer_wait_s;
     io_total.threads = last.io.threads;
@@ -268,7 +278,7 @@ int run_feed(const FeedArgs& a) {
       meter->run(dec_total.threads, a.limit_seconds / epochs, false);
     }
   }
-  const double rate = samples / std::max(wall, 1e-9);
+  double rate = samples / std::max(wall, 1e-9);
 
   // In-memory limit of the same code on the same threads: after the feed, or the slices
   // taken after each epoch (completed to one pass over the records held).
@@ -290,6 +300,11 @@ int run_feed(const FeedArgs& a) {
     const double row_bytes = (f.seq_len + 1.0) * dtype_size(f.dtype);
     limit_rate = limit.raw_bytes / std::max(limit.seconds, 1e-9) / row_bytes;
     unit = "rows";
+  } else if (o.seq_len > 0) {
+    // Packed rows hold a varying number of samples: compare tokens (padding left out).
+    rate = tokens_out / std::max(wall, 1e-9);
+    limit_rate = limit.tokens / std::max(limit.seconds, 1e-9);
+    unit = "tokens";
   }
   const double ratio = limit_rate > 0 ? rate / limit_rate : 0;
   // The smoothed verdict; a run too short for intervals gets the verdict of all its epochs.
@@ -413,6 +428,14 @@ void setup(CLI::App& tool) {
       ->check(non_negative());
   c->add_flag("--position-ids", a->position_ids, "token data packed with --eos: also deliver position_ids");
   c->add_flag("--loss-mask", a->loss_mask, "token data packed with --eos: also deliver loss_mask");
+  c->add_option("--seq-len", a->seq_len, "pack samples of varying length (or tokenised text) into rows of N tokens")
+      ->check(CLI::Range(1u, 1u << 24));
+  c->add_option("--tokenizer", a->tokenizer, "tokenise the dataset's text field in the loader (needs --seq-len)");
+  c->add_option("--bos", a->bos, "with --tokenizer: the id put before each document");
+  c->add_option("--eos", a->eos, "with --tokenizer: the id put after each document");
+  c->add_option("--long-samples", a->long_samples, "a sample longer than a row")
+      ->check(named_by(long_samples_from_name, "error|truncate|split"))
+      ->capture_default_str();
   c->add_option("--mix", a->mix, "a second dataset: feed a 2-source mixture of equal weights");
   c->add_option("--cache-dir", a->cache_dir, "URL: the shard cache directory (required with a URL)");
   c->add_option("--cache-limit", a->cache_limit, "URL: cache size (default: the dataset's size)")->check(byte_size());

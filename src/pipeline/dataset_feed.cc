@@ -133,10 +133,15 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   if (packed) {
     pack = plan_packed_samples(opt, ctx);
     plan_ = pack.plan;
-    groups = {pack.plan->rows()};
-    // Rows are made of samples from anywhere in the dataset: no chunk to keep reads local.
-    if (ctx.order_opt.kind == OrderKind::kChunkLocal || ctx.order_opt.kind == OrderKind::kTokenWindow)
-      ctx.order_opt.kind = OrderKind::kShuffled;
+    groups = pack.plan->group_rows;
+    // Rows are made of samples from anywhere in the dataset: no chunk keeps reads local.
+    // A split sample's rows (a row group) stay together: shuffled as one chunk, within it.
+    const uint64_t widest = groups.empty() ? 1 : *std::max_element(groups.begin(), groups.end());
+    if (ctx.order_opt.kind != OrderKind::kSequential) {
+      ctx.order_opt.kind = widest > 1 ? OrderKind::kChunkLocal : OrderKind::kShuffled;
+      ctx.order_opt.chunk_size = widest;
+      ctx.order_opt.window_chunks = 1;
+    }
   } else if (tokens) {
     groups = plan_token_rows(ctx, tok);
     if (ctx.order_opt.kind == OrderKind::kShuffled || ctx.order_opt.kind == OrderKind::kChunkLocal)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -91,16 +92,10 @@ void document_ids(const PackedFacts& f, std::span<const uint8_t> text, std::vect
   if (f.eos) out.push_back(*f.eos);
 }
 
-PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
-  const Dataset& dataset = *ctx.dataset;
-  const Schema& schema = dataset.schema();
+PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema) {
   PackedFacts f;
   f.key_field = schema.key_field();
-  std::vector<uint32_t> lengths;
   if (!opt.tokenizer.empty()) {
-    if (ctx.cached)
-      throw_error(ErrorCode::kInvalidArgument, "tokenizer: tokenising in the loader reads local datasets, and " +
-                                                   opt.path + " is a URL; tokenise at pack time (`stoker pack text`)");
     f.text_field = text_field(opt, schema);
     f.tokenizer = open_tokenizer(opt.tokenizer, opt.tokenizer_options);
     f.bos = opt.bos;
@@ -111,26 +106,38 @@ PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
                                                      opt.tokenizer + "'s vocabulary size " +
                                                      std::to_string(f.tokenizer->vocab_size()));
     f.stored_type = ElemType::kUint32;
+    return f;
+  }
+  f.tokens_field = packed_field(schema, "tokens");
+  const auto stored =
+      f.tokens_field >= 0 ? elem_type_of(schema.fields[static_cast<size_t>(f.tokens_field)].dtype) : std::nullopt;
+  if (!stored || !is_token_type(*stored))
+    throw_error(ErrorCode::kInvalidArgument,
+                "seq_len: packing samples into rows needs records with a 1-D var-array field 'tokens' of uint16, "
+                "uint32, int32 or int64 (or text and a tokenizer), and " + opt.path + " has schema " +
+                    schema.to_string());
+  f.stored_type = *stored;
+  f.mask_field = packed_field(schema, "loss_mask");
+  if (f.mask_field >= 0) {
+    const DType md = schema.fields[static_cast<size_t>(f.mask_field)].dtype;
+    if (md != DType::kUint8 && md != DType::kBool) f.mask_field = -2;
+  }
+  if (f.mask_field == -2)
+    throw_error(ErrorCode::kInvalidArgument, opt.path + ": the field 'loss_mask' must be a 1-D uint8 or bool "
+                                                        "var-array (one 0/1 per token), schema " + schema.to_string());
+  return f;
+}
+
+PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
+  const Dataset& dataset = *ctx.dataset;
+  if (!opt.tokenizer.empty() && ctx.cached)
+    throw_error(ErrorCode::kInvalidArgument, "tokenizer: tokenising in the loader reads local datasets, and " +
+                                                 opt.path + " is a URL; tokenise at pack time (`stoker pack text`)");
+  PackedFacts f = packed_facts(opt, dataset.schema());
+  std::vector<uint32_t> lengths;
+  if (f.tokenizer) {
     lengths = text_lengths(ctx, f);
   } else {
-    f.tokens_field = packed_field(schema, "tokens");
-    const auto stored = f.tokens_field >= 0
-                            ? elem_type_of(schema.fields[static_cast<size_t>(f.tokens_field)].dtype)
-                            : std::nullopt;
-    if (!stored || !is_token_type(*stored))
-      throw_error(ErrorCode::kInvalidArgument,
-                  "seq_len: packing samples into rows needs records with a 1-D var-array field 'tokens' of uint16, "
-                  "uint32, int32 or int64 (or text and a tokenizer), and " + opt.path + " has schema " +
-                      schema.to_string());
-    f.stored_type = *stored;
-    f.mask_field = packed_field(schema, "loss_mask");
-    if (f.mask_field >= 0) {
-      const DType md = schema.fields[static_cast<size_t>(f.mask_field)].dtype;
-      if (md != DType::kUint8 && md != DType::kBool) f.mask_field = -2;
-    }
-    if (f.mask_field == -2)
-      throw_error(ErrorCode::kInvalidArgument, opt.path + ": the field 'loss_mask' must be a 1-D uint8 or bool "
-                                                          "var-array (one 0/1 per token), schema " + schema.to_string());
     const size_t tok = static_cast<size_t>(f.tokens_field);
     const uint64_t tsize = elem_size(f.stored_type);
     lengths.reserve(dataset.record_count());
@@ -174,11 +181,29 @@ class PackedWork final : public RecordWork {
   PackedWork(const Context& ctx, const PackedFacts& f) : ctx_(ctx), f_(f), plan_(*f.plan), N_(plan_.seq_len) {}
 
   void plan_locked(const Run& run, Job& job, std::vector<Use>& uses) const override {
+    // Every piece of the batch, grouped by sample: one use (one read, one tokenising) per
+    // sample, however many of the batch's rows hold a piece of it.
+    struct Ref {
+      uint64_t sample;
+      uint32_t j;
+      uint64_t piece;
+    };
+    std::vector<Ref> refs;
     for (uint64_t j = 0; j < job.samples.size(); ++j) {
       const uint64_t row = run.order->at(run.sched->position(job.k, j));
       job.samples[j] = row;
       for (uint64_t p = plan_.row_begin[row]; p < plan_.row_begin[row + 1]; ++p)
-        uses.push_back(Use{static_cast<uint32_t>(j), plan_.pieces[p].sample, p});
+        refs.push_back(Ref{plan_.pieces[p].sample, static_cast<uint32_t>(j), p});
+    }
+    std::sort(refs.begin(), refs.end(), [](const Ref& a, const Ref& b) {
+      return a.sample != b.sample ? a.sample < b.sample : a.piece < b.piece;
+    });
+    job.refs.clear();
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (i == 0 || refs[i].sample != refs[i - 1].sample)
+        uses.push_back(Use{refs[i].j, refs[i].sample, job.refs.size(), 0});
+      job.refs.emplace_back(refs[i].j, refs[i].piece);
+      uses.back().count++;
     }
   }
 
@@ -246,27 +271,51 @@ class PackedWork final : public RecordWork {
     void put(const Run& /*run*/, Job& job, const Use& use, const std::vector<std::span<const uint8_t>>& fields,
              const std::string& where) override {
       const PackedFacts& f = w_.f_;
-      const Context& ctx = w_.ctx_;
-      const PackedPiece& p = w_.plan_.pieces[use.piece];
       std::span<const uint8_t> toks;
+      std::shared_ptr<const std::vector<uint32_t>> kept;
       if (f.tokenizer) {
-        ids_.clear();
-        document_ids(f, fields[static_cast<size_t>(f.text_field)], ids_);
-        toks = {reinterpret_cast<const uint8_t*>(ids_.data()), ids_.size() * 4};
+        // A split document's rows are one group of consecutive positions, which may
+        // straddle batches: the ids of the last few such documents are kept, so each is
+        // tokenised about once.
+        const bool split = w_.plan_.pieces[job.refs[use.piece].second].end > w_.N_;
+        if (split) kept = w_.recent_.find(use.record);
+        if (!kept) {
+          auto ids = std::make_shared<std::vector<uint32_t>>();
+          document_ids(f, fields[static_cast<size_t>(f.text_field)], *ids);
+          kept = std::move(ids);
+          if (split) w_.recent_.put(use.record, kept);
+        }
+        toks = {reinterpret_cast<const uint8_t*>(kept->data()), kept->size() * 4};
       } else {
         toks = fields[static_cast<size_t>(f.tokens_field)];
       }
-      const size_t tsize = elem_size(f.stored_type);
-      if (toks.size() / tsize < p.end) {  // the index said otherwise: the record is not what was planned
-        std::string key;
-        if (f.key_field >= 0) {
-          const auto k = fields[static_cast<size_t>(f.key_field)];
-          key = " (source '" + std::string(k.begin(), k.end()) + "')";
+      const std::span<const uint8_t> mask =
+          f.mask_field >= 0 ? fields[static_cast<size_t>(f.mask_field)] : std::span<const uint8_t>{};
+      for (uint32_t x = 0; x < use.count; ++x) {
+        const auto [j, piece] = job.refs[use.piece + x];
+        const PackedPiece& p = w_.plan_.pieces[piece];
+        if (toks.size() / elem_size(f.stored_type) < p.end) {  // not what the rows were planned for
+          std::string key;
+          if (f.key_field >= 0) {
+            const auto k = fields[static_cast<size_t>(f.key_field)];
+            key = " (source '" + std::string(k.begin(), k.end()) + "')";
+          }
+          throw_error(ErrorCode::kDataLoss, where + key + ": holds " +
+                                                std::to_string(toks.size() / elem_size(f.stored_type)) + " tokens, " +
+                                                std::to_string(p.end) + " when the rows were planned");
         }
-        throw_error(ErrorCode::kDataLoss, where + key + ": holds " + std::to_string(toks.size() / tsize) +
-                                              " tokens, " + std::to_string(p.end) + " when the rows were planned");
+        write_piece(job, j, piece, p, toks, mask);
       }
-      const uint32_t j = use.j;
+    }
+
+   private:
+    // Piece `p` (plan index `piece`) of row j: its tokens and targets, and per position
+    // the sample's position, its place in the row and the mask of its target.
+    void write_piece(Job& job, uint32_t j, uint64_t piece, const PackedPiece& p, std::span<const uint8_t> toks,
+                     std::span<const uint8_t> mask) const {
+      const PackedFacts& f = w_.f_;
+      const Context& ctx = w_.ctx_;
+      const size_t tsize = elem_size(f.stored_type);
       const uint32_t N = w_.N_;
       // Inputs: the piece's tokens; targets: one later, while the sample lasts.
       const Output& to = ctx.tensors[static_cast<size_t>(f.tokens_t)];
@@ -291,8 +340,8 @@ class PackedWork final : public RecordWork {
       }
       if (f.mask_t >= 0) {
         uint8_t* m = ctx.tensor_ptr(job, f.mask_t) + row_at;
-        if (f.mask_field >= 0) {
-          const uint8_t* stored = fields[static_cast<size_t>(f.mask_field)].data() + p.start + 1;
+        if (!mask.empty()) {
+          const uint8_t* stored = mask.data() + p.start + 1;
           for (uint32_t i = 0; i < with_target; ++i) m[i] = stored[i] != 0;
         } else {
           std::memset(m, 1, with_target);
@@ -301,20 +350,40 @@ class PackedWork final : public RecordWork {
       }
       if (f.doc_ids_t >= 0) {
         int32_t* ids = reinterpret_cast<int32_t*>(ctx.tensor_ptr(job, f.doc_ids_t)) + row_at;
-        const uint64_t row = job.samples[j];
-        std::fill(ids, ids + p.len, static_cast<int32_t>(use.piece - w_.plan_.row_begin[row]));
+        std::fill(ids, ids + p.len, static_cast<int32_t>(piece - w_.plan_.row_begin[job.samples[j]]));
       }
     }
 
-   private:
     const PackedWork& w_;
-    std::vector<uint32_t> ids_;  // a text document's ids
+  };
+
+  // The ids of the last few split documents tokenised (any thread).
+  class RecentDocuments {
+   public:
+    explicit RecentDocuments(size_t capacity) : capacity_(capacity) {}
+    std::shared_ptr<const std::vector<uint32_t>> find(uint64_t record) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [r, ids] : docs_)
+        if (r == record) return ids;
+      return nullptr;
+    }
+    void put(uint64_t record, std::shared_ptr<const std::vector<uint32_t>> ids) {
+      std::lock_guard<std::mutex> lock(mu_);
+      docs_.emplace_back(record, std::move(ids));
+      if (docs_.size() > capacity_) docs_.pop_front();
+    }
+
+   private:
+    std::mutex mu_;
+    size_t capacity_;
+    std::deque<std::pair<uint64_t, std::shared_ptr<const std::vector<uint32_t>>>> docs_;
   };
 
   const Context& ctx_;
   const PackedFacts f_;
   const PackPlan& plan_;
   const uint32_t N_;
+  mutable RecentDocuments recent_{2 * std::max(1u, ctx_.threads) + 2};
 };
 
 }  // namespace

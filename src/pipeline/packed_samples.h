@@ -43,6 +43,11 @@ struct PackedFacts {
   int samples_var = -1;  ///< "sample_index": the row's samples (records), int64 values + offsets
 };
 
+/// The schema's fields for packing and, for text, the tokenizer opened (no plan, no
+/// outputs). kInvalidArgument: no usable `tokens` field, no text field to tokenise, a
+/// bad bos/eos; what open_tokenizer throws.
+PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema);
+
 /// The schema's fields for packing, the plan (kInvalidArgument: no usable `tokens`
 /// field, a sample too long under LongSamples::kError, naming it) and the outputs,
 /// added to `ctx`.

@@ -198,9 +198,13 @@ void put_image_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, J
 class RecordWork {
  public:
   struct Use {
-    uint32_t j = 0;       ///< the batch's sample (row) the record goes into
+    uint32_t j = 0;       ///< the batch's sample (row) the record goes into (the first, when several)
     uint64_t record = 0;  ///< global record index
-    uint64_t piece = 0;   ///< the work's own reference (packed samples: the plan's piece)
+    /// The work's own reference (packed samples: `count` entries of Job::refs from here,
+    /// every piece of the record the batch holds, so the record is read and unpacked, or
+    /// tokenised, once for all of them).
+    uint64_t piece = 0;
+    uint32_t count = 1;
   };
   /// A worker thread's own: its scratch (a decoder), and the writing of one use.
   class Worker {

@@ -42,13 +42,27 @@ PackPlan plan_packing(std::span<const uint32_t> lengths, const PackingRules& rul
   };
   std::vector<Item> items;
   std::vector<std::vector<PackedPiece>> rows;  // the window's best-fit rows
-  std::multimap<uint32_t, size_t> room;        // room left -> row, rows still open
+  std::vector<std::vector<PackedPiece>> whole;  // per row: a split sample's whole rows before it
+  std::multimap<uint32_t, size_t> room;         // room left -> row, rows still open
   auto emit_row = [&plan](const std::vector<PackedPiece>& row) {
     plan.pieces.insert(plan.pieces.end(), row.begin(), row.end());
     plan.row_begin.push_back(plan.pieces.size());
   };
+  auto place = [&](const Item& it, size_t r, uint32_t left) {
+    rows[r].push_back(PackedPiece{it.sample, it.start, it.len, N - left, it.end});
+    plan.tokens += it.len;
+    if (left > it.len) room.emplace(left - it.len, r);
+  };
+  auto open_row = [&] {
+    rows.emplace_back();
+    whole.emplace_back();
+    return rows.size() - 1;
+  };
   for (uint64_t w0 = 0; w0 < n; w0 += rules.window) {
     items.clear();
+    rows.clear();
+    whole.clear();
+    room.clear();
     const uint64_t w1 = std::min(n, w0 + rules.window);
     for (uint64_t q = w0; q < w1; ++q) {
       const uint64_t s = shuffle(q);
@@ -72,39 +86,37 @@ PackPlan plan_packing(std::span<const uint32_t> lengths, const PackingRules& rul
           items.push_back({s, 0, N, N});
           break;
         case LongSamples::kSplit: {
+          // Whole rows, then the remainder opening a row of its own, all one group.
           plan.split_samples++;
+          const size_t r = open_row();
           uint32_t start = 0;
-          for (; L - start >= N; start += N) {  // whole rows of its own
-            emit_row({PackedPiece{s, start, N, 0, L}});
+          for (; L - start >= N; start += N) {
+            whole[r].push_back(PackedPiece{s, start, N, 0, L});
             plan.tokens += N;
           }
-          if (start < L) items.push_back({s, start, L - start, L});
+          if (start < L) place({s, start, L - start, L}, r, N);
           break;
         }
       }
     }
     // Longest first; ties keep the shuffle's order, so the plan depends on nothing else.
     std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.len > b.len; });
-    rows.clear();
-    room.clear();
     for (const Item& it : items) {
       auto fit = room.lower_bound(it.len);
-      size_t r;
-      uint32_t left;
       if (fit == room.end()) {
-        r = rows.size();
-        rows.emplace_back();
-        left = N;
+        place(it, open_row(), N);
       } else {
-        r = fit->second;
-        left = fit->first;
+        const size_t r = fit->second;
+        const uint32_t left = fit->first;
         room.erase(fit);
+        place(it, r, left);
       }
-      rows[r].push_back(PackedPiece{it.sample, it.start, it.len, N - left, it.end});
-      plan.tokens += it.len;
-      if (left > it.len) room.emplace(left - it.len, r);
     }
-    for (const auto& row : rows) emit_row(row);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (const PackedPiece& p : whole[r]) emit_row({p});
+      if (!rows[r].empty()) emit_row(rows[r]);
+      plan.group_rows.push_back(whole[r].size() + (rows[r].empty() ? 0 : 1));
+    }
   }
   return plan;
 }

@@ -7,7 +7,11 @@
 // that holds it, or a new row. A window's rows are complete before the next window's
 // start, so a row never mixes windows and the plan is a pure function of the lengths and
 // the rules. A sample longer than a row is refused, truncated or split (LongSamples):
-// split, it fills whole rows of its own and its remainder is packed like any sample.
+// split, it fills whole rows of its own and its remainder starts one more row, which
+// best-fit fills up with other samples. Those rows follow one another and form a row
+// group, which the epoch order keeps together (a reader then reads, and a tokenising
+// loader tokenises, the sample once for all of its rows); every other row is a group of
+// its own.
 //
 // Threading: a PackPlan is immutable once made; read it from any thread.
 #pragma once
@@ -42,6 +46,7 @@ struct PackPlan {
   uint32_t seq_len = 0;
   std::vector<uint64_t> row_begin{0};  ///< rows() + 1 offsets into `pieces`
   std::vector<PackedPiece> pieces;     ///< row by row, each row's in placement order
+  std::vector<uint64_t> group_rows;    ///< rows per row group, in row order (they sum to rows())
   uint64_t samples = 0;           ///< samples placed (empty ones are not)
   uint64_t tokens = 0;            ///< tokens placed (the rows' non-padding positions)
   uint64_t empty_samples = 0;     ///< samples with no tokens, left out

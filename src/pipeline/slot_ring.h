@@ -90,6 +90,9 @@ struct Job {
   std::exception_ptr error;
   std::atomic<uint64_t> record_bytes{0};  ///< images: added per sample; tokens: set when claimed
   uint64_t padding = 0;  ///< packed samples: the batch's padding positions (set before any hand-over)
+  /// Packed samples: (row in the batch, plan piece) of every record use, grouped by record
+  /// (RecordWork::Use::piece indexes it); set before any hand-over.
+  std::vector<std::pair<uint32_t, uint64_t>> refs;
   /// Variable-size outputs: var[v][j] is output v's bytes of sample j.
   std::vector<std::vector<std::vector<uint8_t>>> var;
   std::vector<uint8_t> bad;   ///< OnError::kSkip: samples dropped (set before `remaining` hits 0)
