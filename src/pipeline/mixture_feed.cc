@@ -383,6 +383,11 @@ LoaderStats MixtureFeed::stats() const {
     s.bytes_read += t.bytes_read;
     s.record_bytes += t.record_bytes;
     s.tokens = t.tokens;
+    s.tokenize = s.tokenize || t.tokenize;
+    // Packed sources: the padding of the rows taken from them.
+    s.padding_tokens += t.padding_tokens;
+    s.truncated_tokens += t.truncated_tokens;
+    s.empty_samples += t.empty_samples;
     s.wall_s = std::max(s.wall_s, t.wall_s);
     s.decode.threads += t.decode.threads;
     s.decode.busy_s += t.decode.busy_s;
