@@ -289,5 +289,73 @@ TEST(TextPack, TokenisingInTheLoaderGivesThePackTimeDocuments) {
   EXPECT_TRUE(l.stats().tokenize);
 }
 
+// pack_samples: JSON Lines of token lists become one record per sample, which the
+// loader packs into rows with the stored mask; bad lines are named with file and line.
+TEST(PackSamples, TokenListsRoundTripThroughPackedRows) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.str("in"));
+  {
+    std::ofstream f(dir.str("in/sft.jsonl"));
+    for (int i = 0; i < 50; ++i) {
+      f << R"({"input_ids": [)";
+      for (int k = 0; k < 1 + i % 13; ++k) f << (k ? "," : "") << i * 100 + k;
+      f << R"(], "labels_mask": [)";
+      for (int k = 0; k < 1 + i % 13; ++k) f << (k ? "," : "") << (k % 2);
+      f << "]}\n";
+      if (i == 7) f << "\n";
+    }
+  }
+  SamplesPackOptions o;
+  o.tokens_key = "input_ids";
+  o.mask_key = "labels_mask";
+  o.dtype = DType::kUint16;
+  const PackSummary s = pack_samples({dir.str("in")}, dir.str("ds"), o);
+  EXPECT_EQ(s.records, 50u);
+  auto ds = Dataset::open(dir.str("ds"));
+  EXPECT_EQ(ds->schema().to_string(), "__key__:text tokens:vararray/uint16/* loss_mask:vararray/uint8/*");
+  EXPECT_EQ(ds->read(9).text_field(0), "sft.jsonl:11");  // after the blank line
+  LoaderOptions lo;
+  lo.path = dir.str("ds");
+  lo.seq_len = 16;
+  lo.batch_size = 3;
+  lo.loss_mask = true;
+  lo.pad_id = 65535;
+  Loader l(lo);
+  std::map<int, std::vector<int>> seen;
+  while (auto b = l.next()) {
+    const auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
+    const auto* m = static_cast<const uint8_t*>((*b)["loss_mask"].data);
+    for (size_t i = 0; i < b->size() * 16; ++i) {
+      if (t[i] == 65535) continue;  // padding
+      const int sample = t[i] / 100, k = t[i] % 100;
+      seen[sample].push_back(k);
+      const bool last = k == sample % 13;
+      EXPECT_EQ(m[i], last ? 0 : (k + 1) % 2) << sample << " " << k;
+    }
+  }
+  ASSERT_EQ(seen.size(), 50u);
+  for (auto& [sample, ks] : seen) EXPECT_EQ(ks.size(), static_cast<size_t>(1 + sample % 13)) << sample;
+
+  struct Case {
+    std::string line, want;
+  };
+  const std::vector<Case> bad = {
+      {R"({"input_ids": [1, 2], "labels_mask": [1]})", "bad.jsonl:2: \"labels_mask\" has 1 entries for 2 tokens"},
+      {R"({"input_ids": [1, 70000], "labels_mask": [1, 1]})", "bad.jsonl:2: \"input_ids\"[1] = 70000 does not fit uint16"},
+      {R"({"input_ids": "1 2", "labels_mask": [1, 1]})", "bad.jsonl:2: \"input_ids\" is not a list of integers"},
+      {R"({"labels_mask": [1, 1]})", "bad.jsonl:2: no \"input_ids\" key"},
+      {R"({"input_ids": [1, 2], "labels_mask": [1, 2]})", "bad.jsonl:2: \"labels_mask\"[1] is not 0 or 1"},
+  };
+  for (const Case& c : bad) {
+    std::ofstream(dir.str("bad.jsonl")) << R"({"input_ids": [5], "labels_mask": [1]})" << "\n" << c.line << "\n";
+    try {
+      pack_samples({dir.str("bad.jsonl")}, dir.str("bad"), o);
+      ADD_FAILURE() << "packed: " << c.line;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.want), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stoker

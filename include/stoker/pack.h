@@ -185,6 +185,26 @@ struct TextPackOptions : PackOptions {
 PackSummary pack_text(const std::vector<std::string>& inputs, const std::string& out,
                       const TextPackOptions& options = {});
 
+/// Options of pack_samples.
+struct SamplesPackOptions : PackOptions {
+  std::string tokens_key = "tokens";  ///< the key holding each sample's token ids (a list of integers)
+  std::string mask_key;               ///< "": no mask; else the key of a list of 0/1 as long as the ids
+  DType dtype = DType::kInt32;        ///< uint16, uint32, int32 or int64: every id must fit
+  int zstd_level = 0;                 ///< 0 = store raw; 1..19 = zstd per record
+};
+
+/// Packs fine-tuning samples given as token lists into `out`, one record per sample
+/// (schema `__key__:text tokens:vararray/DTYPE` + `loss_mask:vararray/uint8` with a
+/// mask key), for the Loader's packed samples (LoaderOptions::seq_len). Inputs, in the
+/// order given: JSON Lines files (one sample per non-blank line, an object holding the
+/// keys), or directories of them. A record's `__key__` is "FILE:LINE". Lines are parsed
+/// on `threads` workers; records come out in input order. Errors name the file and line:
+/// a line that is not a JSON object, lacks a key, holds something other than a list of
+/// integers there, an id the dtype cannot hold, a mask of another length or with a value
+/// other than 0 and 1.
+PackSummary pack_samples(const std::vector<std::string>& inputs, const std::string& out,
+                         const SamplesPackOptions& options = {});
+
 /// WebDataset options.
 struct WdsPackOptions : ImagePackOptions {
   /// Class names stored in the manifest (e.g. read from a --classes file); labels must

@@ -163,6 +163,28 @@ int pack_text_cmd(const TextArgs& a) {
   });
 }
 
+struct SamplesArgs {
+  std::vector<std::string> paths;  // SRC... OUT
+  std::string tokens_key = "tokens", mask_key, dtype = "int32";
+  CommonArgs common;
+  int64_t zstd = 0;
+};
+
+int pack_samples_cmd(const SamplesArgs& a) {
+  SamplesPackOptions o;
+  a.common.apply(o);
+  o.tokens_key = a.tokens_key;
+  o.mask_key = a.mask_key;
+  o.dtype = dtype_from_name(a.dtype);
+  o.zstd_level = static_cast<int>(a.zstd);
+  std::vector<std::string> inputs(a.paths.begin(), a.paths.end() - 1);
+  const std::string& out = a.paths.back();
+  return run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    return print_summary(pack_samples(inputs, out, o), out);
+  });
+}
+
 struct WdsArgs {
   std::vector<std::string> paths;  // TAR... OUT
   std::string classes;
@@ -245,6 +267,19 @@ void setup(CLI::App& tool) {
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   tx->common.declare(c, false);
   on_run(c, [tx] { return pack_text_cmd(*tx); });
+
+  auto sm = std::make_shared<SamplesArgs>();
+  c = pack->add_subcommand("samples",
+                           "Fine-tuning samples given as token lists (JSON Lines), one record each, for the loader to "
+                           "pack into rows (seq_len): tokens and an optional per-token loss mask.");
+  c->add_option("PATH", sm->paths, "SRC... OUT: JSON Lines files or directories of them, then the dataset directory")
+      ->required()->expected(2, -1);
+  c->add_option("--tokens-key", sm->tokens_key, "the key holding each sample's token ids")->capture_default_str();
+  c->add_option("--mask-key", sm->mask_key, "the key holding each sample's 0/1 loss mask, one per token");
+  c->add_option("--dtype", sm->dtype, "token element type: uint16, uint32, int32, int64")->capture_default_str();
+  c->add_option("--zstd", sm->zstd, "zstd level of the records (0: stored raw)")->check(CLI::Range(0, 19))->capture_default_str();
+  sm->common.declare(c, false);
+  on_run(c, [sm] { return pack_samples_cmd(*sm); });
 
   auto wd = std::make_shared<WdsArgs>();
   c = pack->add_subcommand("wds",

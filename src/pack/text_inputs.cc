@@ -1,4 +1,5 @@
 #include "pack/text_inputs.h"
+#include "stoker/shard.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "stoker/error.h"
@@ -99,9 +102,9 @@ std::string read_text_piece(const TextPiece& piece) {
   return s;
 }
 
-std::optional<JsonLinesProblem> read_json_lines(std::string_view lines, const std::string& key,
-                                                const std::function<void(std::string_view)>& document,
-                                                uint64_t& line_count) {
+std::optional<JsonLinesProblem> read_json_objects(std::string_view lines,
+                                                  const std::function<std::string(const nlohmann::json&)>& object,
+                                                  uint64_t& line_count) {
   line_count = 0;
   size_t pos = 0;
   while (pos < lines.size()) {
@@ -118,12 +121,54 @@ std::optional<JsonLinesProblem> read_json_lines(std::string_view lines, const st
       return JsonLinesProblem{line_count, std::string("not JSON: ") + e.what()};
     }
     if (!j.is_object()) return JsonLinesProblem{line_count, "not a JSON object"};
-    auto it = j.find(key);
-    if (it == j.end()) return JsonLinesProblem{line_count, "no \"" + key + "\" key"};
-    if (!it->is_string()) return JsonLinesProblem{line_count, "\"" + key + "\" is not a string"};
-    document(it->get_ref<const std::string&>());
+    std::string why = object(j);
+    if (!why.empty()) return JsonLinesProblem{line_count, std::move(why)};
   }
   return std::nullopt;
 }
+
+std::optional<JsonLinesProblem> read_json_lines(std::string_view lines, const std::string& key,
+                                                const std::function<void(std::string_view)>& document,
+                                                uint64_t& line_count) {
+  return read_json_objects(
+      lines,
+      [&](const nlohmann::json& j) -> std::string {
+        auto it = j.find(key);
+        if (it == j.end()) return "no \"" + key + "\" key";
+        if (!it->is_string()) return "\"" + key + "\" is not a string";
+        document(it->get_ref<const std::string&>());
+        return {};
+      },
+      line_count);
+}
+
+std::string json_integers(const nlohmann::json& j, const std::string& key, DType dtype, std::vector<uint8_t>& out,
+                        size_t* count) {
+  auto it = j.find(key);
+  if (it == j.end()) return "no \"" + key + "\" key";
+  if (!it->is_array()) return "\"" + key + "\" is not a list of integers";
+  int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();
+  switch (dtype) {
+    case DType::kUint16: hi = 65535; break;
+    case DType::kUint32: hi = 4294967295ll; break;
+    case DType::kInt32: lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max(); break;
+    default: lo = std::numeric_limits<int64_t>::min(); break;
+  }
+  const size_t size = dtype_size(dtype);
+  out.resize(it->size() * size);
+  size_t i = 0;
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) return "\"" + key + "\"[" + std::to_string(i) + "] is not an integer";
+    const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi) ? hi + 1 : v.get<int64_t>();
+    if (x < lo || x > hi)
+      return "\"" + key + "\"[" + std::to_string(i) + "] = " + v.dump() + " does not fit " + dtype_name(dtype);
+    const uint64_t u = static_cast<uint64_t>(x);
+    for (size_t b = 0; b < size; ++b) out[i * size + b] = static_cast<uint8_t>(u >> (8 * b));
+    ++i;
+  }
+  *count = i;
+  return {};
+}
+
 
 }  // namespace stoker::internal

@@ -12,6 +12,10 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "stoker/shard.h"  // DType
+
 namespace stoker::internal {
 
 enum class TextInputKind { kPlainText, kJsonLines };
@@ -36,6 +40,19 @@ struct JsonLinesProblem {
   uint64_t line;
   std::string why;
 };
+
+/// Calls `object(json)` for each line of `lines` that is a JSON object (blank lines
+/// skipped) and sets `line_count`. Returns the first problem: a line that is not JSON or
+/// not an object, or the reason `object` gives (non-empty) for its line.
+std::optional<JsonLinesProblem> read_json_objects(std::string_view lines,
+                                                  const std::function<std::string(const nlohmann::json&)>& object,
+                                                  uint64_t& line_count);
+
+/// The integers listed under `key` of `object`, as little-endian `dtype` (uint16,
+/// uint32, int32, int64) into `out`, their number in `count`; "" or why not (no key, not
+/// a list of integers, a value the dtype cannot hold), naming the key and the index.
+std::string json_integers(const nlohmann::json& object, const std::string& key, DType dtype,
+                          std::vector<uint8_t>& out, size_t* count);
 
 /// Calls `document(text)` for the `key` string of each line of `lines` (blank lines
 /// skipped; a last line without '\n' counted) and sets `line_count` to the lines seen.
