@@ -1,5 +1,6 @@
 // Packers from Python: the functions of include/stoker/pack.h, GIL released while they
 // run, summaries returned as dicts.
+#include <map>
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -138,9 +139,78 @@ exif_transpose: turn JPEGs upright by their EXIF orientation (as pack_imagefolde
 class_names: names stored in the manifest; labels must be below their count.
 overwrite=True replaces a dataset at out, kept whole until the new one is complete.)";
 
+constexpr const char* kPackTextDoc = R"(Tokenises text into a token dataset of rows with document boundaries; returns the summary.
+
+inputs: .txt files (one document each), .jsonl/.ndjson files (one document per line, the
+    string under jsonl_key), or directories of them, in order; out: dataset directory.
+tokenizer: a .tiktoken ranks file, a tokenizer.json or a SentencePiece .model;
+    pattern / special_tokens for a .tiktoken file not named after a known encoding.
+bos, eos: put around every document: an id or a token's text ("<|endoftext|>").
+seq_len, rows_per_record, zstd: as pack_tokens. Errors name the file and line.)";
+
+constexpr const char* kPackSamplesDoc = R"(Packs fine-tuning samples given as token lists into a dataset, one record each; returns the summary.
+
+inputs: JSON Lines files (one sample per line: an object holding the keys) or
+    directories of them, in order; out: dataset directory.
+tokens_key: the key of each sample's token ids; mask_key: the key of its 0/1 loss mask
+    (one per token), or None. dtype: uint16, uint32, int32 (default) or int64.
+Read it with stoker.Loader(out, seq_len=N, ...) to pack the samples into rows. Errors
+name the file and line.)";
+
 }  // namespace
 
 void init_pack(py::module_& m) {
+  m.def(
+      "pack_text",
+      [](const std::vector<std::string>& inputs, const std::string& out, const std::string& tokenizer,
+         uint32_t seq_len, const std::string& pattern, const std::map<std::string, uint32_t>& special_tokens,
+         const std::optional<std::string>& bos, const std::optional<std::string>& eos, const std::string& jsonl_key,
+         uint32_t rows_per_record, int zstd, uint64_t shard_size, int threads, bool overwrite, bool progress) {
+        TextPackOptions o;
+        set_common(o, shard_size, 1, threads, false, overwrite, progress);
+        o.tokenizer = tokenizer;
+        o.tokenizer_options.pattern = pattern;
+        o.tokenizer_options.special_tokens = special_tokens;
+        o.bos = bos;
+        o.eos = eos;
+        o.jsonl_key = jsonl_key;
+        o.seq_len = seq_len;
+        o.rows_per_record = rows_per_record;
+        o.zstd_level = zstd;
+        PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
+          o.cancel = cancel;
+          return pack_text(inputs, out, o);
+        });
+        return to_dict(s);
+      },
+      py::arg("inputs"), py::arg("out"), py::kw_only(), py::arg("tokenizer"), py::arg("seq_len") = 1024,
+      py::arg("pattern") = "", py::arg("special_tokens") = std::map<std::string, uint32_t>{},
+      py::arg("bos") = py::none(), py::arg("eos") = py::none(), py::arg("jsonl_key") = "text",
+      py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
+      py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false, kPackTextDoc);
+
+  m.def(
+      "pack_samples",
+      [](const std::vector<std::string>& inputs, const std::string& out, const std::string& tokens_key,
+         const std::optional<std::string>& mask_key, const std::string& dtype, int zstd, uint64_t shard_size,
+         int threads, bool overwrite, bool progress) {
+        SamplesPackOptions o;
+        set_common(o, shard_size, 1, threads, false, overwrite, progress);
+        o.tokens_key = tokens_key;
+        o.mask_key = mask_key.value_or("");
+        o.dtype = dtype_from_name(dtype);
+        o.zstd_level = zstd;
+        PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
+          o.cancel = cancel;
+          return pack_samples(inputs, out, o);
+        });
+        return to_dict(s);
+      },
+      py::arg("inputs"), py::arg("out"), py::kw_only(), py::arg("tokens_key") = "tokens",
+      py::arg("mask_key") = py::none(), py::arg("dtype") = "int32", py::arg("zstd") = 0,
+      py::arg("shard_size") = PackOptions{}.shard_size, py::arg("threads") = 0, py::arg("overwrite") = false,
+      py::arg("progress") = false, kPackSamplesDoc);
+
   m.def(
       "pack_imagefolder",
       [](const std::string& src, const std::string& out, uint64_t shard_size, uint32_t align, int threads,

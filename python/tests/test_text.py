@@ -94,3 +94,19 @@ def test_loader_tokenises_text_into_packed_rows(tmp_path):
         want = [300] + tok.encode(d) + [301]
         assert [got[i][k] for k in range(len(got[i]))] == want, i
     assert loader.stats()["tokenize"] is True
+
+
+def test_pack_text_and_pack_samples_from_python(tmp_path):
+    ranks = _ranks(tmp_path)
+    (tmp_path / "a.txt").write_text("the cat and the hat " * 20)
+    s = stoker.pack_text([str(tmp_path / "a.txt")], str(tmp_path / "tok"), tokenizer=ranks, pattern=PATTERN,
+                         special_tokens={"<eos>": 300}, eos="<eos>", seq_len=8)
+    assert s["records"] >= 1
+    (tmp_path / "s.jsonl").write_text('{"ids": [1, 2, 3], "m": [0, 1, 1]}\n{"ids": [4], "m": [1]}\n')
+    s = stoker.pack_samples([str(tmp_path / "s.jsonl")], str(tmp_path / "sft"), tokens_key="ids", mask_key="m")
+    assert s["records"] == 2
+    b = next(iter(stoker.Loader(str(tmp_path / "sft"), batch_size=1, seq_len=8, numpy=True, loss_mask=True)))
+    assert sorted(b["tokens"][0][:4].tolist()) == [1, 2, 3, 4]
+    (tmp_path / "bad.jsonl").write_text('{"ids": [1, "x"]}\n')
+    with pytest.raises(stoker.InvalidArgumentError, match=r"bad.jsonl:1: \"ids\"\[1\] is not an integer"):
+        stoker.pack_samples([str(tmp_path / "bad.jsonl")], str(tmp_path / "bad"), tokens_key="ids")
