@@ -98,6 +98,14 @@ DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOption
       schema.min_version() > options_.shard.version)
     throw_error(ErrorCode::kInvalidArgument, "schema " + schema.to_string() + " cannot be written as version " +
                                                  std::to_string(options_.shard.version));
+  options_.part.validate();
+  if (options_.part.enabled()) {
+    options_.shard_prefix = part_shard_prefix(options_.part);
+    if (std::filesystem::exists(dir_ + "/" + kManifestName))
+      throw_error(ErrorCode::kInvalidArgument,
+                  dir_ + " already holds a committed dataset (" + kManifestName + " exists); part " +
+                      options_.part.to_string() + " cannot be written into it (pack the parts into a new directory)");
+  }
   if (options_.shard_size < 4096) throw_error(ErrorCode::kInvalidArgument, "shard size must be at least 4 KiB");
   if (!is_safe_shard_name(options_.shard_prefix + "-00000.stk"))
     throw_error(ErrorCode::kInvalidArgument, "shard prefix '" + options_.shard_prefix + "' is not a plain file name");
@@ -105,7 +113,7 @@ DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOption
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw_error(ErrorCode::kIoError, "create directory " + dir_ + ": " + ec.message());
   // The old dataset stays whole until finish() commits the new one.
-  if (std::filesystem::exists(dir_ + "/" + kManifestName) && !overwrite)
+  if (!options_.part.enabled() && std::filesystem::exists(dir_ + "/" + kManifestName) && !overwrite)
     throw_error(ErrorCode::kInvalidArgument,
                 dir_ + " already holds a dataset (" + kManifestName + " exists); refusing to overwrite");
   manifest_.version = options_.shard.version;
@@ -182,15 +190,19 @@ Manifest DatasetWriter::finish() {
 //      names those; 4. the pending names go.
 // A failure before 1 removes the new shards; after it, the new dataset stands (under
 // pending names if step 3 cannot be done, e.g. on a file system without hard links).
+// A part commits its part manifest in the same steps, and touches only files of its
+// own naming (other parts may be writing into the directory at the same time).
 void DatasetWriter::commit() {
+  const bool part = options_.part.enabled();
+  const std::string manifest_path = dir_ + "/" + (part ? part_manifest_name(options_.part) : kManifestName);
+  if (part) manifest_.meta["part"] = options_.part.to_string();
   std::set<std::string> old_shards;
   try {
-    const Manifest old = read_manifest(dir_);
+    const Manifest old = read_manifest_file(manifest_path);
     for (const ShardEntry& s : old.shards) old_shards.insert(s.name);
   } catch (const Error&) {
     // No old dataset, or an unreadable one: nothing of it to keep or remove.
   }
-  const std::string manifest_path = dir_ + "/" + kManifestName;
   try {
     internal::write_file_atomic(manifest_path, manifest_.serialize(), manifest_path + kPendingMarker + token_);
   } catch (...) {
@@ -228,8 +240,11 @@ void DatasetWriter::commit() {
   // not name.
   std::set<std::string> live;
   for (const ShardEntry& s : manifest_.shards) live.insert(s.name);
+  const std::string own = part ? options_.shard_prefix + "-" : std::string();
+  const std::string own_manifest = part ? part_manifest_name(options_.part) + kPendingMarker : std::string();
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
+    if (part && !name.starts_with(own) && !name.starts_with(own_manifest)) continue;
     if ((is_pending(name) || is_writer_shard_name(name, options_.shard_prefix)) && !live.count(name))
       std::filesystem::remove(entry.path(), ec);
   }

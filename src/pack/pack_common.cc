@@ -113,6 +113,14 @@ std::string exif_transpose_note(uint64_t turned, uint64_t trimmed) {
   return note;
 }
 
+DatasetWriterOptions writer_options(const PackOptions& options) {
+  DatasetWriterOptions w;
+  w.shard_size = options.shard_size;
+  w.shard.align = options.align;
+  w.part = options.part;
+  return w;
+}
+
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {
   s.records = w.records();
   s.shards = m.shards.size();
