@@ -306,5 +306,29 @@ TEST(CommitParts, OfTwoConcurrentCommitsOnePublishes) {
   std::printf("lost races: %d of 30 rounds (the rest: the second found the first's MANIFEST)\n", lost);
 }
 
+// The CLI: pack --part, then commit (refusing first, naming the missing part).
+TEST(CommitParts, CliPacksPartsAndCommits) {
+  TempDir d;
+  const std::string src = tiny_folder(d, 3);
+  auto run = [&](const std::string& args, std::string* out) {
+    const std::string cmd = std::string(STOKER_TOOL) + " " + args + " >" + d.str("log") + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    *out = testing::read_file_text(d.str("log"));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string out;
+  ASSERT_EQ(run("pack imagefolder " + src + " " + d.str("ds") + " --threads 1 --part 1/2", &out), 0) << out;
+  EXPECT_NE(run("commit " + d.str("ds"), &out), 0);
+  EXPECT_NE(out.find("part 0/2: missing"), std::string::npos) << out;
+  EXPECT_NE(run("pack imagefolder " + src + " " + d.str("ds") + " --part 2/2", &out), 0);
+  EXPECT_NE(out.find("0 <= I < N"), std::string::npos) << out;
+  ASSERT_EQ(run("pack imagefolder " + src + " " + d.str("ds") + " --threads 1 --part 0/2", &out), 0) << out;
+  ASSERT_EQ(run("commit " + d.str("ds"), &out), 0) << out;
+  EXPECT_NE(out.find("committed " + d.str("ds") + ": 2 parts"), std::string::npos) << out;
+  ASSERT_EQ(run("commit " + d.str("ds"), &out), 0) << out;
+  EXPECT_NE(out.find("already committed"), std::string::npos) << out;
+  ASSERT_EQ(run("verify " + d.str("ds"), &out), 0) << out;
+}
+
 }  // namespace
 }  // namespace stoker

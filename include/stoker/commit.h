@@ -8,16 +8,18 @@
 //     on N, format version, schema, class names and meta (below), and every shard they
 //     name opens with the record count, size and index CRC its part manifest pins (the
 //     shard index is read and its CRC checked; records are not read: that is `verify`).
-//     Otherwise it throws kFailedPrecondition listing every missing or incomplete part
-//     ("part 2/4: no part manifest; 3 pending files of a writer that was killed or is
-//     still running") and every bad shard.
+//     Otherwise it throws, listing every problem: kNotFound when a part is missing or
+//     incomplete ("part 2/4: missing (no MANIFEST.part-00002-of-00004); 3 pending files
+//     of a writer that was killed or is still running"), kDataLoss when the parts
+//     disagree or a shard does not match its part manifest, kInvalidArgument when the
+//     directory holds parts of two part counts.
 //   - MANIFEST is published in one step that cannot replace an existing one: written to
 //     a temporary file (fsync), then hard-linked to MANIFEST (link() fails when it
 //     exists). Of two concurrent commits exactly one publishes; the other finds MANIFEST
 //     taken and reports kCommitLostRace (it wrote nothing).
 //   - Idempotent: when MANIFEST already holds exactly the merge of the parts, the commit
 //     reports kAlreadyCommitted and changes nothing; when it holds something else, it
-//     throws kFailedPrecondition.
+//     throws kInvalidArgument.
 //   - Meta merge: "part" is dropped; the counts "tokens", "rows", "documents" and
 //     "tokens_dropped" are summed (each part states its own); every other key must be
 //     equal in all parts; "parts" = N is added.
@@ -56,7 +58,7 @@ struct CommitReport {
 CommitReport commit_parts(const std::string& dir, const CommitOptions& options = {});
 
 /// The merged manifest of the parts in `dir` (every check above but the shard opens
-/// when `check_shards` is false). Throws kFailedPrecondition listing the problems.
+/// when `check_shards` is false). Throws as commit_parts, listing the problems.
 Manifest merge_parts(const std::string& dir, bool check_shards = true);
 
 }  // namespace stoker
