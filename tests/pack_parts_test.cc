@@ -306,6 +306,61 @@ TEST(CommitParts, OfTwoConcurrentCommitsOnePublishes) {
   std::printf("lost races: %d of 30 rounds (the rest: the second found the first's MANIFEST)\n", lost);
 }
 
+// --append: a new generation lists the old shards, untouched, then the new ones; a
+// Dataset opened before keeps its generation.
+TEST(PackAppend, NewGenerationKeepsOldShardsAndOldReaders) {
+  TempDir d;
+  const std::string src = tiny_folder(d, 3);
+  ImageFolderPackOptions o;
+  o.threads = 1;
+  o.shard_size = 4096;
+  pack_imagefolder(src, d.str("ds"), o);
+  const auto before = records_of(d.str("ds"));
+  auto old_reader = Dataset::open(d.str("ds"));
+  const Manifest m1 = old_reader->manifest();
+  EXPECT_EQ(manifest_generation(m1), 1u);
+
+  TempDir d2;
+  const std::string more = tiny_folder(d2, 2);
+  o.append = true;
+  const PackSummary s = pack_imagefolder(more, d.str("ds"), o);
+  EXPECT_EQ(s.records, 6u);
+  const Manifest m2 = read_manifest(d.str("ds"));
+  EXPECT_EQ(manifest_generation(m2), 2u);
+  ASSERT_EQ(m2.shards.size(), m1.shards.size() + s.shards);
+  for (size_t i = 0; i < m1.shards.size(); ++i) EXPECT_EQ(m2.shards[i], m1.shards[i]);
+  EXPECT_TRUE(m2.shards.back().name.starts_with("gen-00002-"));
+  // The old reader still reads exactly its generation; a new one sees both.
+  EXPECT_EQ(old_reader->record_count(), 9u);
+  for (uint64_t i = 0; i < old_reader->record_count(); ++i) (void)old_reader->read(i);
+  const auto after = records_of(d.str("ds"));
+  ASSERT_EQ(after.size(), 15u);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
+  TempDir d4;
+  o.append = false;
+  pack_imagefolder(more, d4.str("alone"), o);
+  const auto alone = records_of(d4.str("alone"));
+  EXPECT_TRUE(std::equal(alone.begin(), alone.end(), after.begin() + 9));
+  o.append = true;
+  EXPECT_TRUE(verify_path(d.str("ds")).ok());
+  // Other classes (or options) are refused, and nothing changes.
+  TempDir d3;
+  fs::create_directories(d3.str("src/other"));
+  testing::write_file(d3.str("src/other/a.jpg"), testing::make_jpeg(20, 20, 1));
+  std::string msg;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(d3.str("src"), d.str("ds"), o); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("other class names"), std::string::npos) << msg;
+  EXPECT_EQ(read_manifest(d.str("ds")).serialize(), m2.serialize());
+  o.fast_crop = true;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(more, d.str("ds"), o); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("meta baseline"), std::string::npos) << msg;
+  EXPECT_EQ(read_manifest(d.str("ds")).serialize(), m2.serialize());
+  EXPECT_TRUE(verify_path(d.str("ds")).ok());
+  // Nothing to append to.
+  o.fast_crop = false;
+  EXPECT_EQ(error_code_of([&] { pack_imagefolder(more, d.str("none"), o); }, &msg), ErrorCode::kInvalidArgument);
+}
+
 // The CLI: pack --part, then commit (refusing first, naming the missing part).
 TEST(CommitParts, CliPacksPartsAndCommits) {
   TempDir d;

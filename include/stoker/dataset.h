@@ -152,7 +152,21 @@ struct DatasetWriterOptions {
   /// that already holds a committed MANIFEST (kInvalidArgument), whatever `overwrite`
   /// says: the parts' shards are named by it.
   PartSpec part;
+  /// Add to the dataset already in the directory instead of writing a new one: its
+  /// MANIFEST (which must exist, with the same format version and schema) is replaced
+  /// by one that lists its shards, untouched, then the new ones (named
+  /// `gen-GGGGG-SSSSS.stk`, G the new generation), with meta "generation" one higher
+  /// (a dataset never appended to is generation 1) and the counts "tokens", "rows",
+  /// "documents" and "tokens_dropped" summed. Old shards are never rewritten or
+  /// removed, so a reader that opened the old manifest keeps reading that version. The
+  /// packers check the class names and the other meta. One appender at a time per
+  /// directory (a second one that commits later would drop the first one's shards from
+  /// MANIFEST: they stay on disk, in no dataset). Not with `part` or `overwrite`.
+  bool append = false;
 };
+
+/// The manifest generation of `m`: meta "generation", 1 when absent.
+uint64_t manifest_generation(const Manifest& m);
 
 /// Writes a dataset directory: shards in order, then the manifest.
 class DatasetWriter {
@@ -171,6 +185,8 @@ class DatasetWriter {
   void add_prepared(const PreparedRecord& record);
   const DatasetWriterOptions& options() const noexcept { return options_; }
   Manifest& manifest() noexcept { return manifest_; }  ///< set class names / meta before finish
+  /// With DatasetWriterOptions::append: the dataset's manifest before the append.
+  const Manifest& base() const noexcept { return base_; }
   uint64_t records() const noexcept { return records_; }
   uint64_t stored_bytes() const noexcept { return stored_bytes_; }
   uint64_t raw_bytes() const noexcept { return raw_bytes_; }
@@ -192,6 +208,7 @@ class DatasetWriter {
   std::string token_;  ///< this writer's pending-name suffix
   DatasetWriterOptions options_;
   Manifest manifest_;
+  Manifest base_;  ///< append: the manifest appended to
   std::unique_ptr<ShardWriter> current_;
   uint64_t records_ = 0, stored_bytes_ = 0, raw_bytes_ = 0;
   bool finished_ = false;

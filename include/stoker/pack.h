@@ -82,6 +82,11 @@ struct PackOptions {
   /// each part drops its own trailing tokens). A part whose range is empty (more parts
   /// than inputs) is kInvalidArgument. `overwrite` does not apply to a part.
   PartSpec part;
+  /// Add the records to the dataset already in `out` as its next generation
+  /// (DatasetWriterOptions::append): same schema, class names and options (meta) as the
+  /// dataset, or kInvalidArgument; a Loader already open keeps reading the generation it
+  /// opened. Not with `part` or `overwrite`.
+  bool append = false;
 };
 
 /// Options of the packers that store images (ImageFolder, WebDataset).

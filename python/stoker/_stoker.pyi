@@ -236,6 +236,9 @@ class Loader:
     def schema(self) -> str:
         ...
     @property
+    def generation(self) -> int:
+        ...
+    @property
     def rank(self) -> int:
         ...
     @property

@@ -158,3 +158,38 @@ def test_torchrun_two_ranks_pack_and_rank0_commits(folder, one_and_four, tmp_pat
     assert all_records(out) == all_records(one)
     loader = stoker.Loader(out, batch_size=4, size=16, seed=1, threads=1)
     assert sorted(i for b in loader for i in b["index"].tolist()) == list(range(27))
+
+
+def test_append_loader_keeps_its_generation_and_state_names_it(tmp_path):
+    out = str(tmp_path / "gen")
+    fields = {"x": "int64"}
+    with stoker.Writer(out, fields, shard_size=4096) as w:
+        for i in range(12):
+            w.write({"x": i})
+    old = stoker.Loader(out, batch_size=4, seed=3, threads=1)
+    assert old._impl.generation == 1
+    it = iter(old)
+    first = next(it)["index"].tolist()
+    state = old.state_dict()
+    assert state["fingerprint"]["dataset_generation"] == 1
+    with stoker.Writer(out, fields, shard_size=4096, append=True) as w:
+        for i in range(12, 20):
+            w.write({"x": i})
+    # The open loader finishes the epoch on the generation it opened.
+    rest = [i for b in it for i in b["index"].tolist()]
+    assert sorted(first + rest) == list(range(12))
+    new = stoker.Loader(out, batch_size=4, seed=3, threads=1)
+    assert new._impl.generation == 2
+    assert sorted(i for b in new for i in b["index"].tolist()) == list(range(20))
+    assert [stoker.read_record(out, i)["x"] for i in range(20)] == list(range(20))
+    with pytest.raises(ValueError, match="generation 1 .*generation 2"):
+        stoker.Loader(out, batch_size=4, seed=3, threads=1).load_state_dict(state)
+    # Same generation: the resume is exact.
+    a = stoker.Loader(out, batch_size=4, seed=3, threads=1)
+    ia = iter(a)
+    next(ia)
+    s2 = a.state_dict()
+    tail_a = [i for b in ia for i in b["index"].tolist()]
+    b = stoker.Loader(out, batch_size=4, seed=3, threads=1)
+    b.load_state_dict(s2)
+    assert [i for bb in b for i in bb["index"].tolist()] == tail_a

@@ -285,6 +285,13 @@ Manifest read_manifest_file(const std::string& path) {
   return Manifest::parse(internal::read_small_file(path, kMaxManifestBytes), path);
 }
 
+uint64_t manifest_generation(const Manifest& m) {
+  auto it = m.meta.find("generation");
+  uint64_t g = 0;
+  if (it == m.meta.end() || !parse_u64(it->second, g) || g == 0) return 1;
+  return g;
+}
+
 std::string PartSpec::to_string() const { return std::to_string(index) + "/" + std::to_string(count); }
 
 void PartSpec::validate() const {
