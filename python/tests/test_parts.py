@@ -129,6 +129,12 @@ def test_dask_local_cluster_packs_parts(folder, one_and_four, tmp_path):
         r = stoker.dask.pack(bag, out2, fields={"x": "int64", "t": "text"}, client=client)
         assert r["parts"] == 4 and r["records"] == 20
         assert [stoker.read_record(out2, i)["x"] for i in range(20)] == list(range(20))
+        # A part that fails raises here, naming it, and nothing is committed.
+        out3 = str(tmp_path / "dask_bad")
+        bad = db.from_sequence([{"x": 1}, {"x": "one"}], npartitions=2)
+        with pytest.raises(TypeError, match="field 'x'"):
+            stoker.dask.pack(bad, out3, fields={"x": "int64"}, client=client, retries=0)
+        assert not os.path.exists(os.path.join(out3, "MANIFEST"))
     loader = stoker.Loader(out2, batch_size=4, seed=1, threads=1)
     assert sorted(i for b in loader for i in b["index"].tolist()) == list(range(20))
 
@@ -193,3 +199,14 @@ def test_append_loader_keeps_its_generation_and_state_names_it(tmp_path):
     b = stoker.Loader(out, batch_size=4, seed=3, threads=1)
     b.load_state_dict(s2)
     assert [i for bb in b for i in bb["index"].tolist()] == tail_a
+
+
+def test_stoker_pack_main_does_not_commit_when_a_part_fails(folder, tmp_path, capsys):
+    import stoker.pack
+
+    out = str(tmp_path / "main")
+    assert stoker.pack.main(["imagefolder", str(tmp_path / "missing"), out]) == 1
+    assert "not committing" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(out, "MANIFEST"))
+    assert stoker.pack.main(["imagefolder", folder, out, "--threads", "1"]) == 0
+    assert stoker.read_manifest(out)["records"] == 27
