@@ -14,7 +14,9 @@ Two kinds of input:
   - records: a dask bag of sample dicts, a dask dataframe (one record per row, columns
     as fields), or a list of lists of sample dicts: partition i is written by
     stoker.Writer(out, fields, part=(i, n)), so a record's fields are checked as the
-    Writer checks them; `fields` is required, other keywords go to the Writer.
+    Writer checks them; `fields` is required, other keywords go to the Writer. Give
+    each sample its "__key__": the Writer's default key (its index) restarts at 0 in
+    every part.
 The tasks run on the workers (OUT must be a directory they all write: a shared file
 system); a failed task is retried `retries` times (a re-run replaces its part
 atomically); when every task has finished, the client calls stoker.commit(out) and
