@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "stoker/commit.h"
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
@@ -355,6 +356,36 @@ TEST(PackSamples, TokenListsRoundTripThroughPackedRows) {
       EXPECT_NE(std::string(e.what()).find(c.want), std::string::npos) << e.what();
     }
   }
+}
+
+// Parts cut the documents (whole files, whole JSON lines): every document lands in
+// exactly one part, and the merged counts are the parts' sums.
+TEST(TextPack, PartsSplitTheDocumentsAndCommitSumsTheirCounts) {
+  TempDir dir;
+  write_inputs(dir);
+  TextPackOptions o = options_for(dir);
+  o.seq_len = 8;
+  pack_text({dir.str("in")}, dir.str("one"), o);
+  uint64_t tokens = 0, documents = 0;
+  for (uint32_t i = 0; i < 2; ++i) {
+    o.part = PartSpec{i, 2};
+    pack_text({dir.str("in")}, dir.str("two"), o);
+    const Manifest p = read_manifest_file(dir.str("two/") + part_manifest_name(o.part));
+    tokens += std::stoull(p.meta.at("tokens"));
+    documents += std::stoull(p.meta.at("documents"));
+  }
+  commit_parts(dir.str("two"));
+  const Manifest one = read_manifest(dir.str("one")), two = read_manifest(dir.str("two"));
+  EXPECT_EQ(two.meta.at("tokens"), one.meta.at("tokens"));
+  EXPECT_EQ(two.meta.at("documents"), one.meta.at("documents"));
+  EXPECT_EQ(std::to_string(tokens), one.meta.at("tokens"));
+  EXPECT_EQ(std::to_string(documents), one.meta.at("documents"));
+  EXPECT_EQ(two.meta.at("parts"), "2");
+  o.part = PartSpec{0, 4};  // 3 pieces in 4 parts: part 0 gets none
+  std::string msg;
+  EXPECT_EQ(testing::error_code_of([&] { pack_text({dir.str("in")}, dir.str("four"), o); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("use at most 3 parts"), std::string::npos) << msg;
 }
 
 }  // namespace

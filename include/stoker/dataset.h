@@ -16,6 +16,13 @@
 // point leaves the old dataset or the new one, never a mix; its pending files are
 // ignored by verify and removed by the next writer of that directory.
 //
+// Parts (a dataset packed by N independent writers, on one machine or many): a writer
+// given a PartSpec writes part I of N into the shared directory under names no other
+// part uses (`part-IIIII-of-NNNNN-SSSSS.stk`) and, as its commit point, a *part
+// manifest* `MANIFEST.part-IIIII-of-NNNNN` (the manifest syntax, meta "part" = "I/N")
+// instead of MANIFEST; re-running a part replaces it in the same steps as above. No part
+// ever writes MANIFEST: commit_parts (commit.h) merges the N part manifests into it.
+//
 // Threading: Dataset is safe to share between threads (shard cache is locked).
 // DatasetWriter is used by one thread.
 #pragma once
@@ -72,6 +79,9 @@ bool is_writer_shard_name(std::string_view name, std::string_view prefix = {});
 
 /// Reads `dir/MANIFEST`. Throws kNotFound / kDataLoss.
 Manifest read_manifest(const std::string& dir);
+/// Reads and parses a manifest file at `path` (a part manifest, say). Throws kNotFound /
+/// kDataLoss naming it.
+Manifest read_manifest_file(const std::string& path);
 /// Writes `dir/MANIFEST` atomically (temporary name, fsync, rename, fsync dir).
 void write_manifest(const std::string& dir, const Manifest& manifest);
 
@@ -112,11 +122,51 @@ class Dataset {
   mutable std::vector<std::shared_ptr<const ShardReader>> cache_;
 };
 
+/// Part `index` of `count` (0-based) of a dataset written by several writers. count 0:
+/// not a part (the writer commits MANIFEST itself).
+struct PartSpec {
+  uint32_t index = 0;
+  uint32_t count = 0;
+  bool enabled() const noexcept { return count > 0; }
+  /// "I/N".
+  std::string to_string() const;
+  /// Parses "I/N" (0 <= I < N <= kMaxParts); throws kInvalidArgument saying why.
+  static PartSpec parse(std::string_view text);
+  /// The range [first, last) of `n` items this part takes when the items are cut into
+  /// `count` contiguous ranges of sizes differing by at most one (earlier parts smaller).
+  std::pair<uint64_t, uint64_t> range(uint64_t n) const noexcept;
+  /// Throws kInvalidArgument unless 0 <= index < count <= kMaxParts (or count == 0).
+  void validate() const;
+};
+inline constexpr uint32_t kMaxParts = 99999;
+/// "part-IIIII-of-NNNNN": the shard prefix of a part (its shards are PREFIX-SSSSS.stk).
+std::string part_shard_prefix(const PartSpec& part);
+/// "MANIFEST.part-IIIII-of-NNNNN": the file a part commits.
+std::string part_manifest_name(const PartSpec& part);
+
 struct DatasetWriterOptions {
   uint64_t shard_size = 256ull << 20;  ///< roll to a new shard past this many bytes
-  std::string shard_prefix = "shard";  ///< shard-00000.stk, shard-00001.stk, ...
+  std::string shard_prefix = "shard";  ///< shard-00000.stk, shard-00001.stk, ... (a part uses part_shard_prefix)
   ShardWriterOptions shard;
+  /// Write one part of a dataset (see "Parts" above). The writer refuses a directory
+  /// that already holds a committed MANIFEST (kInvalidArgument), whatever `overwrite`
+  /// says: the parts' shards are named by it.
+  PartSpec part;
+  /// Add to the dataset already in the directory instead of writing a new one: its
+  /// MANIFEST (which must exist, with the same format version and schema) is replaced
+  /// by one that lists its shards, untouched, then the new ones (named
+  /// `gen-GGGGG-SSSSS.stk`, G the new generation), with meta "generation" one higher
+  /// (a dataset never appended to is generation 1) and the counts "tokens", "rows",
+  /// "documents" and "tokens_dropped" summed. Old shards are never rewritten or
+  /// removed, so a reader that opened the old manifest keeps reading that version. The
+  /// packers check the class names and the other meta. One appender at a time per
+  /// directory (a second one that commits later would drop the first one's shards from
+  /// MANIFEST: they stay on disk, in no dataset). Not with `part` or `overwrite`.
+  bool append = false;
 };
+
+/// The manifest generation of `m`: meta "generation", 1 when absent.
+uint64_t manifest_generation(const Manifest& m);
 
 /// Writes a dataset directory: shards in order, then the manifest.
 class DatasetWriter {
@@ -135,6 +185,8 @@ class DatasetWriter {
   void add_prepared(const PreparedRecord& record);
   const DatasetWriterOptions& options() const noexcept { return options_; }
   Manifest& manifest() noexcept { return manifest_; }  ///< set class names / meta before finish
+  /// With DatasetWriterOptions::append: the dataset's manifest before the append.
+  const Manifest& base() const noexcept { return base_; }
   uint64_t records() const noexcept { return records_; }
   uint64_t stored_bytes() const noexcept { return stored_bytes_; }
   uint64_t raw_bytes() const noexcept { return raw_bytes_; }
@@ -156,6 +208,7 @@ class DatasetWriter {
   std::string token_;  ///< this writer's pending-name suffix
   DatasetWriterOptions options_;
   Manifest manifest_;
+  Manifest base_;  ///< append: the manifest appended to
   std::unique_ptr<ShardWriter> current_;
   uint64_t records_ = 0, stored_bytes_ = 0, raw_bytes_ = 0;
   bool finished_ = false;

@@ -334,6 +334,9 @@ class Loader {
   /// The dataset's fields, from the manifest the Loader opened (a mixture: its first
   /// source's), so a caller need not read the manifest again.
   const Schema& schema() const noexcept;
+  /// The manifest generation (DatasetWriterOptions::append) of the dataset this Loader
+  /// opened and keeps reading, whatever is appended later; 0 for a mixture.
+  uint64_t generation() const noexcept;
 
  private:
   struct Impl;  // the feed (one dataset, or a mixture) and the consumer guard

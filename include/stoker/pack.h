@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/dataset.h"
 #include "stoker/shard.h"
 #include "stoker/tokenizer.h"
 
@@ -69,6 +70,23 @@ struct PackOptions {
   /// it wrote (finished ones and the open .tmp) and throws kCancelled. May be set from a
   /// signal handler (the CLI sets it on SIGINT/SIGTERM). nullptr: never cancelled.
   const std::atomic<bool>* cancel = nullptr;
+  /// Write only part `part.index` of `part.count` into `out` (dataset.h, "Parts"; then
+  /// commit_parts in commit.h publishes the dataset). The input is cut into `count`
+  /// contiguous ranges (PartSpec::range), so the parts' records, in part order, are
+  /// those of a one-part pack in the same order: ImageFolder cuts its sorted image list,
+  /// WebDataset the tar list as given, tokens the stream's records (record boundaries,
+  /// so every part's records are byte-identical to the one-part pack's; a document
+  /// crossing a cut is continued in the next part with its doc_starts), text the
+  /// documents (whole files and whole JSON lines, in input order; each part's token
+  /// stream is cut into rows on its own, so the rows differ from a one-part pack's and
+  /// each part drops its own trailing tokens). A part whose range is empty (more parts
+  /// than inputs) is kInvalidArgument. `overwrite` does not apply to a part.
+  PartSpec part;
+  /// Add the records to the dataset already in `out` as its next generation
+  /// (DatasetWriterOptions::append): same schema, class names and options (meta) as the
+  /// dataset, or kInvalidArgument; a Loader already open keeps reading the generation it
+  /// opened. Not with `part` or `overwrite`.
+  bool append = false;
 };
 
 /// Options of the packers that store images (ImageFolder, WebDataset).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "stoker/batch.h"
+#include "stoker/commit.h"
 #include "stoker/cpu.h"
 #include "stoker/crc32c.h"
 #include "stoker/dataset.h"

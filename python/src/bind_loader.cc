@@ -408,6 +408,10 @@ class PyLoader {
     check_open();
     return loader_->schema().to_string();
   }
+  uint64_t generation() const {
+    check_open();
+    return loader_->generation();
+  }
   int rank() const {
     check_open();
     return loader_->rank();
@@ -615,6 +619,8 @@ void init_loader(py::module_& m) {
       .def_property_readonly("schema", &PyLoader::schema,
                              "The dataset's schema as the manifest writes it (\"jpg:image cls:int64\"); a "
                              "mixture: its first source's")
+      .def_property_readonly("generation", &PyLoader::generation,
+                             "The manifest generation of the dataset opened (0: a mixture).")
       .def_property_readonly("rank", &PyLoader::rank)
       .def_property_readonly("world_size", &PyLoader::world_size)
       .def_property_readonly("configured_slots", &PyLoader::configured_slots)

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "bindings.h"
+#include "stoker/commit.h"
 #include "stoker/pack.h"
 #include "stoker/shard.h"
 
@@ -40,6 +41,11 @@ void set_common(PackOptions& o, uint64_t shard_size, uint32_t align, int threads
   o.skip_bad = skip_bad;
   o.overwrite = overwrite;
   o.progress = progress;
+}
+
+// part: "I/N", or "" for a whole dataset.
+void set_part(PackOptions& o, const std::string& part) {
+  if (!part.empty()) o.part = PartSpec::parse(part);
 }
 
 void set_image(ImagePackOptions& o, bool fast_crop, bool check, bool exif_transpose) {
@@ -215,8 +221,9 @@ void init_pack(py::module_& m) {
       "pack_imagefolder",
       [](const std::string& src, const std::string& out, uint64_t shard_size, uint32_t align, int threads,
          bool skip_bad, bool overwrite, bool progress, bool baseline, bool fast_crop, uint64_t max_file_bytes,
-         bool check, bool exif_transpose) {
+         bool check, bool exif_transpose, const std::string& part) {
         ImageFolderPackOptions o;
+        set_part(o, part);
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
         set_image(o, fast_crop, check, exif_transpose);
         o.baseline = baseline;
@@ -231,14 +238,15 @@ void init_pack(py::module_& m) {
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("overwrite") = false,
       py::arg("progress") = false, py::arg("baseline") = false, py::arg("fast_crop") = false,
       py::arg("max_file_bytes") = ImageFolderPackOptions{}.max_file_bytes, py::arg("check") = true,
-      py::arg("exif_transpose") = false, kPackImageFolderDoc);
+      py::arg("exif_transpose") = false, py::arg("part") = "", kPackImageFolderDoc);
 
   m.def(
       "pack_tokens",
       [](const std::string& file, const std::string& out, const std::optional<std::string>& dtype, uint32_t seq_len,
          uint32_t rows_per_record, int zstd, uint64_t shard_size, uint32_t align, int threads, bool overwrite,
-         bool progress, std::optional<int64_t> eos) {
+         bool progress, std::optional<int64_t> eos, const std::string& part) {
         TokensPackOptions o;
+        set_part(o, part);
         o.eos = eos;
         set_common(o, shard_size, align, threads, false, overwrite, progress);
         // No default, as the CLI's --dtype has none: a uint32 file read as uint16 would
@@ -257,15 +265,17 @@ void init_pack(py::module_& m) {
       py::arg("file"), py::arg("out"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("seq_len") = 1024,
       py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false,
-      py::arg("eos") = py::none(),
+      py::arg("eos") = py::none(), py::arg("part") = "",
       kPackTokensDoc);
 
   m.def(
       "pack_wds",
       [](const std::vector<std::string>& tars, const std::string& out, uint64_t shard_size, uint32_t align,
          int threads, bool skip_bad, bool skip_incomplete, bool overwrite, bool progress,
-         const std::vector<std::string>& class_names, bool fast_crop, bool check, bool exif_transpose) {
+         const std::vector<std::string>& class_names, bool fast_crop, bool check, bool exif_transpose,
+         const std::string& part) {
         WdsPackOptions o;
+        set_part(o, part);
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
         set_image(o, fast_crop, check, exif_transpose);
         o.skip_incomplete = skip_incomplete;
@@ -280,7 +290,37 @@ void init_pack(py::module_& m) {
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("skip_incomplete") = false,
       py::arg("overwrite") = false, py::arg("progress") = false,
       py::arg("class_names") = std::vector<std::string>{}, py::arg("fast_crop") = false, py::arg("check") = true,
-      py::arg("exif_transpose") = false, kPackWdsDoc);
+      py::arg("exif_transpose") = false, py::arg("part") = "", kPackWdsDoc);
+
+  m.def(
+      "commit",
+      [](const std::string& dir, bool clean) {
+        CommitOptions o;
+        o.clean = clean;
+        CommitReport r;
+        {
+          py::gil_scoped_release nogil;
+          r = commit_parts(dir, o);
+        }
+        py::dict d;
+        d["outcome"] = r.outcome == CommitReport::Outcome::kCommitted          ? "committed"
+                       : r.outcome == CommitReport::Outcome::kAlreadyCommitted ? "already committed"
+                                                                              : "lost race";
+        d["parts"] = r.parts;
+        d["shards"] = r.shards;
+        d["records"] = r.records;
+        d["bytes"] = r.bytes;
+        d["strays"] = r.strays;
+        d["strays_removed"] = r.strays_removed;
+        d["seconds"] = r.seconds;
+        return d;
+      },
+      py::arg("dir"), py::kw_only(), py::arg("clean") = false,
+      R"(Publishes the MANIFEST of a dataset packed in parts (part="I/N" of the packers or
+stoker.Writer) once all N parts are complete (stoker/commit.h): returns a dict with
+"outcome" ("committed", "already committed" or "lost race": another commit published
+first), parts, shards, records, bytes and "strays" (files no manifest names; removed
+with clean=True). Raises naming every missing or incomplete part.)");
 
   m.def(
       "extract",

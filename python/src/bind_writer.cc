@@ -18,7 +18,7 @@ namespace {
 class NativeWriter {
  public:
   NativeWriter(const std::string& out, const std::vector<py::tuple>& fields, uint64_t shard_size, int zstd,
-               uint32_t align, bool overwrite) {
+               uint32_t align, bool overwrite, const std::string& part, bool append) {
     Schema schema;
     for (const py::tuple& t : fields) {
       if (t.size() != 4) throw py::value_error("field spec must be (name, kind, dtype, shape)");
@@ -31,6 +31,8 @@ class NativeWriter {
       schema.fields.push_back(std::move(f));
     }
     DatasetWriterOptions o;
+    if (!part.empty()) o.part = PartSpec::parse(part);
+    o.append = append;
     o.shard_size = shard_size;
     o.shard.align = align;
     if (zstd > 0) {
@@ -112,9 +114,10 @@ class NativeWriter {
 
 void init_writer(py::module_& m) {
   py::class_<NativeWriter>(m, "_NativeWriter")
-      .def(py::init<const std::string&, const std::vector<py::tuple>&, uint64_t, int, uint32_t, bool>(),
+      .def(py::init<const std::string&, const std::vector<py::tuple>&, uint64_t, int, uint32_t, bool,
+                    const std::string&, bool>(),
            py::arg("out"), py::arg("fields"), py::arg("shard_size"), py::arg("zstd"), py::arg("align"),
-           py::arg("overwrite"))
+           py::arg("overwrite"), py::arg("part") = "", py::arg("append") = false)
       .def("add", &NativeWriter::add, py::arg("values"))
       .def("finish", &NativeWriter::finish, py::arg("meta"), py::arg("class_names"))
       .def("discard", &NativeWriter::discard)

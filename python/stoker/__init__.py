@@ -34,6 +34,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
     ResourceExhaustedError,
     Tokenizer,
     UnavailableError,
+    commit,
     decode_image,
     extract,
     make_sample_imagefolder,

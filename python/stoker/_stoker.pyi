@@ -236,6 +236,9 @@ class Loader:
     def schema(self) -> str:
         ...
     @property
+    def generation(self) -> int:
+        ...
+    @property
     def rank(self) -> int:
         ...
     @property
@@ -613,6 +616,15 @@ class UnavailableError(Error):
     """
     code: str
 
+def commit(dir: str, *, clean: bool = ...) -> dict:
+    """
+    Publishes the MANIFEST of a dataset packed in parts (part="I/N" of the packers or
+    stoker.Writer) once all N parts are complete (stoker/commit.h): returns a dict with
+    "outcome" ("committed", "already committed" or "lost race": another commit published
+    first), parts, shards, records, bytes and "strays" (files no manifest names; removed
+    with clean=True). Raises naming every missing or incomplete part.
+    """
+
 def decode_image(jpeg: bytes, transform: ImageTransform, sample_seed: int) -> numpy.typing.NDArray[numpy.uint8]:
     """
     Decodes one JPEG with `transform` and the per-sample seed, as the loader does: a uint8 HWC numpy array.
@@ -632,7 +644,7 @@ def make_sample_imagefolder(out: str, *, images: int = ..., classes: int = ..., 
 def make_sample_tokens(path: str, *, tokens: int = ..., vocab: int = ..., dtype: str = ..., seed: int = ...) -> dict:
     ...
 
-def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ..., check: bool = ..., exif_transpose: bool = ...) -> dict:
+def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ..., check: bool = ..., exif_transpose: bool = ..., part: str = ...) -> dict:
     """
     Packs an ImageFolder tree into a dataset; returns the summary as a dict.
 
@@ -680,7 +692,7 @@ def pack_text(inputs: List[str], out: str, *, tokenizer: str, seq_len: int = ...
     seq_len, rows_per_record, zstd: as pack_tokens. Errors name the file and line.
     """
 
-def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., eos: Optional[int] = ...) -> dict:
+def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., eos: Optional[int] = ..., part: str = ...) -> dict:
     """
     Packs a token stream into a dataset of rows; returns the summary as a dict.
 
@@ -696,7 +708,7 @@ def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int
     The trailing tokens that make no full row are dropped and counted ("tokens_dropped").
     """
 
-def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ..., exif_transpose: bool = ...) -> dict:
+def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ..., exif_transpose: bool = ..., part: str = ...) -> dict:
     """
     Packs WebDataset tars (plain or compressed) into a dataset; returns the summary.
 

@@ -495,6 +495,7 @@ class Loader:
         self._tuple_keys = None
         self._fingerprint = {
             "dataset_samples": self._impl.epoch_samples,
+            "dataset_generation": self._impl.generation,
             "sources": [sources, weights] if sources is not None else None,
             "schema": self._impl.schema,
             "order": o.order,
@@ -587,8 +588,9 @@ class Loader:
         """Resume from state_dict(): the next iteration yields the batch after the last
         one handed out when the state was taken.
 
-        What must match (ValueError naming it otherwise): the dataset (its sample count
-        and schema), the order kind and its chunk parameters, the seed and drop_last:
+        What must match (ValueError naming it otherwise): the dataset (its manifest
+        generation — records appended since the state was taken refuse the resume —,
+        sample count and schema), the order kind and its chunk parameters, the seed and drop_last:
         the order state depends on these alone. What may change: the world size and
         batch size (the position is global: samples consumed by all ranks), and the
         transform, size, fields and output types — progressive resizing resumes with
@@ -596,6 +598,14 @@ class Loader:
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError(f"not a stoker Loader state (version {_STATE_VERSION}): {state!r:.200}")
         theirs = state.get("fingerprint", {})
+        # A state from before generations were recorded was taken on generation 1.
+        saved_gen, gen = theirs.get("dataset_generation", 1), self._fingerprint["dataset_generation"]
+        if saved_gen != gen:
+            raise ValueError(
+                f"state_dict was taken on generation {saved_gen} of the dataset ({theirs.get('dataset_samples')} "
+                f"samples); this loader opened generation {gen} ({self._fingerprint['dataset_samples']} samples): "
+                "records were appended since (or the dataset was replaced), so the saved position does not "
+                "continue the same sample order; resume on a copy of that generation, or start a new epoch")
         diffs = [f"{k}: saved {theirs.get(k)!r}, loader {self._fingerprint[k]!r}"
                  for k in _RESUME_KEYS if theirs.get(k) != self._fingerprint[k]]
         if diffs:

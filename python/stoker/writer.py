@@ -56,16 +56,31 @@ def _parse_field(name, spec):
     raise ValueError(f"field {name!r}: spec {spec!r} is not a kind name or ('ndarray'|'vararray', dtype, shape)")
 
 
+def _part_text(part):
+    """"I/N" from None, "I/N" or (I, N)."""
+    if part is None:
+        return ""
+    if isinstance(part, str):
+        return part
+    if isinstance(part, (tuple, list)) and len(part) == 2:
+        return f"{int(part[0])}/{int(part[1])}"
+    raise TypeError(f"part must be 'I/N' or (I, N), got {part!r}")
+
+
 class Writer:
     """Writes a stoker dataset (format version 2) from sample dicts; see the module doc.
 
     out: the dataset directory (created); fields: {name: spec}; shard_size: roll to a new
     shard past this many bytes; zstd: 0 (none) or a zstd level 1..19 per record;
     overwrite: replace a dataset already in `out`; class_names / meta: stored in the
-    manifest (labels index class_names)."""
+    manifest (labels index class_names). part="I/N" (or a tuple (I, N)): write part I of N
+    of a dataset (shards under part-unique names and a part manifest, no MANIFEST);
+    stoker.commit(out) publishes it once all N parts are written (stoker/commit.h).
+    append=True: add the records to the dataset in `out` as its next generation (same
+    fields, class names and meta; a Loader already open keeps the generation it opened)."""
 
     def __init__(self, out, fields, *, shard_size=256 << 20, zstd=0, align=1, overwrite=False,
-                 class_names=None, meta=None):
+                 class_names=None, meta=None, part=None, append=False):
         if not isinstance(fields, dict) or not fields:
             raise TypeError("fields must be a non-empty dict {name: kind}")
         if isinstance(shard_size, bool) or not isinstance(shard_size, numbers.Integral):
@@ -82,7 +97,8 @@ class Writer:
         self._meta.setdefault("source", "writer")
         self._class_names = [str(c) for c in (class_names or [])]
         self._native = _stoker._NativeWriter(str(out), [tuple(f) for f in self._fields], int(shard_size),
-                                             int(zstd), int(align), bool(overwrite))
+                                             int(zstd), int(align), bool(overwrite), _part_text(part),
+                                             bool(append))
         self._count = 0
         self.summary = None
 

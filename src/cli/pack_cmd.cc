@@ -19,7 +19,8 @@ struct CommonArgs {
   std::string shard_size = "256MiB";
   int align = 1;
   int threads = 0;
-  bool skip_bad = false, overwrite = false, no_check = false;
+  bool skip_bad = false, overwrite = false, no_check = false, append = false;
+  std::string part;
 
   void declare(CLI::App* c, bool images = true) {
     c->add_option("--shard-size", shard_size, "start a new shard past this many bytes (>= 4KiB)")->check(byte_size())->capture_default_str();
@@ -28,6 +29,12 @@ struct CommonArgs {
     c->add_option("--threads", threads, "threads (0: the CPUs allowed)")->check(CLI::Range(0, 1024))->capture_default_str();
     c->add_flag("--skip-bad", skip_bad, "skip inputs that cannot be packed (listed at the end) instead of stopping");
     c->add_flag("--overwrite", overwrite, "replace an existing dataset at OUT (kept whole until the new one is complete)");
+    c->add_flag("--append", append,
+                "add the records to the dataset at OUT as a new manifest generation (same schema, classes and "
+                "options; readers that opened the old generation keep it)");
+    c->add_option("--part", part,
+                  "I/N: write only part I (from 0) of N into OUT, under part-unique names, with a part manifest and no "
+                  "MANIFEST; the input is cut into N contiguous ranges. Run all N (anywhere), then `stoker commit OUT`");
     if (images)
       c->add_flag("--no-check", no_check,
                   "check image headers only, not that every image decodes (faster; a corrupt image then fails in "
@@ -41,6 +48,8 @@ struct CommonArgs {
     o.overwrite = overwrite;
     o.check_decode = !no_check;
     o.progress = true;  // drawn only when stderr is a terminal
+    if (!part.empty()) o.part = PartSpec::parse(part);
+    o.append = append;
   }
 };
 

@@ -89,6 +89,12 @@ std::string unique_token() {
 
 bool is_pending(const std::string& name) { return name.find(kPendingMarker) != std::string::npos; }
 
+bool parse_count(const std::string& s, uint64_t& v) {
+  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  v = std::stoull(s);
+  return true;
+}
+
 }  // namespace
 
 DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOptions options, bool overwrite)
@@ -98,6 +104,29 @@ DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOption
       schema.min_version() > options_.shard.version)
     throw_error(ErrorCode::kInvalidArgument, "schema " + schema.to_string() + " cannot be written as version " +
                                                  std::to_string(options_.shard.version));
+  options_.part.validate();
+  if (options_.append) {
+    if (options_.part.enabled() || overwrite)
+      throw_error(ErrorCode::kInvalidArgument, "append cannot be combined with a part or with overwrite");
+    if (!std::filesystem::exists(dir_ + "/" + kManifestName))
+      throw_error(ErrorCode::kInvalidArgument, dir_ + " holds no dataset (no " + kManifestName + ") to append to");
+    base_ = read_manifest(dir_);
+    if (base_.version != options_.shard.version || !(base_.schema == schema))
+      throw_error(ErrorCode::kInvalidArgument, "cannot append to " + dir_ + ": it holds schema " +
+                                                   base_.schema.to_string() + " (version " + std::to_string(base_.version) +
+                                                   "), the new records have " + schema.to_string() + " (version " +
+                                                   std::to_string(options_.shard.version) + ")");
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "gen-%05llu", static_cast<unsigned long long>(manifest_generation(base_) + 1));
+    options_.shard_prefix = prefix;
+  }
+  if (options_.part.enabled()) {
+    options_.shard_prefix = part_shard_prefix(options_.part);
+    if (std::filesystem::exists(dir_ + "/" + kManifestName))
+      throw_error(ErrorCode::kInvalidArgument,
+                  dir_ + " already holds a committed dataset (" + kManifestName + " exists); part " +
+                      options_.part.to_string() + " cannot be written into it (pack the parts into a new directory)");
+  }
   if (options_.shard_size < 4096) throw_error(ErrorCode::kInvalidArgument, "shard size must be at least 4 KiB");
   if (!is_safe_shard_name(options_.shard_prefix + "-00000.stk"))
     throw_error(ErrorCode::kInvalidArgument, "shard prefix '" + options_.shard_prefix + "' is not a plain file name");
@@ -105,7 +134,7 @@ DatasetWriter::DatasetWriter(std::string dir, Schema schema, DatasetWriterOption
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw_error(ErrorCode::kIoError, "create directory " + dir_ + ": " + ec.message());
   // The old dataset stays whole until finish() commits the new one.
-  if (std::filesystem::exists(dir_ + "/" + kManifestName) && !overwrite)
+  if (!options_.part.enabled() && !options_.append && std::filesystem::exists(dir_ + "/" + kManifestName) && !overwrite)
     throw_error(ErrorCode::kInvalidArgument,
                 dir_ + " already holds a dataset (" + kManifestName + " exists); refusing to overwrite");
   manifest_.version = options_.shard.version;
@@ -182,35 +211,80 @@ Manifest DatasetWriter::finish() {
 //      names those; 4. the pending names go.
 // A failure before 1 removes the new shards; after it, the new dataset stands (under
 // pending names if step 3 cannot be done, e.g. on a file system without hard links).
+// A part commits its part manifest in the same steps, and touches only files of its
+// own naming (other parts may be writing into the directory at the same time).
 void DatasetWriter::commit() {
+  const bool part = options_.part.enabled();
+  const std::string manifest_path = dir_ + "/" + (part ? part_manifest_name(options_.part) : kManifestName);
+  if (part) manifest_.meta["part"] = options_.part.to_string();
   std::set<std::string> old_shards;
-  try {
-    const Manifest old = read_manifest(dir_);
-    for (const ShardEntry& s : old.shards) old_shards.insert(s.name);
-  } catch (const Error&) {
-    // No old dataset, or an unreadable one: nothing of it to keep or remove.
+  Manifest next = manifest_;  // what MANIFEST will say (an append: the old shards first)
+  size_t first_new = 0;       // next.shards[first_new..] are this writer's
+  if (options_.append) {
+    next.shards = base_.shards;
+    next.shards.insert(next.shards.end(), manifest_.shards.begin(), manifest_.shards.end());
+    first_new = base_.shards.size();
+    std::string clash;
+    if (!next.class_names.empty() && !base_.class_names.empty() && next.class_names != base_.class_names)
+      clash = "other class names";
+    std::set<std::string> keys;
+    for (const auto& [k, v] : base_.meta) keys.insert(k);
+    for (const auto& [k, v] : next.meta) keys.insert(k);
+    for (const std::string& k : keys) {
+      if (!clash.empty() || k == "tokens" || k == "rows" || k == "documents" || k == "tokens_dropped" ||
+          k == "generation" || k == "parts")
+        continue;
+      auto a = next.meta.find(k), b = base_.meta.find(k);
+      const std::string mine = a == next.meta.end() ? "(none)" : a->second;
+      const std::string theirs = b == base_.meta.end() ? "(none)" : b->second;
+      if (mine != theirs) clash = "meta " + k + " '" + mine + "' (the dataset has '" + theirs + "')";
+    }
+    if (!clash.empty()) {
+      discard();
+      throw_error(ErrorCode::kInvalidArgument, "cannot append to " + dir_ + ": the new records have " + clash +
+                                                   "; nothing was appended");
+    }
+    for (const auto& [k, v] : base_.meta) {
+      auto it = next.meta.find(k);
+      if (it == next.meta.end()) {
+        next.meta[k] = v;
+      } else if (k == "tokens" || k == "rows" || k == "documents" || k == "tokens_dropped") {
+        uint64_t a = 0, b = 0;
+        if (parse_count(it->second, a) && parse_count(v, b)) it->second = std::to_string(a + b);
+      }
+    }
+    next.meta["generation"] = std::to_string(manifest_generation(base_) + 1);
+    if (next.class_names.empty()) next.class_names = base_.class_names;
+  } else {
+    try {
+      const Manifest old = read_manifest_file(manifest_path);
+      for (const ShardEntry& s : old.shards) old_shards.insert(s.name);
+    } catch (const Error&) {
+      // No old dataset, or an unreadable one: nothing of it to keep or remove.
+    }
   }
-  const std::string manifest_path = dir_ + "/" + kManifestName;
   try {
-    internal::write_file_atomic(manifest_path, manifest_.serialize(), manifest_path + kPendingMarker + token_);
+    internal::write_file_atomic(manifest_path, next.serialize(), manifest_path + kPendingMarker + token_);
   } catch (...) {
     discard();
     throw;
   }
   finished_ = true;
+  manifest_ = std::move(next);
   std::vector<std::string> pending;
-  for (const ShardEntry& s : manifest_.shards) pending.push_back(s.name);
+  for (size_t i = first_new; i < manifest_.shards.size(); ++i) pending.push_back(manifest_.shards[i].name);
   std::error_code ec;
   for (const std::string& name : old_shards) std::filesystem::remove(dir_ + "/" + name, ec);
 
   Manifest plain = manifest_;
   bool linked = true;
   size_t made = 0;
-  for (; made < plain.shards.size() && linked; ++made) {
+  for (; made < pending.size() && linked; ++made) {
     char name[64];
     std::snprintf(name, sizeof name, "-%05zu.stk", made);
-    plain.shards[made].name = options_.shard_prefix + name;
-    const std::string to = dir_ + "/" + plain.shards[made].name;
+    ShardEntry& entry = plain.shards[first_new + made];
+    entry.name = options_.shard_prefix + name;
+    const std::string to = dir_ + "/" + entry.name;
     std::filesystem::remove(to, ec);  // a stray file of that name is in no dataset
     linked = ::link((dir_ + "/" + pending[made]).c_str(), to.c_str()) == 0;
   }
@@ -221,15 +295,18 @@ void DatasetWriter::commit() {
     for (const std::string& name : pending) std::filesystem::remove(dir_ + "/" + name, ec);
   } catch (const Error&) {
     // The dataset stands under its pending names; the plain links made are strays.
-    for (size_t i = 0; i < made; ++i) std::filesystem::remove(dir_ + "/" + plain.shards[i].name, ec);
+    for (size_t i = 0; i < made; ++i) std::filesystem::remove(dir_ + "/" + plain.shards[first_new + i].name, ec);
   }
   // Leftovers of writers killed earlier: pending files, and shards of this writer's
   // naming that a commit killed before step 2 left behind, that the live manifest does
   // not name.
   std::set<std::string> live;
   for (const ShardEntry& s : manifest_.shards) live.insert(s.name);
+  const std::string own = part ? options_.shard_prefix + "-" : std::string();
+  const std::string own_manifest = part ? part_manifest_name(options_.part) + kPendingMarker : std::string();
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
+    if (part && !name.starts_with(own) && !name.starts_with(own_manifest)) continue;
     if ((is_pending(name) || is_writer_shard_name(name, options_.shard_prefix)) && !live.count(name))
       std::filesystem::remove(entry.path(), ec);
   }

@@ -281,6 +281,51 @@ Manifest read_manifest(const std::string& dir) {
   return Manifest::parse(text, path);
 }
 
+Manifest read_manifest_file(const std::string& path) {
+  return Manifest::parse(internal::read_small_file(path, kMaxManifestBytes), path);
+}
+
+uint64_t manifest_generation(const Manifest& m) {
+  auto it = m.meta.find("generation");
+  uint64_t g = 0;
+  if (it == m.meta.end() || !parse_u64(it->second, g) || g == 0) return 1;
+  return g;
+}
+
+std::string PartSpec::to_string() const { return std::to_string(index) + "/" + std::to_string(count); }
+
+void PartSpec::validate() const {
+  if (count == 0 && index == 0) return;
+  if (count == 0 || count > kMaxParts || index >= count)
+    throw_error(ErrorCode::kInvalidArgument, "part " + to_string() + ": expected I/N with 0 <= I < N <= " +
+                                                 std::to_string(kMaxParts) + " (parts count from 0)");
+}
+
+PartSpec PartSpec::parse(std::string_view text) {
+  const size_t slash = text.find('/');
+  uint64_t i = 0, n = 0;
+  if (slash == std::string_view::npos || !parse_u64(text.substr(0, slash), i) || !parse_u64(text.substr(slash + 1), n) ||
+      n == 0 || n > kMaxParts || i >= n)
+    throw_error(ErrorCode::kInvalidArgument, "part '" + std::string(text) + "': expected I/N with 0 <= I < N <= " +
+                                                 std::to_string(kMaxParts) + " (parts count from 0)");
+  return PartSpec{static_cast<uint32_t>(i), static_cast<uint32_t>(n)};
+}
+
+std::pair<uint64_t, uint64_t> PartSpec::range(uint64_t n) const noexcept {
+  if (count == 0) return {0, n};
+  // (i*n)/count without overflow for any n below 2^64 / kMaxParts.
+  auto cut = [&](uint64_t i) { return static_cast<uint64_t>((static_cast<unsigned __int128>(n) * i) / count); };
+  return {cut(index), cut(index + 1ull)};
+}
+
+std::string part_shard_prefix(const PartSpec& part) {
+  char b[48];
+  std::snprintf(b, sizeof b, "part-%05u-of-%05u", part.index, part.count);
+  return b;
+}
+
+std::string part_manifest_name(const PartSpec& part) { return std::string(kManifestName) + "." + part_shard_prefix(part); }
+
 void write_manifest(const std::string& dir, const Manifest& manifest) {
   internal::write_file_atomic(dir + "/" + kManifestName, manifest.serialize());
 }

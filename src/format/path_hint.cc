@@ -81,7 +81,7 @@ std::string describe_file(const std::string& path, uint64_t size) {
 
 std::string describe_dir(const std::string& path) {
   std::error_code ec;
-  int class_dirs = 0, tars = 0, shards = 0, tmps = 0, files = 0, seen = 0;
+  int class_dirs = 0, tars = 0, shards = 0, tmps = 0, files = 0, seen = 0, parts = 0;
   std::string first_tar;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end && seen < kMaxScan; it.increment(ec), ++seen) {
     const std::string name = it->path().filename().string();
@@ -96,6 +96,8 @@ std::string describe_dir(const std::string& path) {
         ++shards;
       } else if (ends_with(name, ".tmp")) {
         ++tmps;
+      } else if (name.starts_with(std::string(kManifestName) + ".part-") && name.find(kPendingMarker) == std::string::npos) {
+        ++parts;
       }
     }
   }
@@ -103,6 +105,10 @@ std::string describe_dir(const std::string& path) {
   // Only the first kMaxScan entries are looked at; say so in the counts.
   const std::string more = seen >= kMaxScan ? "+" : "";
   const std::string no = path + " is not a stoker dataset (no " + kManifestName + ")";
+  if (parts > 0)
+    return no + " but holds " + std::to_string(parts) + more +
+           " part manifest(s) of a dataset packed in parts: run `stoker commit " + path +
+           "` once every part is packed";
   if (shards > 0 || tmps > 0)
     return no + " but holds " + std::to_string(shards) + " shard file(s)" +
            (tmps ? " and " + std::to_string(tmps) + " .tmp file(s)" : std::string()) +

@@ -131,12 +131,20 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
                                      : " (" + std::to_string(ignored.size()) + " files without an image extension, e.g. " +
                                            ignored.front() + ")"));
 
+  if (options.part.enabled()) {
+    items = part_slice(items, options.part, "images");
+    total_bytes = 0;
+    for (const Item& item : items) {
+      std::error_code ec;
+      const uint64_t size = fs::file_size(item.path, ec);
+      total_bytes += ec ? 0 : size;
+    }
+  }
+
   Schema schema;
   schema.fields = {Field{"image", FieldKind::kImage}, Field{"label", FieldKind::kInt64}};
   add_key_field(schema);
-  DatasetWriterOptions wopts;
-  wopts.shard_size = options.shard_size;
-  wopts.shard.align = options.align;
+  const DatasetWriterOptions wopts = writer_options(options);
   DatasetWriter writer(out, schema, wopts, options.overwrite);
   writer.manifest().class_names = classes;
   writer.manifest().meta["source"] = "imagefolder";

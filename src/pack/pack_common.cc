@@ -113,10 +113,21 @@ std::string exif_transpose_note(uint64_t turned, uint64_t trimmed) {
   return note;
 }
 
+DatasetWriterOptions writer_options(const PackOptions& options) {
+  DatasetWriterOptions w;
+  w.shard_size = options.shard_size;
+  w.shard.align = options.align;
+  w.part = options.part;
+  w.append = options.append;
+  return w;
+}
+
 void fill_summary(PackSummary& s, const Manifest& m, const DatasetWriter& w) {
   s.records = w.records();
-  s.shards = m.shards.size();
-  s.bytes = m.total_bytes();
+  // An append's manifest lists the dataset's old shards first.
+  const size_t old = w.options().append ? w.base().shards.size() : 0;
+  s.shards = m.shards.size() - old;
+  s.bytes = m.total_bytes() - w.base().total_bytes();
   s.raw_bytes = w.raw_bytes();
   s.stored_bytes = w.stored_bytes();
 }

@@ -10,6 +10,7 @@
 
 #include "decode/jpeg_decode.h"
 #include "stoker/dataset.h"
+#include "stoker/error.h"
 #include "stoker/pack.h"
 #include "util/bytes.h"
 
@@ -79,6 +80,25 @@ inline void add_key_field(Schema& schema) {
 inline std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
+
+/// The slice of `all` (the `what`: "images", "tars") that `part` takes (all of it when
+/// no part is set). Throws kInvalidArgument when the slice is empty.
+template <class T>
+std::vector<T> part_slice(const std::vector<T>& all, const PartSpec& part, const std::string& what) {
+  const std::pair<uint64_t, uint64_t> r = part.range(all.size());
+  if (r.first == r.second)
+    throw_error(ErrorCode::kInvalidArgument, "part " + part.to_string() + " of " + std::to_string(all.size()) + " " +
+                                                 what + " is empty: use at most " + std::to_string(all.size()) + " parts");
+  return std::vector<T>(all.begin() + static_cast<ptrdiff_t>(r.first), all.begin() + static_cast<ptrdiff_t>(r.second));
+}
+
+/// The DatasetWriter options every packer starts from (shard size, alignment, part).
+DatasetWriterOptions writer_options(const PackOptions& options);
+
+/// pack_tokens; with `split_records` false a part packs the whole stream it is given
+/// (pack_text hands each part a stream of its own documents).
+PackSummary pack_tokens_impl(const std::string& file, const std::string& out, const TokensPackOptions& options,
+                             bool split_records);
 
 /// Last path component of `path` (without trailing slashes).
 std::string base_name(const std::string& path);

@@ -44,7 +44,8 @@ PackSummary pack_samples(const std::vector<std::string>& inputs, const std::stri
       options.dtype != DType::kInt64)
     throw_error(ErrorCode::kInvalidArgument, "pack samples: --dtype must be uint16, uint32, int32 or int64");
   for (const std::string& in : inputs) check_output_outside(in, out, "input");
-  const std::vector<TextPiece> pieces = plan_text_pieces(inputs, kPieceBytes);
+  // A part takes its slice of the pieces (whole lines).
+  const std::vector<TextPiece> pieces = part_slice(plan_text_pieces(inputs, kPieceBytes), options.part, "JSON Lines pieces");
   uint64_t input_bytes = 0;
   for (const TextPiece& p : pieces) {
     if (p.kind != TextInputKind::kJsonLines)
@@ -91,9 +92,7 @@ PackSummary pack_samples(const std::vector<std::string>& inputs, const std::stri
     return r;
   };
 
-  DatasetWriterOptions wo;
-  wo.shard_size = options.shard_size;
-  wo.shard.align = options.align;
+  DatasetWriterOptions wo = writer_options(options);
   if (options.zstd_level < 0 || options.zstd_level > 19)
     throw_error(ErrorCode::kInvalidArgument, "pack samples: --zstd level must be 0..19");
   if (options.zstd_level > 0) {
@@ -110,7 +109,7 @@ PackSummary pack_samples(const std::vector<std::string>& inputs, const std::stri
       pieces.size(), threads, static_cast<size_t>(threads) * 2, produce, [&](size_t i, ParsedPiece&& r) {
         check_cancel(options.cancel, writer, "pack samples", out);
         const TextPiece& piece = pieces[i];
-        if (piece.file != file_now) file_now = piece.file, lines_before = 0;
+        if (piece.file != file_now) file_now = piece.file, lines_before = internal::lines_before(piece);
         if (r.problem)
           throw_error(ErrorCode::kInvalidArgument,
                       piece.file + ":" + std::to_string(lines_before + r.problem->line) + ": " + r.problem->why);

@@ -1,5 +1,4 @@
 #include "pack/text_inputs.h"
-#include "stoker/shard.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stoker/error.h"
+#include "stoker/shard.h"
 #include "util/bytes.h"
 #include "util/unique_fd.h"
 
@@ -100,6 +100,22 @@ std::string read_text_piece(const TextPiece& piece) {
   if (pread_full(fd.get(), s.data(), s.size(), piece.offset, piece.file) != s.size())
     throw_error(ErrorCode::kDataLoss, piece.file + ": file shrank while being read");
   return s;
+}
+
+uint64_t lines_before(const TextPiece& piece) {
+  if (piece.offset == 0) return 0;
+  UniqueFd fd(::open(piece.file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) throw errno_error("open " + piece.file, errno);
+  std::vector<char> buf(1 << 20);
+  uint64_t lines = 0;
+  for (uint64_t at = 0; at < piece.offset;) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), piece.offset - at));
+    if (pread_full(fd.get(), buf.data(), want, at, piece.file) != want)
+      throw_error(ErrorCode::kDataLoss, piece.file + ": file shrank while being read");
+    lines += static_cast<uint64_t>(std::count(buf.begin(), buf.begin() + static_cast<long>(want), '\n'));
+    at += want;
+  }
+  return lines;
 }
 
 std::optional<JsonLinesProblem> read_json_objects(std::string_view lines,

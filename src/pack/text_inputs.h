@@ -35,6 +35,10 @@ std::vector<TextPiece> plan_text_pieces(const std::vector<std::string>& inputs, 
 /// The bytes of a piece (pread; kDataLoss when the file shrank).
 std::string read_text_piece(const TextPiece& piece);
 
+/// Lines of `piece.file` before the piece ('\n' in its first piece.offset bytes): where
+/// its line numbers start when the piece is not the file's first (a part's slice).
+uint64_t lines_before(const TextPiece& piece);
+
 /// Where a JSON Lines piece is bad: its line (1-based, within the piece) and why.
 struct JsonLinesProblem {
   uint64_t line;

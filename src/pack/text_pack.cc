@@ -139,7 +139,8 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
   std::optional<uint32_t> bos, eos;
   if (options.bos) bos = resolve_token(*tok, *options.bos, "--bos", options.tokenizer);
   if (options.eos) eos = resolve_token(*tok, *options.eos, "--eos", options.tokenizer);
-  const std::vector<TextPiece> pieces = plan_text_pieces(inputs, kPieceBytes);
+  // A part tokenises its slice of the pieces (whole documents) into a stream of its own.
+  const std::vector<TextPiece> pieces = part_slice(plan_text_pieces(inputs, kPieceBytes), options.part, "text pieces");
   uint64_t text_bytes = 0;
   for (const TextPiece& p : pieces) text_bytes += p.size;
 
@@ -165,7 +166,8 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
   if (target.filename().empty()) target = target.parent_path();
   fs::create_directories(target.parent_path());
   ScratchDir scratch(target.parent_path() / ("." + target.filename().string() + ".text-pending-" +
-                                             std::to_string(::getpid())));
+                                             std::to_string(::getpid()) +
+                                             (options.part.enabled() ? "-" + part_shard_prefix(options.part) : "")));
   const std::string bin = scratch.file("text.bin");
   MegatronPairWriter pair(bin, tok->vocab_size() > 65536);
   ProgressReporter progress("pack text: tokenize", pieces.size(), text_bytes, options.progress);
@@ -177,7 +179,7 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
         if (options.cancel && options.cancel->load())
           throw_error(ErrorCode::kCancelled, "pack text interrupted while tokenising; nothing was packed");
         const TextPiece& piece = pieces[i];
-        if (piece.file != file_now) file_now = piece.file, lines_before = 0;
+        if (piece.file != file_now) file_now = piece.file, lines_before = internal::lines_before(piece);
         if (r.problem)
           throw_error(ErrorCode::kInvalidArgument,
                       piece.file + ":" + std::to_string(lines_before + r.problem->line) + ": " + r.problem->why);
@@ -199,7 +201,7 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
   t.seq_len = options.seq_len;
   t.rows_per_record = options.rows_per_record;
   t.zstd_level = options.zstd_level;
-  PackSummary s = pack_tokens(bin, out, t);
+  PackSummary s = pack_tokens_impl(bin, out, t, false);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.notes.insert(s.notes.begin(), "tokenized " + std::to_string(pair.documents()) + " documents (" +
                                       format_bytes(static_cast<double>(text_bytes)) + " of text) into " +

@@ -181,6 +181,11 @@ MegatronIndex read_megatron_index(const std::string& idx_path, int64_t bin_size)
 }
 
 PackSummary pack_tokens(const std::string& file, const std::string& out, const TokensPackOptions& options) {
+  return pack_tokens_impl(file, out, options, true);
+}
+
+PackSummary internal::pack_tokens_impl(const std::string& file, const std::string& out,
+                                       const TokensPackOptions& options, bool split_records) {
   const auto t0 = std::chrono::steady_clock::now();
   if (options.seq_len < 1) throw_error(ErrorCode::kInvalidArgument, "--seq-len must be at least 1");
   if (options.zstd_level < 0 || options.zstd_level > 19)
@@ -254,14 +259,24 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   const uint64_t records = (rows + R - 1) / R;
   // Rows overlap by one token, so they use rows*N + 1 tokens of the stream.
   const uint64_t dropped = T - (rows * N + 1);
+  // A part takes records [k0, k1): the same records a one-part pack writes there.
+  uint64_t k0 = 0, k1 = records;
+  if (split_records && options.part.enabled()) {
+    const std::pair<uint64_t, uint64_t> r = options.part.range(records);
+    if (r.first == r.second)
+      throw_error(ErrorCode::kInvalidArgument, "part " + options.part.to_string() + " of the " + std::to_string(records) +
+                                                   " records of " + file + " is empty: use at most " +
+                                                   std::to_string(records) + " parts (or fewer --rows-per-record)");
+    k0 = r.first;
+    k1 = r.second;
+  }
+  const bool last_part = k1 == records;
 
   Schema schema;
   Field f{"tokens", FieldKind::kTokens, dtype, static_cast<uint32_t>(N)};
   schema.fields = {f};
   if (docs) schema.fields.push_back(Field{kDocStartsField, FieldKind::kVarArray, DType::kInt32, 0, {}});
-  DatasetWriterOptions wopts;
-  wopts.shard_size = options.shard_size;
-  wopts.shard.align = options.align;
+  DatasetWriterOptions wopts = writer_options(options);
   if (options.zstd_level > 0) {
     wopts.shard.compression = Compression::kZstd;
     wopts.shard.zstd_level = options.zstd_level;
@@ -270,12 +285,18 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   Manifest& m = writer.manifest();
   m.meta["seq_len"] = std::to_string(N);
   m.meta["dtype"] = dtype_name(dtype);
-  m.meta["tokens"] = std::to_string(T);
-  m.meta["rows"] = std::to_string(rows);
+  // The counts are this part's share (commit_parts sums them): its rows, the stream
+  // tokens from its first row's start to the next part's, the documents starting there.
+  const uint64_t first_token = k0 * R * N, end_token = last_part ? T : k1 * R * N;
+  m.meta["tokens"] = std::to_string(end_token - first_token);
+  m.meta["rows"] = std::to_string(std::min(k1 * R, rows) - k0 * R);
   m.meta["rows_per_record"] = std::to_string(R);
-  m.meta["tokens_dropped"] = std::to_string(dropped);
+  m.meta["tokens_dropped"] = std::to_string(last_part ? dropped : 0);
   m.meta["source"] = source;
-  if (docs) m.meta["documents"] = std::to_string(doc_starts.size());
+  if (docs)
+    m.meta["documents"] = std::to_string(
+        std::lower_bound(doc_starts.begin(), doc_starts.end(), end_token) -
+        std::lower_bound(doc_starts.begin(), doc_starts.end(), first_token));
   if (options.eos) m.meta["eos"] = std::to_string(*options.eos);
 
   const ShardWriterOptions shard_opts = writer.options().shard;
@@ -293,20 +314,21 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
   };
 
   PackSummary summary;
-  ProgressReporter progress("pack tokens", records, 0, options.progress);
+  ProgressReporter progress("pack tokens", k1 - k0, 0, options.progress);
   const int threads = resolve_threads(options.threads);
-  ordered_parallel_for<PreparedRecord>(records, threads, static_cast<size_t>(threads) * 4, produce,
-                                       [&](size_t k, PreparedRecord&& rec) {
-                                         check_cancel(options.cancel, writer, "pack tokens", out);
-                                         writer.add_prepared(rec);
-                                         progress.update(k + 1, writer.raw_bytes());
-                                       });
+  ordered_parallel_for<PreparedRecord>(
+      k1 - k0, threads, static_cast<size_t>(threads) * 4, [&](size_t i) { return produce(k0 + i); },
+      [&](size_t i, PreparedRecord&& rec) {
+        check_cancel(options.cancel, writer, "pack tokens", out);
+        writer.add_prepared(rec);
+        progress.update(i + 1, writer.raw_bytes());
+      });
   progress.finish();
-  summary.input_bytes = T * elem;
+  summary.input_bytes = (end_token - first_token) * elem;
   Manifest done = writer.finish();
   fill_summary(summary, done, writer);
-  summary.tokens_dropped = dropped;
-  if (dropped)
+  summary.tokens_dropped = last_part ? dropped : 0;
+  if (summary.tokens_dropped)
     summary.notes.push_back("dropped the last " + std::to_string(dropped) + " of " + std::to_string(T) +
                             " tokens: they make no full row of " + std::to_string(N + 1) + " (--seq-len " +
                             std::to_string(N) + " + 1); manifest meta tokens_dropped");

@@ -308,9 +308,11 @@ struct Prepared {
 
 }  // namespace
 
-PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& out, const WdsPackOptions& options) {
+PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string& out, const WdsPackOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (tars.empty()) throw_error(ErrorCode::kInvalidArgument, "pack wds: no tar files given");
+  if (all_tars.empty()) throw_error(ErrorCode::kInvalidArgument, "pack wds: no tar files given");
+  // A part discovers its schema from its own tars; commit_parts checks that they agree.
+  const std::vector<std::string> tars = part_slice(all_tars, options.part, "tars");
   uint64_t total_bytes = 0;
   for (const std::string& t : tars) {
     check_output_outside(t, out, "input");
@@ -348,10 +350,7 @@ PackSummary pack_wds(const std::vector<std::string>& tars, const std::string& ou
   std::vector<std::string> field_ext(schema.fields.size());
   for (const auto& [ext, m] : d.members) field_ext[static_cast<size_t>(schema.find(sanitize(ext)))] = ext;
 
-  DatasetWriterOptions wopts;
-  wopts.shard_size = options.shard_size;
-  wopts.shard.align = options.align;
-  DatasetWriter writer(out, schema, wopts, options.overwrite);
+  DatasetWriter writer(out, schema, writer_options(options), options.overwrite);
   writer.manifest().class_names = options.class_names;
   writer.manifest().meta["source"] = "wds";
   if (options.fast_crop) {

@@ -42,6 +42,7 @@ class DatasetFeed final : public Feed {
   const std::vector<std::string>& class_names() const noexcept override {
     return ctx.dataset->manifest().class_names;
   }
+  uint64_t generation() const noexcept override { return manifest_generation(ctx.dataset->manifest()); }
 
  private:
   LoaderOptions opt;

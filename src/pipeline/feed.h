@@ -50,6 +50,8 @@ class Feed {
   /// The dataset's schema (a mixture: its first source's).
   virtual const Schema& schema() const noexcept = 0;
   virtual const std::vector<std::string>& class_names() const noexcept = 0;
+  /// The manifest generation of the dataset opened (0: a mixture).
+  virtual uint64_t generation() const noexcept { return 0; }
 };
 
 /// Checks what the options say on their own, before any dataset is opened: the batch

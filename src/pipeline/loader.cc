@@ -131,5 +131,6 @@ int Loader::rank() const noexcept { return static_cast<int>(impl_->rank.rank); }
 int Loader::world_size() const noexcept { return static_cast<int>(impl_->rank.world_size); }
 const std::vector<std::string>& Loader::class_names() const noexcept { return impl_->feed->class_names(); }
 const Schema& Loader::schema() const noexcept { return impl_->feed->schema(); }
+uint64_t Loader::generation() const noexcept { return impl_->feed->generation(); }
 
 }  // namespace stoker

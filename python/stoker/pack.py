@@ -1,0 +1,123 @@
+"""Pack on every rank of a torchrun job, then commit once:
+
+    torchrun --nproc-per-node 8 -m stoker.pack imagefolder /data/imagenet/train /data/in1k --fast-crop
+    torchrun --nnodes 4 --nproc-per-node 8 ... -m stoker.pack tokens train.bin /data/owt --seq-len 1024
+
+Rank r of a world of W packs part r/W of the input into OUT (stoker/pack.h: contiguous
+ranges of the sorted image list, of the tars as given, of the token records), waits on
+a barrier (torch.distributed, gloo: MASTER_ADDR/PORT, RANK and WORLD_SIZE from
+torchrun's environment), and rank 0 then commits (stoker.commit). A rank whose pack
+fails reports it through the barrier's all_gather, so rank 0 commits only when every
+part is written, and every rank exits non-zero otherwise. OUT must be a directory every
+rank can write (a shared file system). Without torchrun's environment it packs the
+whole dataset as part 0/1 and commits it.
+"""
+
+import argparse
+import os
+import sys
+
+from . import _stoker
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m stoker.pack",
+                                description="Pack part RANK/WORLD_SIZE on each torchrun rank; rank 0 commits.")
+    sub = p.add_subparsers(dest="kind", required=True)
+
+    def common(c):
+        c.add_argument("--shard-size", type=int, default=256 << 20, help="bytes per shard (default 256 MiB)")
+        c.add_argument("--threads", type=int, default=0, help="threads per rank (0: the CPUs allowed)")
+        c.add_argument("--align", type=int, default=1, choices=(1, 4096))
+        c.add_argument("--clean", action="store_true", help="commit --clean: remove stray files")
+
+    c = sub.add_parser("imagefolder", help="an ImageFolder tree")
+    c.add_argument("src")
+    c.add_argument("out")
+    c.add_argument("--fast-crop", action="store_true")
+    c.add_argument("--baseline", action="store_true")
+    c.add_argument("--skip-bad", action="store_true")
+    c.add_argument("--no-check", action="store_true")
+    common(c)
+    c = sub.add_parser("wds", help="WebDataset tars")
+    c.add_argument("paths", nargs="+", metavar="TAR... OUT")
+    c.add_argument("--fast-crop", action="store_true")
+    c.add_argument("--skip-bad", action="store_true")
+    c.add_argument("--skip-incomplete", action="store_true")
+    c.add_argument("--no-check", action="store_true")
+    common(c)
+    c = sub.add_parser("tokens", help="a flat token file or a Megatron .bin/.idx pair")
+    c.add_argument("file")
+    c.add_argument("out")
+    c.add_argument("--seq-len", type=int, required=True)
+    c.add_argument("--dtype", default=None)
+    c.add_argument("--zstd", type=int, default=0)
+    c.add_argument("--rows-per-record", type=int, default=0)
+    c.add_argument("--eos", type=int, default=None)
+    common(c)
+    return p
+
+
+def pack_part(a, part):
+    """Packs part `part` ("I/N") as the parsed arguments `a` say; returns the summary dict."""
+    kw = dict(shard_size=a.shard_size, threads=a.threads, align=a.align, part=part)
+    if a.kind == "imagefolder":
+        return _stoker.pack_imagefolder(a.src, a.out, fast_crop=a.fast_crop, baseline=a.baseline,
+                                        skip_bad=a.skip_bad, check=not a.no_check, **kw)
+    if a.kind == "wds":
+        if len(a.paths) < 2:
+            raise SystemExit("stoker.pack wds: give TAR... OUT")
+        return _stoker.pack_wds(a.paths[:-1], a.paths[-1], fast_crop=a.fast_crop, skip_bad=a.skip_bad,
+                                skip_incomplete=a.skip_incomplete, check=not a.no_check, **kw)
+    return _stoker.pack_tokens(a.file, a.out, dtype=a.dtype, seq_len=a.seq_len, zstd=a.zstd,
+                               rows_per_record=a.rows_per_record, eos=a.eos, **kw)
+
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
+    out = a.paths[-1] if a.kind == "wds" else a.out
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    dist = None
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+    error = None
+    try:
+        s = pack_part(a, f"{rank}/{world}")
+        print(f"rank {rank}: packed part {rank}/{world}: {s['records']} records into {s['shards']} shards "
+              f"in {s['seconds']:.2f} s", flush=True)
+    except Exception as e:  # reported to every rank below, then raised
+        error = f"rank {rank}: part {rank}/{world}: {type(e).__name__}: {e}"
+    errors = [error]
+    if dist is not None:
+        errors = [None] * world
+        dist.all_gather_object(errors, error)  # the barrier: every part has finished or failed
+    failed = [e for e in errors if e]
+    code = 0
+    if failed:
+        if rank == 0:
+            print("stoker.pack: not committing; failed parts:\n  " + "\n  ".join(failed), file=sys.stderr)
+        code = 1
+    elif rank == 0:
+        try:
+            r = _stoker.commit(out, clean=a.clean)
+            print(f"{r['outcome']} {out}: {r['parts']} parts, {r['shards']} shards, {r['records']} records",
+                  flush=True)
+            if r["strays"]:
+                print(f"  {len(r['strays'])} stray files" + (" (removed)" if r["strays_removed"] else ""), flush=True)
+            if r["outcome"] == "lost race":
+                code = 3
+        except Exception as e:
+            print(f"stoker.pack: commit {out}: {type(e).__name__}: {e}", file=sys.stderr)
+            code = 1
+    if dist is not None:
+        ok = [code == 0 or rank != 0]
+        dist.broadcast_object_list(ok, src=0)  # every rank exits with rank 0's verdict
+        dist.destroy_process_group()
+        if not ok[0]:
+            code = 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
