@@ -226,7 +226,7 @@ int pack_wds_cmd(const WdsArgs& a) {
 }
 
 void setup(CLI::App& tool) {
-  CLI::App* pack = group(tool, "pack", "Pack inputs (an ImageFolder, a token file, text, WebDataset tars) into a dataset of shards.");
+  CLI::App* pack = group(tool, "pack", "Pack inputs (an ImageFolder, a token file, text, token lists, WebDataset tars) into a dataset of shards.");
 
   auto im = std::make_shared<ImageFolderArgs>();
   CLI::App* c = pack->add_subcommand(
