@@ -69,7 +69,7 @@ json.dump(rows, open(f"{out}/packing.json", "w"), indent=1)
 PY
 for t in 1 2; do
   "$build/stoker" bench feed "$out/text" --tokenizer "$out/cl100k_base.tiktoken" --eos 100257 --seq-len 2048 \
-    --long-samples split --batch 8 --threads $t --warmup-epochs 1 --epochs 8 --json > "$out/text_t$t.txt"
+    --long-samples split --batch 8 --threads $t --warmup-epochs 1 --epochs 8 --limit-interleaved --limit-seconds 4 --json > "$out/text_t$t.txt"
   grep -E '^(feed|limit):' "$out/text_t$t.txt" | sed "s/^/text, $t thread(s): /"
 done
 "$build/stoker" bench feed "$out/sft" --seq-len 2048 --long-samples split --batch 8 --threads 2 --warmup-epochs 1 --epochs 3 --json \
