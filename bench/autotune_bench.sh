@@ -17,7 +17,7 @@
 #   3. reserve_cores 1 vs 0, 2 decode threads, a consumer burning BURN_MS of CPU a
 #      batch: its step time (wall per burn) and the feed rate both ways.
 #   4. the metrics endpoint scraped every second (bench/metrics_scrape.sh) under auto.
-# Env: EPOCHS (2), ROUNDS (3), IO_MBPS (8), CONSUMER_MS (150), BURN_MS (30), SKIP (parts
+# Env: EPOCHS (2; TOKEN_EPOCHS 20, as many warm-up ones), ROUNDS (3), IO_MBPS (40), CONSUMER_MS (150), BURN_MS (30), SKIP (parts
 # to skip, e.g. "4").
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -26,16 +26,18 @@ set -euo pipefail
 images=$1 tokens=$2
 out=${3:-$(mktemp -d)}
 mkdir -p "$out"
-epochs=${EPOCHS:-2} rounds=${ROUNDS:-3} io_mbps=${IO_MBPS:-8} consumer_ms=${CONSUMER_MS:-150} burn_ms=${BURN_MS:-30}
+epochs=${EPOCHS:-2} TOKEN_EPOCHS=${TOKEN_EPOCHS:-20} rounds=${ROUNDS:-3} io_mbps=${IO_MBPS:-40} consumer_ms=${CONSUMER_MS:-150} burn_ms=${BURN_MS:-30}
 skip=${SKIP:-}
-common=(--epochs "$epochs" --warmup-epochs 1 --limit-records 16 --limit-seconds 0.1 --json)
+common=(--limit-records 16 --limit-seconds 0.1 --json)
+# Epochs of each run: set per part (token epochs are short: more of them).
+run_epochs=(--epochs "$epochs" --warmup-epochs 1)
 
 # feed NAME ARGS...: one bench feed --json run into $out/NAME.json; prints
 # "samples/s threads slots settle_s changes consumer_step_ms cpu_s".
 feed() {
   local name=$1 cpu
   shift
-  cpu=$(cpu_seconds "$out/$name.txt" "$STOKER" bench feed "$@" "${common[@]}")
+  cpu=$(cpu_seconds "$out/$name.txt" "$STOKER" bench feed "$@" "${run_epochs[@]}" "${common[@]}")
   tail -n 1 "$out/$name.txt" > "$out/$name.json"
   /usr/bin/python3 - "$out/$name.json" "$cpu" <<'EOF'
 import json, sys
@@ -75,9 +77,11 @@ if [[ $skip != *2* ]]; then
   run_auto() { feed "img-auto-$1" "$images" --threads auto | awk '{print $1, $7}'; }
   run_default() { feed "img-default-$1" "$images" --threads 0 | awk '{print $1, $7}'; }
   ab_rounds "images auto vs default" "$rounds" default run_default auto run_auto | tee -a "$out/summary.txt"
+  run_epochs=(--epochs "$TOKEN_EPOCHS" --warmup-epochs "$TOKEN_EPOCHS")
   run_tauto() { feed "tok-auto-$1" "$tokens" --threads auto | awk '{print $1, $7}'; }
   run_tdefault() { feed "tok-default-$1" "$tokens" --threads 0 | awk '{print $1, $7}'; }
   ab_rounds "tokens auto vs default" "$rounds" default run_tdefault auto run_tauto | tee -a "$out/summary.txt"
+  run_epochs=(--epochs "$epochs" --warmup-epochs 1)
 fi
 
 if [[ $skip != *3* ]]; then

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "util/platform.h"
 
@@ -52,13 +53,43 @@ AutoTuner::AutoTuner(TuneKnob threads, TuneKnob slots, AutoTuneOptions options, 
   settled_ = !threads_.tuned && !slots_.tuned;
 }
 
-std::optional<TuneChange> AutoTuner::update(const FeedFigures& cumulative, uint64_t batches) {
+namespace {
+// `b` added to `a`: counts and seconds summed, the means and values "now" taken from b.
+FeedFigures add(const FeedFigures& a, const FeedFigures& b) {
+  FeedFigures s = b;
+  s.wall_s = a.wall_s + b.wall_s;
+  s.startup_s = a.wall_s > 0 ? a.startup_s : b.startup_s;  // a run's start-up only counts at the first
+  s.samples = a.samples + b.samples;
+  s.batches = a.batches + b.batches;
+  s.bytes_read = a.bytes_read + b.bytes_read;
+  for (auto [sa, sb, ss] : {std::tuple{&a.io, &b.io, &s.io}, std::tuple{&a.decode, &b.decode, &s.decode}}) {
+    ss->busy_s = sa->busy_s + sb->busy_s;
+    ss->wait_s = sa->wait_s + sb->wait_s;
+    ss->items = sa->items + sb->items;
+  }
+  s.consumer_wait_s = a.consumer_wait_s + b.consumer_wait_s;
+  s.consumer_run_delay_s = a.consumer_run_delay_s + b.consumer_run_delay_s;
+  s.io_engine_busy_s = a.io_engine_busy_s + b.io_engine_busy_s;
+  return s;
+}
+}  // namespace
+
+std::optional<TuneChange> AutoTuner::update(const FeedFigures& run_cumulative, uint64_t run_batches) {
   if (settled_) return std::nullopt;
-  if (!last_ || cumulative.wall_s < last_->wall_s || cumulative.samples < last_->samples || batches < last_batches_) {
-    // The first call, or a new run (epoch): its start-up is not an interval to judge.
+  // Runs (epochs) restart the loader's counters; short ones would never fill an
+  // interval, so the figures are carried over from one run to the next.
+  if (run_last_ && (run_cumulative.wall_s < run_last_->wall_s || run_cumulative.samples < run_last_->samples ||
+                    run_batches < run_batches_)) {
+    carried_ = add(carried_, *run_last_);
+    carried_batches_ += run_batches_;
+  }
+  run_last_ = run_cumulative;
+  run_batches_ = run_batches;
+  const FeedFigures cumulative = add(carried_, run_cumulative);
+  const uint64_t batches = carried_batches_ + run_batches;
+  if (!last_) {
     last_ = cumulative;
     last_batches_ = batches;
-    warm_ = false;
     return std::nullopt;
   }
   if (batches - last_batches_ < opt_.interval_batches || cumulative.wall_s - last_->wall_s < opt_.interval_s)

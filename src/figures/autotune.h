@@ -70,9 +70,10 @@ struct TuneChange {
 class AutoTuner {
  public:
   AutoTuner(TuneKnob threads, TuneKnob slots, AutoTuneOptions options = {}, DiagnoseOptions diagnose = {});
-  /// Called after each batch with the cumulative figures of the run and the batches
-  /// delivered so far; at an interval's end returns the change to apply, if any.
-  std::optional<TuneChange> update(const FeedFigures& cumulative, uint64_t batches);
+  /// Called after a batch with the cumulative figures of the run and its batches
+  /// delivered so far (a new run — counters that went back — carries the last one's
+  /// over); at an interval's end returns the change to apply, if any.
+  std::optional<TuneChange> update(const FeedFigures& run_cumulative, uint64_t run_batches);
   const TuneKnob& threads() const noexcept { return threads_; }
   const TuneKnob& slots() const noexcept { return slots_; }
   bool settled() const noexcept { return settled_; }
@@ -98,9 +99,13 @@ class AutoTuner {
   TuneKnob threads_, slots_;
   AutoTuneOptions opt_;
   DiagnoseOptions dopt_;
-  std::optional<FeedFigures> last_;  // cumulative figures at the last interval's end
+  std::optional<FeedFigures> run_last_;  // the current run's latest figures
+  uint64_t run_batches_ = 0;
+  FeedFigures carried_;               // the figures of the runs before it, summed
+  uint64_t carried_batches_ = 0;
+  std::optional<FeedFigures> last_;  // cumulative figures (over runs) at the last interval's end
   uint64_t last_batches_ = 0;
-  bool warm_ = false;                // the run's first interval (start-up) was seen
+  bool warm_ = false;                // the first interval (start-up) was seen
   std::vector<double> base_rates_;   // rates before the first move (the noise)
   double noise_ = 0;
   double rate_ = 0;                  // the rate of the settings in force
