@@ -110,21 +110,28 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
   verdict_ = diagnose(f, dopt_, verdict_.raw);
   const double threshold = std::max(opt_.min_gain, noise_);
   if (trial_) {
+    trial_->samples += static_cast<double>(f.samples);
+    trial_->wall_s += f.wall_s;
+    if (++trial_->intervals < opt_.trial_intervals) return std::nullopt;
     const Trial t = *trial_;
     trial_.reset();
-    const bool kept = t.dir == kUp ? rate > t.base_rate * (1 + threshold) : rate >= t.base_rate * (1 - threshold);
+    const double trial_rate = t.wall_s > 0 ? t.samples / t.wall_s : 0;
+    const bool kept =
+        t.dir == kUp ? trial_rate > t.base_rate * (1 + threshold) : trial_rate >= t.base_rate * (1 - threshold);
     if (kept) {
-      rate_ = rate;
-      if (t.dir == kDown) blocked(*t.knob, kUp) = true;  // a step back is final: no way up again
+      rate_ = trial_rate;
+      if (t.dir == kDown) undos(*t.knob, kUp) = opt_.max_undos;  // a step back is final: no way up again
     } else {
-      blocked(*t.knob, t.dir) = true;
+      ++undos(*t.knob, t.dir);
+      prev_samples_ = prev_wall_s_ = 0;
       TuneChange c;
       c.batch = batches;
       c.at_s = feed_s_;
       c.knob = t.name;
       c.from = t.knob->value;
       c.to = t.from;
-      c.reason = "undone: " + rate_text(t.base_rate) + " -> " + rate_text(rate) + " (" + percent(rate / t.base_rate - 1) +
+      c.reason = "undone: " + rate_text(t.base_rate) + " -> " + rate_text(trial_rate) + " (" +
+                 percent(trial_rate / t.base_rate - 1) +
                  (t.dir == kUp ? ", not above" : ", below") + " the noise of " + percent(threshold).substr(1) + ")";
       t.knob->value = t.from;
       history_.push_back(c);
@@ -144,25 +151,33 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
   }
   std::optional<TuneChange> c;
   const std::string why = verdict_.evidence;
+  // The move's base: this interval and the one before when the settings were the same.
+  const double base_samples = static_cast<double>(f.samples) + prev_samples_, base_wall = f.wall_s + prev_wall_s_;
+  prev_samples_ = static_cast<double>(f.samples);
+  prev_wall_s_ = f.wall_s;
+  FeedFigures base = f;
+  base.samples = static_cast<uint64_t>(base_samples);
+  base.wall_s = base_wall;
   switch (verdict_.raw) {
     case Bottleneck::kDecode:
-      c = move(threads_, "threads", kUp, f, batches, why);
+      c = move(threads_, "threads", kUp, base, batches, why);
       break;
     case Bottleneck::kStorage:
-      c = move(slots_, "slots", kUp, f, batches, why);
+      c = move(slots_, "slots", kUp, base, batches, why);
       break;
     case Bottleneck::kConsumerStarved:
-      c = move(threads_, "threads", kDown, f, batches, why);
+      c = move(threads_, "threads", kDown, base, batches, why);
       break;
     case Bottleneck::kConsumer:
       if (f.consumer_wait_frac() < opt_.idle_wait)
-        c = move(threads_, "threads", kDown, f, batches, "the consumer no longer waits: " + why);
+        c = move(threads_, "threads", kDown, base, batches, "the consumer no longer waits: " + why);
       break;
     default:
       break;
   }
   if (c) {
     quiet_ = 0;
+    prev_samples_ = prev_wall_s_ = 0;
     return c;
   }
   if (++quiet_ >= opt_.settle_intervals) settled_ = true;
@@ -171,7 +186,7 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
 
 std::optional<TuneChange> AutoTuner::move(TuneKnob& k, const char* name, Dir dir, const FeedFigures& f,
                                           uint64_t batches, std::string reason) {
-  if (!k.tuned || blocked(k, dir)) return std::nullopt;
+  if (!k.tuned || undos(k, dir) >= opt_.max_undos) return std::nullopt;
   if (dir == kUp ? k.value >= k.max : k.value <= k.min) return std::nullopt;
   TuneChange c;
   c.batch = batches;

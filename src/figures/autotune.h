@@ -8,11 +8,12 @@
 //   storage bound  slots + 1 (more reads ahead; up to the memory budget);
 //   consumer bound and the consumer waited (almost) not at all, or consumer starved
 //                  of CPU: threads - 1 (extra threads only take the trainer's cores).
-// The interval after a move is its trial: an upward move is kept only when the feed rate
-// rose by more than the noise (the larger of min_gain and twice the relative spread of
-// the rates measured before the first move); a step back is kept unless the rate fell by
-// more than the noise. A move that is not kept is undone, and that knob never moves
-// that way again. A knob that stepped back never steps forward again (and vice versa),
+// The `trial_intervals` intervals after a move are its trial, judged against the rate of
+// the two intervals before it: an upward move is kept only when the feed rate rose by
+// more than the noise (the larger of min_gain and twice the relative spread of the rates
+// measured before the first move); a step back is kept unless the rate fell by more than
+// the noise. A move that is not kept is undone; after `max_undos` of them that knob never
+// moves that way again. A knob that stepped back never steps forward again,
 // and the tuner stops after max_moves moves or settle_intervals quiet intervals: the
 // number of moves is bounded, so it settles and cannot oscillate.
 //
@@ -48,6 +49,8 @@ struct AutoTuneOptions {
   double max_noise = 0.15;        ///< the noise figure is capped here (a very noisy feed still tunes)
   double idle_wait = 0.02;        ///< the consumer waiting less than this fraction: "no longer waits"
   unsigned settle_intervals = 6;  ///< quiet intervals in a row that end the tuning
+  unsigned trial_intervals = 2;   ///< intervals a move is measured over before it is judged
+  unsigned max_undos = 2;         ///< undone trials that close a knob's direction for good
   unsigned max_moves = 24;        ///< moves (kept or undone) after which the tuner stops
 };
 
@@ -90,11 +93,14 @@ class AutoTuner {
     Dir dir;
     unsigned from;
     double base_rate;
+    double samples = 0, wall_s = 0;  // measured since the move
+    unsigned intervals = 0;
   };
   std::optional<TuneChange> interval(const FeedFigures& f, uint64_t batches);
   std::optional<TuneChange> move(TuneKnob& k, const char* name, Dir dir, const FeedFigures& f, uint64_t batches,
                                  std::string reason);
-  bool& blocked(const TuneKnob& k, Dir d) { return (&k == &threads_ ? blocked_threads_ : blocked_slots_)[d]; }
+  // Trials of a knob's direction undone so far (closed at AutoTuneOptions::max_undos).
+  unsigned& undos(const TuneKnob& k, Dir d) { return (&k == &threads_ ? undos_threads_ : undos_slots_)[d]; }
 
   TuneKnob threads_, slots_;
   AutoTuneOptions opt_;
@@ -110,7 +116,8 @@ class AutoTuner {
   double noise_ = 0;
   double rate_ = 0;                  // the rate of the settings in force
   std::optional<Trial> trial_;
-  bool blocked_threads_[2] = {false, false}, blocked_slots_[2] = {false, false};
+  unsigned undos_threads_[2] = {0, 0}, undos_slots_[2] = {0, 0};
+  double prev_samples_ = 0, prev_wall_s_ = 0;  // the interval before, at the same settings (0: none)
   unsigned quiet_ = 0, moves_ = 0;
   bool settled_ = false;
   double feed_s_ = 0;
