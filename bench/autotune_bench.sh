@@ -24,7 +24,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-[[ $# -ge 2 ]] || { sed -n 2,24p "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n 2,23p "$0" >&2; exit 2; }
 images=$1 tokens=$2
 out=${3:-$(mktemp -d)}
 mkdir -p "$out"
