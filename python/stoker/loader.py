@@ -390,7 +390,7 @@ class Loader:
         o.drop_last = _flag("drop_last", drop_last)
         o.rank, o.world_size = self._rank_world(rank, world_size)
         if isinstance(threads, str) and threads != "auto":
-            raise ValueError(f'threads must be "auto", None or an integer, got {threads!r}')
+            raise TypeError(f'threads must be "auto", None or an integer, got str {threads!r}')
         if threads == "auto":
             o.threads = _AUTO_THREADS
         else:

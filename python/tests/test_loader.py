@@ -217,7 +217,7 @@ def test_threads_auto_is_the_default_and_reports_its_knobs(image_dataset):
             assert fixed.stats()["decode"]["threads"] == 2
     with pytest.raises(ValueError, match="reserve_cores"):
         stoker.Loader(path, batch_size=8, size=S, reserve_cores=-1)
-    with pytest.raises(ValueError, match="threads must be \"auto\""):
+    with pytest.raises(TypeError, match="threads must be \"auto\""):
         stoker.Loader(path, batch_size=8, size=S, threads="fast")
 
 
