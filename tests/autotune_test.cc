@@ -296,6 +296,30 @@ TEST(AutoTune, LiveLoaderTunesOnlyWhenAuto) {
   EXPECT_EQ(l.options().threads, 2u);
 }
 
+// reserve_cores: the loader's threads leave the first next()'s CPU to the consumer, and
+// the CPU plan's thread count (threads = 0) is one smaller.
+TEST(AutoTune, ReserveCoresKeepsTheConsumersCpu) {
+  const CpuPlan plan = plan_cpus();
+  if (plan.cpus.size() < 2) GTEST_SKIP() << "one CPU: nothing to keep";
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 40});
+  LoaderOptions o = testing::image_options(dir.str());
+  o.threads = 0;
+  o.reserve_cores = 1;
+  Loader l(o);
+  while (auto b = l.next()) {
+  }
+  const LoaderStats s = l.stats();
+  EXPECT_NE(s.cpu_explanation.find("kept for the consumer (reserve_cores=1)"), std::string::npos) << s.cpu_explanation;
+  EXPECT_EQ(s.decode.threads, internal::tune_thread_budget(plan, 1));
+  o.reserve_cores = 0;
+  Loader none(o);
+  while (auto b = none.next()) {
+  }
+  EXPECT_EQ(none.stats().cpu_explanation.find("kept for the consumer"), std::string::npos);
+  EXPECT_EQ(none.stats().decode.threads, plan.threads);
+}
+
 // Token data under auto: workers set aside by the tuner sleep without holding batches,
 // and every row still comes exactly once.
 TEST(AutoTune, LiveTokenLoaderDeliversEveryRow) {
