@@ -195,9 +195,10 @@ struct LoaderOptions {
   /// undone; the climb is bounded and settles (src/figures/autotune.h). It stays within
   /// a CPU budget (the CPU plan's count: affinity and cgroup quota, minus reserve_cores)
   /// and a memory budget (memory_limit) for the ring. Each change is logged (log.h, info)
-  /// with its reason and listed in stats().tune. Slots are tuned only when `slots` is 0;
-  /// an explicit `threads` (0: the CPU plan's count, as before) or `slots` is never
-  /// changed.
+  /// with its reason and listed in stats().tune. Slots are tuned only when `slots` is 0
+  /// and the data is records (token data sizes its ring by shuffle windows); the IO
+  /// queue depth is not tuned (the engine fixes it when it opens). An explicit
+  /// `threads` (0: the CPU plan's count, as before) or `slots` is never changed.
   static constexpr unsigned kAutoThreads = 0xffffffffu;
   unsigned threads = kAutoThreads;  ///< decode threads; 0: from the CPU plan (NUMA node, affinity, cgroup quota)
   /// Bytes the tuner may give the ring's slots (threads="auto"). 0: a quarter of the
