@@ -91,8 +91,8 @@ class TopTest : public ::testing::Test {
     testing::write_image_dataset(dir_.str("ds"), {.count = 96});
   }
   // bench feed in the background on `port`, for `seconds`; its pid file under dir_.
-  void feed(unsigned port, double seconds) {
-    ASSERT_EQ(sh(tool() + " bench feed " + dir_.str("ds") + " --size 32 --batch 8 --epochs 100000 --threads 1" +
+  void feed(unsigned port, double seconds, const std::string& threads = "1") {
+    ASSERT_EQ(sh(tool() + " bench feed " + dir_.str("ds") + " --size 32 --batch 8 --epochs 100000 --threads " + threads +
                  " --limit-records 8 --limit-seconds 0.1 --max-seconds " + std::to_string(seconds) +
                  " --metrics-port " + std::to_string(port) + " >" + dir_.str("feed.out") + " 2>&1 </dev/null & echo $! > " +
                  dir_.str("feed.pid")),
@@ -123,6 +123,24 @@ TEST_F(TopTest, ShowsTheStagesOfALiveLoaderAndQuitsOnQ) {
   t.keys("q");
   EXPECT_TRUE(within(5, [&] { return !slurp(done).empty(); })) << t.screen();
   EXPECT_EQ(slurp(done), "0\n");
+  sh("kill $(cat " + dir_.str("feed.pid") + ") 2>/dev/null");
+}
+
+// Under threads="auto" the view shows the tuner's knobs and its last change with the reason.
+TEST_F(TopTest, ShowsTheTunersKnobsAndLastChange) {
+  const unsigned port = free_port();
+  feed(port, 30, "auto");
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  // A small decode-bound feed: the tuner's first move comes after about 1.2 s of feed.
+  EXPECT_TRUE(within(15, [&] {
+    return sh("curl -sf " + url + " | grep -q '^stoker_tune_changes_total{.*} [1-9]'") == 0;
+  }));
+  const std::string out = dir_.str("top.out");
+  ASSERT_EQ(sh(tool() + " top 127.0.0.1:" + std::to_string(port) + " --once > " + out + " 2>&1"), 0) << slurp(out);
+  const std::string screen = slurp(out);
+  EXPECT_NE(screen.find("  auto      threads "), std::string::npos) << screen;
+  EXPECT_NE(screen.find("last change: batch "), std::string::npos) << screen;
+  EXPECT_NE(screen.find("): threads "), std::string::npos) << screen;  // the knob, its values and the reason
   sh("kill $(cat " + dir_.str("feed.pid") + ") 2>/dev/null");
 }
 

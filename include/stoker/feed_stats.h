@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stoker/io.h"
 #include "stoker/stats.h"
@@ -96,6 +97,9 @@ struct FeedCounters {
   /// Seconds the final consumer (the trainer) waited for a batch: the loader's next(),
   /// or the Stager's next() when staging.
   double consumer_wait_s = 0;
+  /// Seconds the consumer's thread (the one calling next()) was ready to run but waited
+  /// for a CPU (/proc/self/task/<tid>/schedstat run delay); 0 when unknown.
+  double consumer_run_delay_s = 0;
   double decode_queue_avg = 0;    ///< mean records waiting for a decoder (sampled)
   double slots_ready_avg = 0;     ///< mean slots decoded and not yet taken (sampled)
   double slots_free_avg = 0;      ///< mean slots free for the IO stage (sampled)
@@ -103,6 +107,25 @@ struct FeedCounters {
   std::string slot_memory;        ///< "host", "pinned", ...
   /// A remote dataset's fetches and cache (network.remote false: a local dataset).
   NetworkStats network;
+};
+
+/// The autotuner of threads="auto" (LoaderOptions::threads): its knobs now and their
+/// changes. Not reset by a new epoch: the tuner's settings carry over.
+struct TuneStats {
+  bool enabled = false;         ///< threads="auto"
+  bool settled = false;         ///< the tuner made its last move
+  unsigned threads = 0, threads_max = 0;  ///< decode threads at work, and the CPU budget
+  unsigned slots = 0, slots_max = 0;      ///< ring slots in use, and what the memory budget holds
+  uint64_t memory_budget = 0;   ///< bytes the ring may take
+  double noise = 0;             ///< the relative rate change a move must beat
+  double last_change_s = 0;     ///< seconds of feed (tuned intervals) at the last change; 0: none
+  /// Changes so far, oldest first ("batch 40 (2.1 s): threads 1 -> 2 (decode bound: ...)"),
+  /// the undoing of a trial included. JSON (to_json) and Python's stats() list them;
+  /// visit() gives their count and the last one.
+  std::vector<std::string> changes;
+  /// enabled, settled, threads, threads_max, slots, slots_max, memory_budget_bytes, noise,
+  /// changes (the count), last_change_s, last_change ("" before any).
+  void visit(StatsVisitor& v) const;
 };
 
 /// A Loader's figures over its run (Loader::stats()).
@@ -122,14 +145,15 @@ struct LoaderStats : FeedCounters {
   std::string bottleneck = "unknown";
   std::string evidence;
   std::string advice;
+  TuneStats tune;
   /// The figures by name (stats.h), in this order: wall_s, first_batch_s, batches,
   /// samples, samples_per_s, bytes_read, record_bytes, skipped, padding_tokens,
   /// truncated_tokens, empty_samples, tokens, the groups io and
   /// decode (threads, busy_s, wait_s, items, busy_frac), consumer_wait_s,
-  /// consumer_wait_frac, decode_queue_avg, slots, slots_ready_avg, slots_free_avg,
+  /// consumer_wait_frac, consumer_run_delay_s, decode_queue_avg, slots, slots_ready_avg, slots_free_avg,
   /// io_engine, io_direct, io_fallback, the group network (NetworkStats::visit, then
   /// requests_in_flight and busy_frac; none for a local dataset), slot_memory, cpus,
-  /// bottleneck, evidence, advice.
+  /// bottleneck, evidence, advice, the group tune (TuneStats::visit).
   void visit(StatsVisitor& v) const;
   /// One JSON object (no newline): visit()'s figures, measurements to 6 significant digits.
   std::string to_json() const;

@@ -231,7 +231,31 @@ struct LoaderOptions {
   int world_size = -1;
 
   // --- resources ---
-  unsigned threads = 0;       ///< decode threads; 0: from the CPU plan (NUMA node, affinity, cgroup quota)
+  /// threads == kAutoThreads (the default): the loader tunes itself (threads="auto"). It
+  /// starts with one decode thread and the slots below, and every few batches moves one
+  /// knob by one step, the one of the stage the verdict (verdict.h) names as the bound:
+  /// decode threads (decode bound), ring slots (storage bound: more reads ahead), or a
+  /// decode thread fewer once the consumer no longer waits. A move is kept only when the
+  /// feed rate rose by more than its measured noise (a step back: unless it fell), else
+  /// undone; the climb is bounded and settles (src/figures/autotune.h). It stays within
+  /// a CPU budget (the CPU plan's count: affinity and cgroup quota, minus reserve_cores)
+  /// and a memory budget (memory_limit) for the ring. Each change is logged (log.h, info)
+  /// with its reason and listed in stats().tune. Slots are tuned only when `slots` is 0
+  /// and the data is records (token data sizes its ring by shuffle windows); the IO
+  /// queue depth is not tuned (the engine fixes it when it opens). An explicit
+  /// `threads` (0: the CPU plan's count, as before) or `slots` is never changed.
+  static constexpr unsigned kAutoThreads = 0xffffffffu;
+  unsigned threads = kAutoThreads;  ///< decode threads; 0: from the CPU plan (NUMA node, affinity, cgroup quota)
+  /// Bytes the tuner may give the ring's slots (threads="auto"). 0: a quarter of the
+  /// cgroup's memory limit, or of the RAM when there is none.
+  uint64_t memory_limit = 0;
+  /// Cores kept for the consumer (the trainer's thread): at the first next(), the decode
+  /// and IO threads are pinned off the CPU the calling thread runs on (and the next
+  /// ones of the plan, for more than 1), and the thread count of "auto" (its budget)
+  /// and of 0 (the CPU plan) is smaller by as many. Unset: 1 when the CPU plan has at least 4 CPUs, else 0 (a 2-core machine
+  /// keeps both for decode, as before). Ignored with explicit `cpus`, and never leaves
+  /// fewer than one CPU for the loader.
+  std::optional<unsigned> reserve_cores;
   std::vector<int> cpus;      ///< CPUs to pin to; empty: from the CPU plan
   std::optional<std::string> gpu_pci_bus_id;  ///< for NUMA-local pinning
   /// Batch slots in the ring. 0: as many as fit in 32 MiB, at least 4 and at most 64

@@ -7,6 +7,9 @@
 // the per-stage figures of an interval (FeedFigures, built from a LoaderStats snapshot or
 // the difference of two) and names the station that bounds the rate, with the numbers
 // behind it and the next step:
+//   consumer_starved  the consumer rarely waits for a batch but its thread waits for a
+//             CPU (schedstat run delay) much of the time: the loader's threads take the
+//             trainer's cores;
 //   consumer  the consumer rarely waits for a batch (the desired state: the GPU is the
 //             bottleneck, input keeps up);
 //   copy      the copy stream is (nearly) always busy while the consumer waits;
@@ -37,8 +40,8 @@
 
 namespace stoker {
 
-enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer, kNetwork, kTokenize };
-/// "unknown", "storage", "decode", "copy", "consumer", "network", "tokenize".
+enum class Bottleneck { kUnknown, kStorage, kDecode, kCopy, kConsumer, kNetwork, kConsumerStarved, kTokenize };
+/// "unknown", "storage", "decode", "copy", "consumer", "network", "consumer_starved", "tokenize".
 const char* bottleneck_name(Bottleneck b) noexcept;
 /// Inverse of bottleneck_name. Throws kInvalidArgument.
 Bottleneck bottleneck_from_name(const std::string& name);
@@ -91,6 +94,10 @@ struct DiagnoseOptions {
   /// decode nor copy is saturated, or before the first batch for at least this fraction
   /// of the whole interval, make the verdict network.
   double fetch_wait_high = 0.3;
+  /// The consumer's thread waiting for a CPU (FeedCounters::consumer_run_delay_s) at
+  /// least this fraction of the interval, while it rarely waits for batches, makes the
+  /// verdict consumer_starved.
+  double consumer_run_delay_high = 0.2;
   /// Intervals with less than this many seconds after start-up (the first batch), or
   /// with no batch delivered, give kUnknown.
   double min_interval_s = 0.05;

@@ -393,6 +393,8 @@ class PyLoader {
     s.visit(d);
     py::dict out = d.take();
     out["summary"] = s.summary();
+    py::dict tune = out["tune"];  // the same dict object: the history joins it
+    tune["history"] = py::cast(s.tune.changes);
     if (staged) {
       DictStatsWriter g;
       staged->stager.visit(g);

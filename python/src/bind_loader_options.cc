@@ -219,6 +219,16 @@ void init_loader_options(py::module_& m) {
           "threads", [](const PyLoaderOptions& x) { return x.o.threads; },
           [](PyLoaderOptions& x, unsigned v) { x.o.threads = v; })
       .def_property(
+          "memory_limit", [](const PyLoaderOptions& x) { return x.o.memory_limit; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.memory_limit = v; })
+      .def_property(
+          "reserve_cores",  // -1: unset (the default rule)
+          [](const PyLoaderOptions& x) { return x.o.reserve_cores ? static_cast<int64_t>(*x.o.reserve_cores) : -1; },
+          [](PyLoaderOptions& x, int64_t v) {
+            if (v < 0) x.o.reserve_cores.reset();
+            else x.o.reserve_cores = static_cast<unsigned>(v);
+          })
+      .def_property(
           "slots", [](const PyLoaderOptions& x) { return x.o.slots; },
           [](PyLoaderOptions& x, unsigned v) { x.o.slots = v; })
       .def_property(

@@ -156,6 +156,10 @@ def _triple(name, value):
     return [_number(f"{name}[{i}]", v) for i, v in enumerate(value)]
 
 
+# LoaderOptions::kAutoThreads: threads="auto".
+_AUTO_THREADS = 0xFFFFFFFF
+
+
 class Loader:
     """Batches of one epoch of a stoker dataset, as dicts of torch tensors.
 
@@ -211,7 +215,15 @@ class Loader:
             ordered on torch's current stream by events; a batch's device slot is
             reused after its tensors are freed and the kernels queued on that stream
             before then have run).
-        threads: decode threads; None: from the CPU plan (affinity, cgroup quota).
+        threads: "auto" (default): the loader tunes its decode threads (and its ring, when
+            `slots` is None) from the bottleneck verdict as it runs, within the CPU
+            budget (affinity, cgroup quota, less reserve_cores) and memory_limit; each
+            change is logged and listed in stats()["tune"]. A number: exactly that many,
+            never tuned. None: the CPU plan's count (affinity, cgroup quota), not tuned.
+        memory_limit: bytes the auto-tuned ring may take; None: a quarter of the cgroup's
+            memory limit, or of the RAM.
+        reserve_cores: cores kept for the training thread: the loader's threads are
+            pinned off the CPU the first next() ran on. None: 1 with at least 4 CPUs, else 0.
         rank, world_size: None: torch.distributed's when initialised, else RANK /
             WORLD_SIZE (torchrun), else 0 of 1. Ranks get disjoint, interleaved samples.
         on_error: "error" (raise, naming shard and record) or "skip".
@@ -324,7 +336,7 @@ class Loader:
     """
 
     def __init__(self, path, batch_size, transform="train", size=224, shuffle=True, seed=0,
-                 drop_last=False, device="cpu", threads=None, rank=None, world_size=None,
+                 drop_last=False, device="cpu", threads="auto", rank=None, world_size=None,
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
@@ -332,9 +344,9 @@ class Loader:
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
-                 source_fields=None, metrics_port=None, seq_len=None, pack_window=1024,
-                 long_samples=None, pad_id=0, tokenizer=None, tokenizer_options=None, text_field=None,
-                 bos=None, eos=None, _stage=None):
+                 source_fields=None, metrics_port=None, memory_limit=None, reserve_cores=None, seq_len=None,
+                 pack_window=1024, long_samples=None, pad_id=0, tokenizer=None, tokenizer_options=None,
+                 text_field=None, bos=None, eos=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -435,8 +447,17 @@ class Loader:
             o.window_chunks = _integer("window_chunks", window_chunks, 1)
         o.drop_last = _flag("drop_last", drop_last)
         o.rank, o.world_size = self._rank_world(rank, world_size)
-        o.threads = 0 if threads is None else _integer("threads", threads, 0, 4096)
-        if o.threads > 4 * _usable_cpus():
+        if isinstance(threads, str) and threads != "auto":
+            raise TypeError(f'threads must be "auto", None or an integer, got str {threads!r}')
+        if threads == "auto":
+            o.threads = _AUTO_THREADS
+        else:
+            o.threads = 0 if threads is None else _integer("threads", threads, 0, 4096)
+        if memory_limit is not None:
+            o.memory_limit = _integer("memory_limit", memory_limit, 1)
+        if reserve_cores is not None:
+            o.reserve_cores = _integer("reserve_cores", reserve_cores, 0, 4096)
+        if o.threads != _AUTO_THREADS and o.threads > 4 * _usable_cpus():
             # Legal (the threads just take turns), but far past any gain: almost surely a slip.
             warnings.warn(f"stoker: threads={o.threads} decode threads on {_usable_cpus()} usable CPUs; they will "
                           "only take turns. threads=None sizes them from the CPU plan", RuntimeWarning, stacklevel=2)

@@ -196,6 +196,31 @@ def test_stats_are_a_dict_of_stage_figures(image_dataset):
     assert "samples/s" in loader.summary()
 
 
+def test_threads_auto_is_the_default_and_reports_its_knobs(image_dataset):
+    path, n = image_dataset
+    loader = stoker.Loader(path, batch_size=8, size=S)
+    seen = sum(len(b[0]) if isinstance(b, tuple) else len(b["label"]) for b in loader)
+    assert seen == n
+    t = loader.stats()["tune"]
+    assert t["enabled"] is True
+    assert 1 <= t["threads"] <= t["threads_max"]
+    assert t["slots"] <= t["slots_max"]
+    assert isinstance(t["history"], list) and t["changes"] == len(t["history"])
+    assert loader.stats()["decode"]["threads"] == t["threads"]
+    # An explicit count is kept and not tuned; None is the CPU plan's, untuned too.
+    for threads in (2, None):
+        fixed = stoker.Loader(path, batch_size=8, size=S, threads=threads, reserve_cores=0, memory_limit=1 << 30)
+        for _ in fixed:
+            pass
+        assert fixed.stats()["tune"]["enabled"] is False
+        if threads == 2:
+            assert fixed.stats()["decode"]["threads"] == 2
+    with pytest.raises(ValueError, match="reserve_cores"):
+        stoker.Loader(path, batch_size=8, size=S, reserve_cores=-1)
+    with pytest.raises(TypeError, match="threads must be \"auto\""):
+        stoker.Loader(path, batch_size=8, size=S, threads="fast")
+
+
 def test_cuda_device_is_refused_clearly_without_cuda(image_dataset):
     path, _ = image_dataset
     if stoker.has_cuda and torch.cuda.is_available():

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <iostream>
 #include <limits>
@@ -42,9 +43,28 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
+// Spins on the CPU until `ms` of this thread's CPU time are spent; returns the wall time
+// that took (more than `ms` when the thread had to wait for a core).
+double burn_cpu(double ms) {
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+  };
+  const auto w0 = std::chrono::steady_clock::now();
+  const double until = cpu_now() + ms / 1e3;
+  volatile uint64_t x = 1;
+  while (cpu_now() < until)
+    for (int i = 0; i < 1000; ++i) x = x * 6364136223846793005ull + 1;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+}
+
 struct FeedArgs {
   std::string dataset, transform = "train", order = "shuffled", engine = "auto", on_error = "error";
-  int64_t batch = 64, size = 224, threads = 0, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
+  std::string threads = "auto", memory_limit;
+  int64_t reserve_cores = -1;
+  double consumer_burn_ms = 0;
+  int64_t batch = 64, size = 224, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
           epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
@@ -80,7 +100,9 @@ int run_feed(const FeedArgs& a) {
   else if (tf == "eval") o.transform.kind = ImageTransform::Kind::kEval;
   else o.transform.kind = ImageTransform::Kind::kNone;
   o.fields = parse_field_specs(a.fields, static_cast<int>(a.size));
-  o.threads = static_cast<unsigned>(a.threads);
+  o.threads = a.threads == "auto" ? LoaderOptions::kAutoThreads : static_cast<unsigned>(std::stoul(a.threads));
+  if (!a.memory_limit.empty()) o.memory_limit = parse_size(a.memory_limit);
+  if (a.reserve_cores >= 0) o.reserve_cores = static_cast<unsigned>(a.reserve_cores);
   o.order.kind = parse_order_kind(a.order);
   o.order.seed = static_cast<uint64_t>(a.seed);
   o.order.window_chunks = static_cast<uint64_t>(a.window_chunks);
@@ -220,6 +242,7 @@ int run_feed(const FeedArgs& a) {
     if (e == 0) first_batch = loader.stats().first_batch_s;
   }
   const auto run_t0 = std::chrono::steady_clock::now();
+  double consumer_step_s = 0;  // --consumer-burn-ms: the wall time its steps took
   bool out_of_time = false;
   int epochs_run = 0;
   for (int e = 0; e < epochs && !out_of_time; ++e) {
@@ -229,6 +252,7 @@ int run_feed(const FeedArgs& a) {
     auto next_snapshot = t0 + std::chrono::duration<double>(snapshot_s);
     while (auto b = loader.next()) {
       if (consumer_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(consumer_ms));
+      if (a.consumer_burn_ms > 0) consumer_step_s += burn_cpu(a.consumer_burn_ms);
       ++batches;
       const auto now = std::chrono::steady_clock::now();
       if (max_seconds > 0 && now - run_t0 >= std::chrono::duration<double>(max_seconds)) {
@@ -364,6 +388,9 @@ int run_feed(const FeedArgs& a) {
                     {"io_engine", last.io_engine.engine},
                     {"io_direct", last.io_engine.direct},
                     {"slots", last.slots},
+                    {"tune", internal::to_json_value(last)["tune"]},
+                    {"consumer_burn_ms", internal::figure(a.consumer_burn_ms)},
+                    {"consumer_step_ms", internal::figure(batches ? 1e3 * consumer_step_s / static_cast<double>(batches) : 0.0)},
                     {"network", internal::to_json_value(net_total, wall, all.fetch_wait_frac())},
                     {"per_epoch", per_epoch},
                     {"bottleneck", bottleneck_name(verdict.bottleneck)},
@@ -383,7 +410,16 @@ void setup(CLI::App& tool) {
   CLI::App* c = bench->add_subcommand(
       "feed", "Feed rate of the whole pipeline next to the in-memory decode limit of the same code and threads.");
   c->add_option("DATASET", a->dataset, "dataset (packed): a directory, or an http(s):// or s3:// URL")->required();
-  c->add_option("--threads", a->threads, "decode threads (0: the CPU plan)")->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_option("--threads", a->threads, "decode threads: auto (tuned as it runs), or a count (0: the CPU plan)")
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(0, 4096))
+      ->capture_default_str();
+  c->add_option("--memory-limit", a->memory_limit, "auto: bytes the ring may take (default: a quarter of the cgroup's or RAM)")
+      ->check(byte_size());
+  c->add_option("--reserve-cores", a->reserve_cores, "cores kept for the consumer thread (default: the loader's rule)")
+      ->check(CLI::Range(0, 4096));
+  c->add_option("--consumer-burn-ms", a->consumer_burn_ms,
+                "a consumer that computes (spins on the CPU) this long per batch; --json gives its step time")
+      ->check(non_negative());
   c->add_option("--transform", a->transform, "the first image field's transform, unless --field names it")
       ->check(CLI::IsMember({"train", "eval", "none"}))
       ->capture_default_str();

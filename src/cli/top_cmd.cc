@@ -87,6 +87,11 @@ std::map<int, LoaderView> by_loader(const std::vector<MetricSeries>& series) {
     v.numbers[s.name] = s.value;
     const std::string own = s.name.substr(std::min(s.name.size(), sizeof "stoker_" - 1));
     if (const auto t = s.labels.find(own); t != s.labels.end()) v.texts[own] = t->second;
+    // A text in a group (tune.last_change) is labelled with its last part only.
+    for (const auto& [key, value] : s.labels)
+      if (key != "loader" && key != "rank" && key != "dataset" && own.size() > key.size() &&
+          own.compare(own.size() - key.size(), key.size(), key) == 0 && own[own.size() - key.size() - 1] == '_')
+        v.texts[own] = value;
     if (const auto r = s.labels.find("rank"); r != s.labels.end()) v.rank = r->second;
     if (const auto d = s.labels.find("dataset"); d != s.labels.end()) v.dataset = d->second;
   }
@@ -144,6 +149,14 @@ std::string render_loader(int id, const LoaderView& now, const LoaderView* befor
   o += "  knobs     " + fmt("decode threads %.0f", now.at("stoker_decode_threads")) +
        fmt(" · io threads %.0f", now.at("stoker_io_threads")) + fmt(" · slots %.0f", now.at("stoker_slots")) +
        " · io engine " + now.text("io_engine") + (now.at("stoker_io_direct") > 0 ? " (O_DIRECT)" : "") + "\n";
+  if (now.at("stoker_tune_enabled") > 0) {
+    o += "  auto      " + fmt("threads %.0f", now.at("stoker_tune_threads")) + fmt(" of %.0f", now.at("stoker_tune_threads_max")) +
+         fmt(" · slots %.0f", now.at("stoker_tune_slots")) + fmt(" of %.0f", now.at("stoker_tune_slots_max")) +
+         (now.at("stoker_tune_settled") > 0 ? " · settled" : " · tuning") +
+         fmt(" · %.0f changes\n", now.at("stoker_tune_changes_total"));
+    const std::string last = now.text("tune_last_change");
+    o += "            last change: " + (last.empty() ? std::string("none yet") : last) + "\n";
+  }
   return o;
 }
 

@@ -100,6 +100,7 @@ void LoaderStats::visit(StatsVisitor& v) const {
   visit_stage(v, "decode", decode, wall_s);
   v.figure("consumer_wait_s", consumer_wait_s);
   v.figure("consumer_wait_frac", consumer_wait_frac());
+  v.figure("consumer_run_delay_s", consumer_run_delay_s);
   v.figure("decode_queue_avg", decode_queue_avg);
   v.count("slots", slots);
   v.figure("slots_ready_avg", slots_ready_avg);
@@ -121,6 +122,23 @@ void LoaderStats::visit(StatsVisitor& v) const {
   v.text("bottleneck", bottleneck);
   v.text("evidence", evidence);
   v.text("advice", advice);
+  v.begin_group("tune");
+  tune.visit(v);
+  v.end_group();
+}
+
+void TuneStats::visit(StatsVisitor& v) const {
+  v.flag("enabled", enabled);
+  v.flag("settled", settled);
+  v.count("threads", threads);
+  v.count("threads_max", threads_max);
+  v.count("slots", slots);
+  v.count("slots_max", slots_max);
+  v.count("memory_budget_bytes", memory_budget);
+  v.figure("noise", noise);
+  v.count("changes", changes.size());
+  v.figure("last_change_s", last_change_s);
+  v.text("last_change", changes.empty() ? std::string() : changes.back());
 }
 
 namespace internal {
@@ -128,7 +146,9 @@ namespace internal {
 Json to_json_value(const LoaderStats& s) {
   JsonStatsWriter w;
   s.visit(w);
-  return w.take();
+  Json j = w.take();
+  j["tune"]["history"] = s.tune.changes;
+  return j;
 }
 
 Json to_json_value(const NetworkStats& n, double wall_s, double fetch_wait_frac) {

@@ -20,6 +20,7 @@ constexpr internal::EnumName<Bottleneck> kBottleneckNames[] = {{Bottleneck::kSto
                                                                {Bottleneck::kCopy, "copy"},
                                                                {Bottleneck::kConsumer, "consumer"},
                                                                {Bottleneck::kNetwork, "network"},
+                                                               {Bottleneck::kConsumerStarved, "consumer_starved"},
                                                                {Bottleneck::kUnknown, "unknown"}};
 }  // namespace
 
@@ -101,6 +102,7 @@ FeedFigures FeedFigures::between(const FeedFigures& a, const FeedFigures& b) {
   d.decode = stage_diff(a.decode, b.decode);
   if (b.copy) d.copy = a.copy ? stage_diff(*a.copy, *b.copy) : *b.copy;
   d.consumer_wait_s = std::max(0.0, b.consumer_wait_s - a.consumer_wait_s);
+  d.consumer_run_delay_s = std::max(0.0, b.consumer_run_delay_s - a.consumer_run_delay_s);
   d.decode_queue_avg = interval_mean(a.decode_queue_avg, a.decode.items, b.decode_queue_avg, b.decode.items);
   d.slots_ready_avg = interval_mean(a.slots_ready_avg, a.batches, b.slots_ready_avg, b.batches);
   d.slots_free_avg = interval_mean(a.slots_free_avg, a.batches, b.slots_free_avg, b.batches);
@@ -177,9 +179,15 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
   // network before anything else runs, whatever bounds the feed after that.
   const bool startup_net = f.network.remote && f.network.startup_fetch_wait_s >=
                                                    (o.fetch_wait_high - lean(Bottleneck::kNetwork)) * wall;
+  // The consumer's thread waiting for a CPU rather than for batches: the loader's threads
+  // (or anything else) take the cores the trainer needs.
+  const double run_delay = wall > 0 ? std::min(1.0, f.consumer_run_delay_s / wall) : 0;
   Bottleneck b;
   if (startup_net) {
     b = Bottleneck::kNetwork;
+  } else if (run_delay >= o.consumer_run_delay_high - lean(Bottleneck::kConsumerStarved) &&
+             cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
+    b = Bottleneck::kConsumerStarved;
   } else if (cw < o.consumer_wait_ok + lean(Bottleneck::kConsumer)) {
     b = Bottleneck::kConsumer;
   } else {
@@ -220,6 +228,13 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
         v.advice += "; decode has headroom, about " +
                     std::to_string(std::max(1u, static_cast<unsigned>(dec_busy * f.decode.threads + 0.999))) +
                     " of " + std::to_string(f.decode.threads) + " threads would do";
+      break;
+    }
+    case Bottleneck::kConsumerStarved: {
+      v.evidence = "consumer starved of CPU: its thread waited for a CPU " + pct(run_delay) + " of the time, " + waited +
+                   ", decode " + dec;
+      v.advice = "keep a core for the trainer: reserve_cores=1 (pins the loader off the consumer's core), fewer "
+                 "decode threads (threads=\"auto\" steps back), or more CPUs";
       break;
     }
     case Bottleneck::kDecode: {

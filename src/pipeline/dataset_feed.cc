@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "figures/autotune.h"
 #include "pipeline/loader_report.h"
 #include "pipeline/packed_samples.h"
 #include "pipeline/producer.h"
@@ -14,7 +15,10 @@
 #include "pipeline/slot_ring.h"
 #include "stoker/verdict.h"
 #include "stoker/error.h"
+#include "util/log.h"
 #include "util/platform.h"
+
+#include <sched.h>
 
 namespace stoker::internal {
 
@@ -89,6 +93,20 @@ class DatasetFeed final : public Feed {
   bool first_run = true;
   std::atomic<double> first_batch_fetch_wait{0};  // CacheStats::wait_s at the run's first batch
 
+  // ---- threads="auto" (figures/autotune.h) and reserve_cores ----
+  unsigned reserve_ = 0;              // cores kept for the consumer, taken at the first next()
+  bool reserved_ = false;             // the consumer's core was looked up
+  long consumer_tid_ = -1;            // the thread of the first next(): its run delay is the consumer's
+  std::atomic<double> run_delay_base_{0};  // its run delay when the run started
+  std::unique_ptr<AutoTuner> tuner;   // null: explicit threads
+  uint64_t tune_calls_ = 0;
+  mutable std::mutex tune_mu;
+  TuneStats tune_stats;               // tune_mu: what stats() reports of the tuner
+  std::string reserve_note_;          // tune_mu: the CPUs kept for the consumer, for the explanation
+  void reserve_consumer_core();
+  void tune_step();
+  void apply(const TuneChange& c);
+
   void start_run();
   void stop_run();
   Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
@@ -161,7 +179,14 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
     ctx.cpu.cpus = opt.cpus;
     ctx.cpu.explanation = "threads pinned to the configured CPUs " + format_cpu_list(opt.cpus);
   }
-  ctx.threads = opt.threads ? opt.threads : ctx.cpu.threads;
+  const bool auto_threads = opt.threads == LoaderOptions::kAutoThreads;
+  if (opt.cpus.empty()) {
+    reserve_ = opt.reserve_cores.value_or(ctx.cpu.cpus.size() >= 4 ? 1u : 0u);
+    reserve_ = std::min<unsigned>(reserve_, ctx.cpu.cpus.empty() ? 0u : static_cast<unsigned>(ctx.cpu.cpus.size() - 1));
+  }
+  // The CPU budget: the plan's count (affinity, cgroup quota) less the reserved cores.
+  const unsigned budget = tune_thread_budget(ctx.cpu, reserve_);
+  ctx.threads = auto_threads || opt.threads == 0 ? budget : opt.threads;
 
   ImageFacts img;
   if (tokens) plan_token_outputs(opt, schema, tok, ctx);
@@ -179,6 +204,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   ring = std::make_shared<SlotRing>();
   ring->alloc = opt.slot_allocator ? opt.slot_allocator : host_slot_allocator();
   ring->slot_bytes = off;
+  const bool auto_slots = auto_threads && opt.slots == 0 && !tokens;  // tokens size their ring by windows
   if (opt.slots == 0) {
     // Small batches (token rows) take tens of microseconds each, less than the few
     // milliseconds the scheduler may keep a woken consumer waiting on a busy machine:
@@ -194,6 +220,13 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
       opt.slots = static_cast<unsigned>(
           std::clamp<size_t>(token_direct_slots(ctx, B), opt.slots, std::max<size_t>(fit, 4)));
   }
+  uint64_t memory_budget = 0;
+  unsigned slots_max = opt.slots;
+  if (auto_threads) {
+    memory_budget = tune_memory_budget(opt.memory_limit);
+    if (auto_slots) slots_max = tune_slots_max(memory_budget, ring->slot_bytes, opt.slots);
+    ctx.slots_max = slots_max;
+  }
   ring->add_slots_locked(opt.slots);
   run = std::make_unique<Run>(ring);
   run->var_outputs = ctx.vars.size();
@@ -201,6 +234,80 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
   if (tokens) producer = make_token_producer(ctx, tok);
   else producer = make_record_producer(ctx, packed ? make_packed_work(ctx, pack) : make_image_work(ctx, img));
+  if (auto_threads) {
+    DiagnoseOptions dopt;
+    dopt.cpus_available = ctx.threads;
+    tuner = std::make_unique<AutoTuner>(TuneKnob{1, 1, ctx.threads, true}, TuneKnob{opt.slots, opt.slots, slots_max, auto_slots},
+                                        AutoTuneOptions{}, dopt);
+    {
+      std::lock_guard<std::mutex> lock(ring->mu);
+      producer->set_active_locked(tuner->threads().value);
+    }
+    tune_stats.enabled = true;
+    tune_stats.threads = tuner->threads().value;
+    tune_stats.threads_max = ctx.threads;
+    tune_stats.slots = opt.slots;
+    tune_stats.slots_max = slots_max;
+    tune_stats.memory_budget = memory_budget;
+  }
+}
+
+void DatasetFeed::reserve_consumer_core() {
+  reserved_ = true;
+  consumer_tid_ = static_cast<long>(gettid());
+  if (reserve_ == 0) return;
+  const int here = sched_getcpu();
+  std::vector<int>& cpus = ctx.cpu.cpus;
+  auto at = std::find(cpus.begin(), cpus.end(), here);
+  if (at == cpus.end()) return;  // the consumer runs outside the loader's CPUs: nothing to keep off
+  std::vector<int> kept;
+  size_t i = static_cast<size_t>(at - cpus.begin());
+  for (unsigned r = 0; r < reserve_; ++r) kept.push_back(cpus[(i + r) % cpus.size()]);
+  std::vector<int> rest;
+  for (int c : cpus)
+    if (std::find(kept.begin(), kept.end(), c) == kept.end()) rest.push_back(c);
+  if (rest.empty()) return;
+  cpus = rest;
+  std::sort(kept.begin(), kept.end());
+  std::lock_guard<std::mutex> lock(tune_mu);  // stats() may read the explanation on another thread
+  reserve_note_ = "; CPUs " + format_cpu_list(kept) + " kept for the consumer (reserve_cores=" +
+                  std::to_string(reserve_) + ")";
+}
+
+void DatasetFeed::tune_step() {
+  if (!tuner || tuner->settled()) return;
+  if (++tune_calls_ % 4 != 0) return;  // a snapshot per batch would cost small batches
+  const std::optional<TuneChange> c = tuner->update(FeedFigures::from(snapshot()), batches_out);
+  if (c) apply(*c);
+  std::lock_guard<std::mutex> lock(tune_mu);
+  tune_stats.threads = tuner->threads().value;
+  tune_stats.slots = tuner->slots().value;
+  tune_stats.settled = tuner->settled();
+  tune_stats.noise = tuner->noise();
+  if (c) {
+    tune_stats.changes.push_back(c->to_string());
+    tune_stats.last_change_s = c->at_s;
+  }
+}
+
+void DatasetFeed::apply(const TuneChange& c) {
+  {
+    std::lock_guard<std::mutex> lock(ring->mu);
+    if (c.knob == "threads") {
+      producer->set_active_locked(c.to);
+    } else {
+      if (c.to > ring->slots.size()) {
+        const size_t before = ring->slots.size();
+        ring->add_slots_locked(c.to - before);
+        for (size_t i = before; i < ring->slots.size(); ++i)
+          ring->slots[i]->var_offsets.assign(ctx.vars.size() * (opt.batch_size + 1), 0);
+      }
+      ring->limit = c.to;
+    }
+  }
+  producer->wake();
+  ring->producer_cv.notify_all();
+  log_info("auto-tune: " + c.to_string());
 }
 
 void DatasetFeed::start_run() {
@@ -233,6 +340,7 @@ void DatasetFeed::start_run() {
   record_bytes_out = 0;
   padding_out = 0;
   run_start = Clock::now();
+  if (consumer_tid_ >= 0) run_delay_base_ = std::max(0.0, thread_run_delay_s("/", consumer_tid_));
   reporter->start_run();
   running = true;
   producer->start(r);
@@ -260,6 +368,7 @@ void DatasetFeed::stop_run() {
 
 std::optional<Batch> DatasetFeed::next(bool block, bool* would_wait) {
   if (closed) throw_error(ErrorCode::kCancelled, "the Loader was closed (close()); it delivers no more batches");
+  if (!reserved_) reserve_consumer_core();
   if (!running) start_run();
   if (delivered_error) std::rethrow_exception(delivered_error);
   Run& r = *run;
@@ -351,7 +460,9 @@ std::optional<Batch> DatasetFeed::next(bool block, bool* would_wait) {
       next_deliver = r.sched->num_batches();
       return std::nullopt;
     }
-    return make_batch(job, n, std::move(lease));
+    Batch b = make_batch(job, n, std::move(lease));
+    tune_step();
+    return b;
   }
 }
 
@@ -462,18 +573,19 @@ LoaderStats DatasetFeed::snapshot() const {
   s.io.busy_s = c.io_busy_ns / 1e9;
   s.io.wait_s = c.io_wait_ns / 1e9;
   s.io.items = c.io_records;
-  s.decode.threads = ctx.threads;
+  s.decode.threads = tuner ? std::min(ctx.threads, producer->active()) : ctx.threads;
   s.decode.busy_s = c.dec_busy_ns / 1e9;
   s.decode.wait_s = c.dec_wait_ns / 1e9;
   s.decode.items = c.dec_samples;
   s.consumer_wait_s = c.consumer_wait_ns / 1e9;
+  if (consumer_tid_ >= 0) s.consumer_run_delay_s = std::max(0.0, thread_run_delay_s("/", consumer_tid_) - run_delay_base_);
   const double n = static_cast<double>(std::max<uint64_t>(1, c.samples_n));
   s.slots_ready_avg = c.ready_sum / n;
   s.slots_free_avg = c.free_sum / n;
   s.decode_queue_avg = c.dec_samples ? static_cast<double>(c.queue_sum) / std::max<uint64_t>(1, c.dec_samples) : 0;
   {
     std::lock_guard<std::mutex> lock(ring->mu);
-    s.slots = static_cast<unsigned>(ring->slots.size());
+    s.slots = static_cast<unsigned>(ring->usable_locked());
   }
   s.io_engine = producer->io_stats();
   if (ctx.cached) {
@@ -505,6 +617,11 @@ LoaderStats DatasetFeed::snapshot() const {
   }
   s.cpu_explanation = ctx.cpu.explanation;
   s.slot_memory = ring->alloc->name();
+  {
+    std::lock_guard<std::mutex> lock(tune_mu);
+    s.tune = tune_stats;
+    s.cpu_explanation += reserve_note_;
+  }
   return s;
 }
 

@@ -14,6 +14,7 @@ const std::set<std::string>& loader_counter_paths() {
       "skipped",       "io.busy_s",    "io.wait_s",       "io.items",             "decode.busy_s",
       "decode.wait_s", "decode.items", "consumer_wait_s", "network.bytes_fetched", "network.requests",
       "network.retries", "network.fetch_wait_s", "network.whole_fetches", "network.hits", "network.misses",
+      "tune.changes", "consumer_run_delay_s",
   };
   return paths;
 }

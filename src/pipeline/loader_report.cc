@@ -59,12 +59,17 @@ void LoaderReporter::report(const LoaderStats& s, bool epoch_end, uint64_t epoch
     }
     const internal::Json verdict = internal::to_json_value(v);
     for (const auto& [k, val] : verdict.items()) j[k] = val;
+    if (s.tune.enabled) j["tune"] = internal::to_json_value(s)["tune"];
     line = internal::json_text(j);
   } else {
     line = (epoch_end ? "epoch " + std::to_string(epoch) + " done: " : std::string()) + v.summary();
     // A remote dataset: the network stage of the same interval, whatever the verdict.
     if (v.figures.network.remote && v.bottleneck != Bottleneck::kNetwork)
       line += " | network: " + v.figures.network.summary(v.figures.wall_s);
+    if (s.tune.enabled)
+      line += " | auto: " + std::to_string(s.tune.threads) + " threads, " + std::to_string(s.tune.slots) + " slots" +
+              (s.tune.settled ? " (settled)" : "") +
+              (s.tune.changes.empty() ? std::string() : ", last change " + s.tune.changes.back());
   }
   if (opt_.report_sink) opt_.report_sink(line);
   else std::fprintf(stderr, "stoker: %s\n", line.c_str());

@@ -256,7 +256,7 @@ MixtureFeed::MixtureFeed(const LoaderOptions& options, RankInfo r) : opt(options
     so.report_interval_s = 0;
     // The sources share the threads asked for (their decoders would otherwise contend
     // for the same CPUs, each source with the full count).
-    if (opt.threads) so.threads = std::max<unsigned>(1, opt.threads / static_cast<unsigned>(opt.sources.size()));
+    if (opt.threads && opt.threads != LoaderOptions::kAutoThreads) so.threads = std::max<unsigned>(1, opt.threads / static_cast<unsigned>(opt.sources.size()));
     Source x;
     try {
       x.feed = open_dataset_feed(so, RankInfo{0, 1});

@@ -15,6 +15,8 @@
 // (token rows, a shuffle window of compressed records at a time).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -49,7 +51,8 @@ struct Context {
   std::shared_ptr<const UnitLayout> layout;
   RankInfo rank;
   CpuPlan cpu;
-  unsigned threads = 1;
+  unsigned threads = 1;   ///< decode threads in the pool (threads="auto": the CPU budget)
+  unsigned slots_max = 0;  ///< threads="auto": ring slots the tuner may reach (sizes the read slab)
   std::vector<Output> tensors;  ///< the dense outputs, each at its offset in a slot
   /// The variable-size outputs (text, bytes, an image as stored, a variable-length
   /// array): gathered per sample by the producer into Job::var, laid out as values +
@@ -112,6 +115,14 @@ class Producer {
   virtual void clear() = 0;
   /// The IO engine's figures, published by the reader thread (any thread may call).
   virtual IoStats io_stats() const = 0;
+  /// Decode threads that take work (threads="auto"): the pool has Context::threads, and
+  /// those numbered from `n` on sleep until it is raised again. Call with the ring's
+  /// mutex held, then wake().
+  void set_active_locked(unsigned n) noexcept { active_ = std::max(1u, n); }
+  unsigned active() const noexcept { return active_; }
+
+ protected:
+  std::atomic<unsigned> active_{UINT32_MAX};
 };
 
 /// Token data's facts, from the schema and the shard indexes.

@@ -39,7 +39,8 @@ uint64_t record_slab_need(const Context& ctx, const RecordWork& work) {
   // The reads in flight are at most the ring's batches.
   const uint64_t records = std::max<uint64_t>(1, ctx.dataset->record_count());
   const uint64_t mean = ctx.dataset->manifest().total_bytes() / records;
-  return static_cast<uint64_t>(ctx.opt->slots + 1) * work.records_per_batch() * (mean + 2 * kDirectAlignment);
+  return static_cast<uint64_t>(std::max(ctx.opt->slots, ctx.slots_max) + 1) * work.records_per_batch() *
+         (mean + 2 * kDirectAlignment);
 }
 
 class RecordProducer final : public Producer {
@@ -290,7 +291,7 @@ void RecordProducer::decode_main(unsigned id) {
     {
       auto w0 = Clock::now();
       std::unique_lock<std::mutex> lock(qmu_);
-      qcv_.wait(lock, [&] { return run.stop || !queue_.empty(); });
+      qcv_.wait(lock, [&] { return run.stop || (!queue_.empty() && id < active_.load()); });
       c.dec_wait_ns += nanos(Clock::now() - w0);
       if (run.stop) return;
       c.queue_sum += queue_.size();

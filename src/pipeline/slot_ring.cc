@@ -35,7 +35,7 @@ void SlotRing::give_back(size_t id) {
 }
 
 size_t SlotRing::find_free_locked() const {
-  for (size_t i = 0; i < slots.size(); ++i)
+  for (size_t i = 0; i < usable_locked(); ++i)
     if (slots[i]->state == State::kFree) return i;
   return slots.size();
 }
@@ -138,11 +138,15 @@ std::shared_ptr<Job> Run::wait_ready(uint64_t k, std::unique_lock<std::mutex>& l
                                              std::to_string(k) + " of epoch " + std::to_string(epoch));
     if (it == jobs.end()) {
       bool can_start = false, all_held = true;
-      for (auto& s : ring->slots) {
-        can_start |= s->state == SlotRing::State::kFree || s->state == SlotRing::State::kFilling;
-        all_held &= s->state == SlotRing::State::kLeased;
+      for (size_t i = 0; i < ring->usable_locked(); ++i) {
+        const SlotRing::State s = ring->slots[i]->state;
+        can_start |= s == SlotRing::State::kFree || s == SlotRing::State::kFilling;
+        all_held &= s == SlotRing::State::kLeased;
       }
-      if (!can_start) {
+      if (!can_start && ring->usable_locked() < ring->slots.size()) {
+        ring->limit = ring->usable_locked() + 1;  // a slot the tuner set aside is there to take first
+        ring->producer_cv.notify_all();
+      } else if (!can_start) {
         const std::string why = all_held ? "every batch slot (" + std::to_string(ring->slots.size()) + ") is held by the caller"
                                          : "skipped samples: filling batch " + std::to_string(delivering) +
                                                " takes more later batches than the ring's " +
@@ -157,6 +161,7 @@ std::shared_ptr<Job> Run::wait_ready(uint64_t k, std::unique_lock<std::mutex>& l
           else log_warn(msg);
         }
         ring->add_slots_locked(1);
+        if (ring->limit != SIZE_MAX) ring->limit = ring->slots.size();
         ring->producer_cv.notify_all();
       }
     }

@@ -18,6 +18,7 @@
 // every needless wake-up is a context switch taken from the decoders.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -59,13 +60,17 @@ struct SlotRing : std::enable_shared_from_this<SlotRing> {
   size_t slot_bytes = 0;
   std::vector<std::unique_ptr<Slot>> slots;
   std::vector<std::pair<void*, size_t>> blocks;  ///< what `alloc` gave, freed with the ring
+  /// Slots producers may claim: the first `limit` (threads="auto"'s slots knob; the rest
+  /// stay allocated for a later step up). SIZE_MAX: all.
+  size_t limit = SIZE_MAX;
+  size_t usable_locked() const { return std::min(limit, slots.size()); }
 
   ~SlotRing();
   /// mu held (or the ring not shared yet): adds n slots in one block, page-aligned.
   void add_slots_locked(size_t n);
   /// A lease went: slot `id` is free again.
   void give_back(size_t id);
-  /// mu held: the first free slot, or slots.size().
+  /// mu held: the first free slot below the limit, or slots.size().
   size_t find_free_locked() const;
   size_t count_locked(State s) const;
 };

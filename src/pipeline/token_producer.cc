@@ -657,6 +657,10 @@ void TokenProducer::token_worker_main(unsigned id) {
   std::unique_lock<std::mutex> lock(run_->ring->mu);
   try {
     while (!run_->stop) {
+      if (id >= active_.load()) {  // set aside by the tuner; holds nothing, so it may sleep
+        clock.wait(window_cv, lock);
+        continue;
+      }
       if (work_on_kept_locked(lock, clock)) continue;
       if (run_->stop) break;
       if (next_window >= windows_end) {

@@ -146,6 +146,47 @@ double cgroup_cpu_quota_at(const std::string& root) {
   return v1;
 }
 
+uint64_t cgroup_memory_limit_at(const std::string& root) {
+  const std::string proc = read_sys(root, "/proc/self/cgroup").value_or("");
+  uint64_t best = 0;
+  auto take = [&best](const std::optional<std::string>& text) {
+    if (!text || *text == "max") return;
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+    if (ec != std::errc() || p != text->data() + text->size() || v == 0 || v >= (1ull << 60)) return;
+    best = best == 0 ? v : std::min(best, v);
+  };
+  for_each_ancestor(cgroup_path_of(proc, ""), [&](const std::string& dir) {
+    take(read_sys(root, "/sys/fs/cgroup" + dir + "/memory.max"));
+  });
+  if (best > 0) return best;
+  for_each_ancestor(cgroup_path_of(proc, "memory"), [&](const std::string& dir) {
+    take(read_sys(root, "/sys/fs/cgroup/memory" + dir + "/memory.limit_in_bytes"));
+  });
+  return best;
+}
+
+double thread_run_delay_s(const std::string& root, long tid) {
+  const auto text = read_sys(root, "/proc/self/task/" + std::to_string(tid) + "/schedstat");
+  if (!text) return -1;
+  std::istringstream in(*text);
+  uint64_t run_ns = 0, wait_ns = 0;
+  if (!(in >> run_ns >> wait_ns)) return -1;
+  return static_cast<double>(wait_ns) / 1e9;
+}
+
+uint64_t mem_total_at(const std::string& root) {
+  const std::string info = read_sys(root, "/proc/meminfo").value_or("");
+  std::istringstream in(info);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("MemTotal:", 0) != 0) continue;
+    std::istringstream f(line.substr(9));
+    uint64_t kb = 0;
+    if (f >> kb) return kb * 1024;
+  }
+  return 0;
+}
+
 int pci_numa_node(const std::string& root, const std::string& bus_id) {
   auto text = read_sys(root, "/sys/bus/pci/devices/" + bus_id + "/numa_node");
   if (!text) return -1;

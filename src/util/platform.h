@@ -31,6 +31,18 @@ std::optional<std::string> read_sys(const std::string& root, const std::string& 
 /// /sys/fs/cgroup/cpu/cpu.cfs_quota_us over cpu.cfs_period_us.
 double cgroup_cpu_quota_at(const std::string& root);
 
+/// The cgroup memory limit of this process in bytes; 0 when unlimited or unknown. v2:
+/// memory.max of its cgroup and each ancestor's (the tightest wins); v1:
+/// /sys/fs/cgroup/memory/memory.limit_in_bytes of its cgroup or an ancestor (values past
+/// 2^60 read as unlimited: the kernel's "no limit" is a page-rounded LONG_MAX).
+uint64_t cgroup_memory_limit_at(const std::string& root);
+/// MemTotal of root/proc/meminfo in bytes; 0 when unknown.
+uint64_t mem_total_at(const std::string& root);
+
+/// Seconds thread `tid` of this process was runnable but waited for a CPU (the run delay,
+/// second field of root/proc/self/task/<tid>/schedstat); negative when unknown.
+double thread_run_delay_s(const std::string& root, long tid);
+
 /// NUMA node of PCI device `bus_id` ("0000:17:00.0"): root/sys/bus/pci/devices/<id>/
 /// numa_node; -1 when unknown or when the kernel says -1 (one node).
 int pci_numa_node(const std::string& root, const std::string& bus_id);
