@@ -80,6 +80,18 @@ TEST(AutoTune, DecodeBoundAddsThreadsUpToTheBudget) {
   EXPECT_NE(t.history().front().reason.find("decode bound"), std::string::npos) << t.history().front().reason;
 }
 
+// Text tokenised in the loader: the verdict says "tokenize", the knob is the same threads.
+TEST(AutoTune, TokenizeBoundAddsThreads) {
+  Model m;
+  m.per_thread = 100;
+  m.cum.tokenize = true;
+  AutoTuner t(TuneKnob{1, 1, 3, true}, TuneKnob{4, 4, 16, true});
+  drive(t, m);
+  EXPECT_EQ(t.threads().value, 3u);
+  ASSERT_FALSE(t.history().empty());
+  EXPECT_NE(t.history().front().reason.find("tokenize bound"), std::string::npos) << t.history().front().reason;
+}
+
 TEST(AutoTune, StorageBoundAddsSlotsNotThreads) {
   Model m;
   m.per_thread = 10000;

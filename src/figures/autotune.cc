@@ -160,6 +160,7 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
   base.wall_s = base_wall;
   switch (verdict_.raw) {
     case Bottleneck::kDecode:
+    case Bottleneck::kTokenize:  // the decode threads, tokenising
       c = move(threads_, "threads", kUp, base, batches, why);
       break;
     case Bottleneck::kStorage:
