@@ -326,7 +326,8 @@ TEST_F(RemoteLoader, AColdEpochCountsWhatItFetchedAndAWarmOneHitsEveryShardWithN
   EXPECT_GE(n.bytes_fetched, manifest_.total_bytes());  // every shard, and the MANIFEST
   EXPECT_GE(n.requests, manifest_.shards.size());
   EXPECT_EQ(n.hits + n.misses, manifest_.shards.size()) << "each shard the epoch read counts once";
-  EXPECT_GT(n.misses, 0u) << "an empty cache had shards in place";
+  // Not misses > 0: a prefetch that lands before the reader asks counts as a hit, and on a
+  // loaded machine every shard of a cold epoch can; the fetches above say it was cold.
   EXPECT_EQ(n.cache_limit, manifest_.total_bytes());  // cache_limit 0: the dataset's size
   EXPECT_GE(n.cache_bytes, manifest_.total_bytes());
   EXPECT_LE(n.cache_bytes, n.cache_limit);
