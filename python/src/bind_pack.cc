@@ -152,7 +152,8 @@ inputs: .txt files (one document each), .jsonl/.ndjson files (one document per l
 tokenizer: a .tiktoken ranks file, a tokenizer.json or a SentencePiece .model;
     pattern / special_tokens for a .tiktoken file not named after a known encoding.
 bos, eos: put around every document: an id or a token's text ("<|endoftext|>").
-seq_len, rows_per_record, zstd: as pack_tokens. Errors name the file and line.)";
+seq_len, rows_per_record, zstd: as pack_tokens. part: "I/N" packs part I of N (whole
+documents; then stoker.commit). Errors name the file and line.)";
 
 constexpr const char* kPackSamplesDoc = R"(Packs fine-tuning samples given as token lists into a dataset, one record each; returns the summary.
 
@@ -160,8 +161,8 @@ inputs: JSON Lines files (one sample per line: an object holding the keys) or
     directories of them, in order; out: dataset directory.
 tokens_key: the key of each sample's token ids; mask_key: the key of its 0/1 loss mask
     (one per token), or None. dtype: uint16, uint32, int32 (default) or int64.
-Read it with stoker.Loader(out, seq_len=N, ...) to pack the samples into rows. Errors
-name the file and line.)";
+Read it with stoker.Loader(out, seq_len=N, ...) to pack the samples into rows. part:
+"I/N" packs part I of N (whole lines; then stoker.commit). Errors name the file and line.)";
 
 }  // namespace
 
@@ -171,9 +172,11 @@ void init_pack(py::module_& m) {
       [](const std::vector<std::string>& inputs, const std::string& out, const std::string& tokenizer,
          uint32_t seq_len, const std::string& pattern, const std::map<std::string, uint32_t>& special_tokens,
          const std::optional<std::string>& bos, const std::optional<std::string>& eos, const std::string& jsonl_key,
-         uint32_t rows_per_record, int zstd, uint64_t shard_size, int threads, bool overwrite, bool progress) {
+         uint32_t rows_per_record, int zstd, uint64_t shard_size, uint32_t align, int threads, bool overwrite,
+         bool progress, const std::string& part) {
         TextPackOptions o;
-        set_common(o, shard_size, 1, threads, false, overwrite, progress);
+        set_common(o, shard_size, align, threads, false, overwrite, progress);
+        set_part(o, part);
         o.tokenizer = tokenizer;
         o.tokenizer_options.pattern = pattern;
         o.tokenizer_options.special_tokens = special_tokens;
@@ -193,15 +196,17 @@ void init_pack(py::module_& m) {
       py::arg("pattern") = "", py::arg("special_tokens") = std::map<std::string, uint32_t>{},
       py::arg("bos") = py::none(), py::arg("eos") = py::none(), py::arg("jsonl_key") = "text",
       py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
-      py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false, kPackTextDoc);
+      py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false,
+      py::arg("part") = "", kPackTextDoc);
 
   m.def(
       "pack_samples",
       [](const std::vector<std::string>& inputs, const std::string& out, const std::string& tokens_key,
          const std::optional<std::string>& mask_key, const std::string& dtype, int zstd, uint64_t shard_size,
-         int threads, bool overwrite, bool progress) {
+         uint32_t align, int threads, bool overwrite, bool progress, const std::string& part) {
         SamplesPackOptions o;
-        set_common(o, shard_size, 1, threads, false, overwrite, progress);
+        set_common(o, shard_size, align, threads, false, overwrite, progress);
+        set_part(o, part);
         o.tokens_key = tokens_key;
         o.mask_key = mask_key.value_or("");
         o.dtype = dtype_from_name(dtype);
@@ -214,8 +219,8 @@ void init_pack(py::module_& m) {
       },
       py::arg("inputs"), py::arg("out"), py::kw_only(), py::arg("tokens_key") = "tokens",
       py::arg("mask_key") = py::none(), py::arg("dtype") = "int32", py::arg("zstd") = 0,
-      py::arg("shard_size") = PackOptions{}.shard_size, py::arg("threads") = 0, py::arg("overwrite") = false,
-      py::arg("progress") = false, kPackSamplesDoc);
+      py::arg("shard_size") = PackOptions{}.shard_size, py::arg("align") = 1, py::arg("threads") = 0,
+      py::arg("overwrite") = false, py::arg("progress") = false, py::arg("part") = "", kPackSamplesDoc);
 
   m.def(
       "pack_imagefolder",

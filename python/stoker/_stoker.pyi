@@ -678,7 +678,7 @@ def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = 
     raise stoker.Error subclasses naming the file and the reason.
     """
 
-def pack_samples(inputs: List[str], out: str, *, tokens_key: str = ..., mask_key: Optional[str] = ..., dtype: str = ..., zstd: int = ..., shard_size: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ...) -> dict:
+def pack_samples(inputs: List[str], out: str, *, tokens_key: str = ..., mask_key: Optional[str] = ..., dtype: str = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., part: str = ...) -> dict:
     """
     Packs fine-tuning samples given as token lists into a dataset, one record each; returns the summary.
 
@@ -686,11 +686,11 @@ def pack_samples(inputs: List[str], out: str, *, tokens_key: str = ..., mask_key
         directories of them, in order; out: dataset directory.
     tokens_key: the key of each sample's token ids; mask_key: the key of its 0/1 loss mask
         (one per token), or None. dtype: uint16, uint32, int32 (default) or int64.
-    Read it with stoker.Loader(out, seq_len=N, ...) to pack the samples into rows. Errors
-    name the file and line.
+    Read it with stoker.Loader(out, seq_len=N, ...) to pack the samples into rows. part:
+    "I/N" packs part I of N (whole lines; then stoker.commit). Errors name the file and line.
     """
 
-def pack_text(inputs: List[str], out: str, *, tokenizer: str, seq_len: int = ..., pattern: str = ..., special_tokens: Dict[str, int] = {}, bos: Optional[str] = ..., eos: Optional[str] = ..., jsonl_key: str = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ...) -> dict:
+def pack_text(inputs: List[str], out: str, *, tokenizer: str, seq_len: int = ..., pattern: str = ..., special_tokens: Dict[str, int] = {}, bos: Optional[str] = ..., eos: Optional[str] = ..., jsonl_key: str = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., part: str = ...) -> dict:
     """
     Tokenises text into a token dataset of rows with document boundaries; returns the summary.
 
@@ -699,7 +699,8 @@ def pack_text(inputs: List[str], out: str, *, tokenizer: str, seq_len: int = ...
     tokenizer: a .tiktoken ranks file, a tokenizer.json or a SentencePiece .model;
         pattern / special_tokens for a .tiktoken file not named after a known encoding.
     bos, eos: put around every document: an id or a token's text ("<|endoftext|>").
-    seq_len, rows_per_record, zstd: as pack_tokens. Errors name the file and line.
+    seq_len, rows_per_record, zstd: as pack_tokens. part: "I/N" packs part I of N (whole
+    documents; then stoker.commit). Errors name the file and line.
     """
 
 def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., eos: Optional[int] = ..., part: str = ...) -> dict:

@@ -55,6 +55,23 @@ def _parser():
     c.add_argument("--rows-per-record", type=int, default=0)
     c.add_argument("--eos", type=int, default=None)
     common(c)
+    c = sub.add_parser("text", help="text files / JSON Lines tokenised into token rows")
+    c.add_argument("paths", nargs="+", metavar="SRC... OUT")
+    c.add_argument("--tokenizer", required=True)
+    c.add_argument("--seq-len", type=int, required=True)
+    c.add_argument("--pattern", default="")
+    c.add_argument("--bos", default=None)
+    c.add_argument("--eos", default=None)
+    c.add_argument("--jsonl-key", default="text")
+    c.add_argument("--zstd", type=int, default=0)
+    common(c)
+    c = sub.add_parser("samples", help="JSON Lines of token lists, one record per sample")
+    c.add_argument("paths", nargs="+", metavar="SRC... OUT")
+    c.add_argument("--tokens-key", default="tokens")
+    c.add_argument("--mask-key", default=None)
+    c.add_argument("--dtype", default="int32")
+    c.add_argument("--zstd", type=int, default=0)
+    common(c)
     return p
 
 
@@ -64,6 +81,15 @@ def pack_part(a, part):
     if a.kind == "imagefolder":
         return _stoker.pack_imagefolder(a.src, a.out, fast_crop=a.fast_crop, baseline=a.baseline,
                                         skip_bad=a.skip_bad, check=not a.no_check, **kw)
+    if a.kind in ("text", "samples"):
+        if len(a.paths) < 2:
+            raise SystemExit(f"stoker.pack {a.kind}: give SRC... OUT")
+        if a.kind == "text":
+            return _stoker.pack_text(a.paths[:-1], a.paths[-1], tokenizer=a.tokenizer, seq_len=a.seq_len,
+                                     pattern=a.pattern, bos=a.bos, eos=a.eos, jsonl_key=a.jsonl_key, zstd=a.zstd,
+                                     **kw)
+        return _stoker.pack_samples(a.paths[:-1], a.paths[-1], tokens_key=a.tokens_key, mask_key=a.mask_key,
+                                    dtype=a.dtype, zstd=a.zstd, **kw)
     if a.kind == "wds":
         if len(a.paths) < 2:
             raise SystemExit("stoker.pack wds: give TAR... OUT")
@@ -75,7 +101,7 @@ def pack_part(a, part):
 
 def main(argv=None):
     a = _parser().parse_args(argv)
-    out = a.paths[-1] if a.kind == "wds" else a.out
+    out = a.paths[-1] if a.kind in ("wds", "text", "samples") else a.out
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     dist = None
     if world > 1:

@@ -110,3 +110,18 @@ def test_pack_text_and_pack_samples_from_python(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"ids": [1, "x"]}\n')
     with pytest.raises(stoker.InvalidArgumentError, match=r"bad.jsonl:1: \"ids\"\[1\] is not an integer"):
         stoker.pack_samples([str(tmp_path / "bad.jsonl")], str(tmp_path / "bad"), tokens_key="ids")
+
+
+def test_stoker_pack_module_packs_samples_as_one_part_and_commits(tmp_path):
+    """`python -m stoker.pack samples` without torchrun: part 0/1, then the commit."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "s.jsonl").write_text("".join(f'{{"ids": [{i}, {i + 1}]}}\n' for i in range(20)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(stoker.__file__)))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(k, None)
+    r = subprocess.run([sys.executable, "-m", "stoker.pack", "samples", str(tmp_path / "s.jsonl"),
+                        str(tmp_path / "ds"), "--tokens-key", "ids"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert len(list(stoker.Loader(str(tmp_path / "ds"), batch_size=2, seq_len=8, numpy=True))) >= 1
