@@ -211,6 +211,12 @@ TEST(TextPack, ToolPacksAndNamesTheBadLine) {
   EXPECT_EQ(run("pack text " + dir.str("in") + " " + dir.str("ds") + common, &out), 0) << out;
   EXPECT_NE(out.find("tokenized 5 documents"), std::string::npos) << out;
   EXPECT_EQ(read_manifest(dir.str("ds")).meta.at("documents"), "5");
+  // The tokenizer and the ids around documents, for whoever reads or extends the dataset.
+  const Manifest tm = read_manifest(dir.str("ds"));
+  EXPECT_EQ(tm.meta.at("tokenizer"), "small.tiktoken");
+  EXPECT_EQ(tm.meta.at("tokenizer_format"), "tiktoken");
+  EXPECT_EQ(tm.meta.at("bos"), std::to_string(kBos));
+  EXPECT_EQ(tm.meta.at("eos"), std::to_string(kEos));
   std::ofstream(dir.str("bad.jsonl")) << "{\"text\": \"a\"}\n{\"body\": \"b\"}\n";
   EXPECT_EQ(run("pack text " + dir.str("bad.jsonl") + " " + dir.str("ds2") + common, &out), 1) << out;
   EXPECT_NE(out.find("bad.jsonl:2: no \"text\" key"), std::string::npos) << out;

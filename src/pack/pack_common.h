@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -97,8 +98,9 @@ DatasetWriterOptions writer_options(const PackOptions& options);
 
 /// pack_tokens; with `split_records` false a part packs the whole stream it is given
 /// (pack_text hands each part a stream of its own documents).
+/// `meta`: more manifest meta (pack_text: the tokenizer and the ids around documents).
 PackSummary pack_tokens_impl(const std::string& file, const std::string& out, const TokensPackOptions& options,
-                             bool split_records);
+                             bool split_records, const std::map<std::string, std::string>& meta = {});
 
 /// Last path component of `path` (without trailing slashes).
 std::string base_name(const std::string& path);

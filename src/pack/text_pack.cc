@@ -201,7 +201,12 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
   t.seq_len = options.seq_len;
   t.rows_per_record = options.rows_per_record;
   t.zstd_level = options.zstd_level;
-  PackSummary s = pack_tokens_impl(bin, out, t, false);
+  // What a reader of the dataset needs to decode it, or to tokenise more text alike.
+  std::map<std::string, std::string> meta{{"tokenizer", fs::path(options.tokenizer).filename().string()},
+                                          {"tokenizer_format", std::string(tok->format())}};
+  if (bos) meta["bos"] = std::to_string(*bos);
+  if (eos) meta["eos"] = std::to_string(*eos);
+  PackSummary s = pack_tokens_impl(bin, out, t, false, meta);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.notes.insert(s.notes.begin(), "tokenized " + std::to_string(pair.documents()) + " documents (" +
                                       format_bytes(static_cast<double>(text_bytes)) + " of text) into " +

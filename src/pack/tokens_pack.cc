@@ -185,7 +185,8 @@ PackSummary pack_tokens(const std::string& file, const std::string& out, const T
 }
 
 PackSummary internal::pack_tokens_impl(const std::string& file, const std::string& out,
-                                       const TokensPackOptions& options, bool split_records) {
+                                       const TokensPackOptions& options, bool split_records,
+                                       const std::map<std::string, std::string>& meta) {
   const auto t0 = std::chrono::steady_clock::now();
   if (options.seq_len < 1) throw_error(ErrorCode::kInvalidArgument, "--seq-len must be at least 1");
   if (options.zstd_level < 0 || options.zstd_level > 19)
@@ -298,6 +299,7 @@ PackSummary internal::pack_tokens_impl(const std::string& file, const std::strin
         std::lower_bound(doc_starts.begin(), doc_starts.end(), end_token) -
         std::lower_bound(doc_starts.begin(), doc_starts.end(), first_token));
   if (options.eos) m.meta["eos"] = std::to_string(*options.eos);
+  for (const auto& [k, v] : meta) m.meta[k] = v;
 
   const ShardWriterOptions shard_opts = writer.options().shard;
   auto produce = [&](size_t k) {
