@@ -16,6 +16,7 @@
 #include "stoker/pack.h"
 #include "stoker/tokenizer.h"
 #include "util/base64.h"
+#include "util/tar_builder.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -392,6 +393,54 @@ TEST(TextPack, PartsSplitTheDocumentsAndCommitSumsTheirCounts) {
   EXPECT_EQ(testing::error_code_of([&] { pack_text({dir.str("in")}, dir.str("four"), o); }, &msg),
             ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("use at most 3 parts"), std::string::npos) << msg;
+}
+
+// Tars of .txt members and a dataset's text field are documents too: the same documents
+// from a tar, from a dataset and from text files give the same token rows.
+TEST(TextPack, TarsAndDatasetsGiveTheSameDocumentsAsFiles) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.str("files"));
+  testing::TarBuilder tar;
+  Schema schema{{Field{"__key__", FieldKind::kText}, Field{"caption", FieldKind::kText}}};
+  DatasetWriter w(dir.str("textds"), schema);
+  for (size_t i = 0; i < kDocs.size(); ++i) {
+    const std::string name = "d" + std::to_string(i);
+    std::ofstream(dir.str("files/" + name + ".txt")) << kDocs[i];
+    tar.file(name + ".txt", kDocs[i]);
+    tar.file(name + ".cls", std::string("7"));  // not text: ignored
+    std::vector<std::span<const uint8_t>> f{{reinterpret_cast<const uint8_t*>(name.data()), name.size()},
+                                            {reinterpret_cast<const uint8_t*>(kDocs[i].data()), kDocs[i].size()}};
+    w.add(f);
+  }
+  w.finish();
+  tar.end();
+  testing::write_file(dir.str("docs.tar"), tar.bytes);
+  TextPackOptions o = options_for(dir);
+  pack_text({dir.str("files")}, dir.str("from_files"), o);
+  pack_text({dir.str("docs.tar")}, dir.str("from_tar"), o);
+  pack_text({dir.str("textds")}, dir.str("from_dataset"), o);
+  auto rows = [&](const std::string& ds) {
+    LoaderOptions lo;
+    lo.path = dir.str(ds);
+    lo.batch_size = 1;
+    lo.order.kind = OrderKind::kSequential;
+    Loader l(lo);
+    std::vector<uint16_t> all;
+    while (auto b = l.next()) {
+      const auto* t = static_cast<const uint16_t*>((*b)["tokens"].data);
+      all.insert(all.end(), t, t + 16);
+    }
+    return all;
+  };
+  const auto files = rows("from_files");
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(rows("from_tar"), files);
+  EXPECT_EQ(rows("from_dataset"), files);
+  o.text_field = "nope";
+  std::string msg;
+  EXPECT_EQ(testing::error_code_of([&] { pack_text({dir.str("textds")}, dir.str("bad"), o); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("no text field 'nope'"), std::string::npos) << msg;
 }
 
 }  // namespace

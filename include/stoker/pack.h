@@ -176,6 +176,7 @@ struct TextPackOptions : PackOptions {
   /// or a token's text ("<|endoftext|>", "<s>"), as Tokenizer::token_id finds it.
   std::optional<std::string> bos, eos;
   std::string jsonl_key = "text";        ///< JSON Lines: the key holding each document's text
+  std::string text_field;                ///< a dataset input: its text field ("": its one text field besides __key__)
   /// Special tokens recognised inside documents (default none: a document's text that
   /// looks like a special token is tokenised as the text it is).
   SpecialTokens allowed_special;
@@ -189,8 +190,10 @@ struct TextPackOptions : PackOptions {
 /// so the Loader's tokens, targets, position_ids, loss_mask, doc_ids and cu_seqlens work
 /// on it as on any token dataset. Inputs, in the order given: `.txt` files (one document
 /// per file, the whole file), `.jsonl`/`.ndjson` files (one document per non-blank line:
-/// the string under jsonl_key), or directories of them (their files in byte-wise path
-/// order). Each document becomes [bos] + its tokens + [eos]; documents follow one
+/// the string under jsonl_key), WebDataset tars (each `.txt` member a document, in tar
+/// order; any compression libarchive reads), stoker datasets (a directory holding a
+/// MANIFEST: each record's text field a document, in record order), or directories of
+/// files (their files in byte-wise path order). Each document becomes [bos] + its tokens + [eos]; documents follow one
 /// another in one stream cut into rows as pack_tokens cuts it (the trailing tokens that
 /// make no full row dropped, and said so). Tokens are uint16 when the vocabulary fits,
 /// else int32. The text is tokenised on `threads` workers (JSON Lines cut into pieces of

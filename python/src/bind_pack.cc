@@ -148,7 +148,9 @@ overwrite=True replaces a dataset at out, kept whole until the new one is comple
 constexpr const char* kPackTextDoc = R"(Tokenises text into a token dataset of rows with document boundaries; returns the summary.
 
 inputs: .txt files (one document each), .jsonl/.ndjson files (one document per line, the
-    string under jsonl_key), or directories of them, in order; out: dataset directory.
+    string under jsonl_key), WebDataset tars (each .txt member), stoker datasets (each
+    record's text field: text_field, or its one text field), or directories of files, in
+    order; out: dataset directory.
 tokenizer: a .tiktoken ranks file, a tokenizer.json or a SentencePiece .model;
     pattern / special_tokens for a .tiktoken file not named after a known encoding.
 bos, eos: put around every document: an id or a token's text ("<|endoftext|>").
@@ -172,7 +174,7 @@ void init_pack(py::module_& m) {
       [](const std::vector<std::string>& inputs, const std::string& out, const std::string& tokenizer,
          uint32_t seq_len, const std::string& pattern, const std::map<std::string, uint32_t>& special_tokens,
          const std::optional<std::string>& bos, const std::optional<std::string>& eos, const std::string& jsonl_key,
-         uint32_t rows_per_record, int zstd, uint64_t shard_size, uint32_t align, int threads, bool overwrite,
+         const std::string& text_field, uint32_t rows_per_record, int zstd, uint64_t shard_size, uint32_t align, int threads, bool overwrite,
          bool progress, const std::string& part) {
         TextPackOptions o;
         set_common(o, shard_size, align, threads, false, overwrite, progress);
@@ -183,6 +185,7 @@ void init_pack(py::module_& m) {
         o.bos = bos;
         o.eos = eos;
         o.jsonl_key = jsonl_key;
+        o.text_field = text_field;
         o.seq_len = seq_len;
         o.rows_per_record = rows_per_record;
         o.zstd_level = zstd;
@@ -195,7 +198,7 @@ void init_pack(py::module_& m) {
       py::arg("inputs"), py::arg("out"), py::kw_only(), py::arg("tokenizer"), py::arg("seq_len") = 1024,
       py::arg("pattern") = "", py::arg("special_tokens") = std::map<std::string, uint32_t>{},
       py::arg("bos") = py::none(), py::arg("eos") = py::none(), py::arg("jsonl_key") = "text",
-      py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
+      py::arg("text_field") = "", py::arg("rows_per_record") = 0, py::arg("zstd") = 0, py::arg("shard_size") = PackOptions{}.shard_size,
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("overwrite") = false, py::arg("progress") = false,
       py::arg("part") = "", kPackTextDoc);
 

@@ -690,12 +690,14 @@ def pack_samples(inputs: List[str], out: str, *, tokens_key: str = ..., mask_key
     "I/N" packs part I of N (whole lines; then stoker.commit). Errors name the file and line.
     """
 
-def pack_text(inputs: List[str], out: str, *, tokenizer: str, seq_len: int = ..., pattern: str = ..., special_tokens: Dict[str, int] = {}, bos: Optional[str] = ..., eos: Optional[str] = ..., jsonl_key: str = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., part: str = ...) -> dict:
+def pack_text(inputs: List[str], out: str, *, tokenizer: str, seq_len: int = ..., pattern: str = ..., special_tokens: Dict[str, int] = {}, bos: Optional[str] = ..., eos: Optional[str] = ..., jsonl_key: str = ..., text_field: str = ..., rows_per_record: int = ..., zstd: int = ..., shard_size: int = ..., align: int = ..., threads: int = ..., overwrite: bool = ..., progress: bool = ..., part: str = ...) -> dict:
     """
     Tokenises text into a token dataset of rows with document boundaries; returns the summary.
 
     inputs: .txt files (one document each), .jsonl/.ndjson files (one document per line, the
-        string under jsonl_key), or directories of them, in order; out: dataset directory.
+        string under jsonl_key), WebDataset tars (each .txt member), stoker datasets (each
+        record's text field: text_field, or its one text field), or directories of files, in
+        order; out: dataset directory.
     tokenizer: a .tiktoken ranks file, a tokenizer.json or a SentencePiece .model;
         pattern / special_tokens for a .tiktoken file not named after a known encoding.
     bos, eos: put around every document: an id or a token's text ("<|endoftext|>").

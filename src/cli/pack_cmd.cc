@@ -137,7 +137,7 @@ int pack_tokens_cmd(const TokensArgs& a) {
 
 struct TextArgs {
   std::vector<std::string> paths;  // SRC... OUT
-  std::string tokenizer, pattern, jsonl_key = "text";
+  std::string tokenizer, pattern, jsonl_key = "text", text_field;
   std::vector<std::string> specials;  // TEXT=ID
   std::optional<std::string> bos, eos;
   CommonArgs common;
@@ -160,6 +160,7 @@ int pack_text_cmd(const TextArgs& a) {
   o.bos = a.bos;
   o.eos = a.eos;
   o.jsonl_key = a.jsonl_key;
+  o.text_field = a.text_field;
   o.allowed_special = a.allow_special ? SpecialTokens::every() : SpecialTokens::none();
   o.seq_len = static_cast<uint32_t>(a.seq_len);
   o.zstd_level = static_cast<int>(a.zstd);
@@ -257,9 +258,10 @@ void setup(CLI::App& tool) {
 
   auto tx = std::make_shared<TextArgs>();
   c = pack->add_subcommand("text",
-                           "Tokenise text (.txt: one document per file; .jsonl: one per line) into fixed-length rows "
+                           "Tokenise text (.txt: one document per file; .jsonl: one per line; tars: each .txt member; a "
+                           "dataset: each record's text field) into fixed-length rows "
                            "with document boundaries, as pack tokens writes them.");
-  c->add_option("PATH", tx->paths, "SRC... OUT: text files or directories of them, then the dataset directory to write")
+  c->add_option("PATH", tx->paths, "SRC... OUT: text files, tars, datasets or directories of files, then the dataset directory to write")
       ->required()->expected(2, -1);
   c->add_option("--tokenizer", tx->tokenizer, "tokenizer file: tiktoken ranks (.tiktoken), tokenizer.json, SentencePiece .model")
       ->required();
@@ -268,6 +270,7 @@ void setup(CLI::App& tool) {
   c->add_option("--bos", tx->bos, "token put before every document: an id or a token's text (e.g. '<|endoftext|>')");
   c->add_option("--eos", tx->eos, "token put after every document: an id or a token's text");
   c->add_option("--jsonl-key", tx->jsonl_key, "JSON Lines: the key holding each document's text")->capture_default_str();
+  c->add_option("--text-field", tx->text_field, "a dataset input: the text field to tokenise (default: its one text field)");
   c->add_flag("--allow-special", tx->allow_special,
               "recognise special tokens written in the text (default: such text is tokenised as the text it is)");
   c->add_option("--seq-len", tx->seq_len, "training sequence length N (rows hold N+1 tokens)")->required()->check(CLI::Range(1, 1 << 24));

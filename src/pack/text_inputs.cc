@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pack/tar_reader.h"
+#include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/shard.h"
 #include "util/bytes.h"
@@ -25,7 +27,34 @@ std::optional<TextInputKind> kind_of(const std::string& path) {
   const std::string ext = fs::path(path).extension().string();
   if (ext == ".txt") return TextInputKind::kPlainText;
   if (ext == ".jsonl" || ext == ".ndjson") return TextInputKind::kJsonLines;
+  const std::string name = fs::path(path).filename().string();
+  for (const char* t : {".tar", ".tgz", ".tar.gz", ".tar.zst", ".tar.xz", ".tar.bz2"})
+    if (name.size() > std::strlen(t) && name.ends_with(t)) return TextInputKind::kTar;
   return std::nullopt;
+}
+
+bool is_dataset_dir(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(path) / "MANIFEST", ec);
+}
+
+// A dataset's records in pieces of about `piece_bytes` of stored records.
+void cut_records(const std::string& dir, uint64_t piece_bytes, std::vector<TextPiece>& out) {
+  const auto ds = Dataset::open(dir);
+  TextPiece p{dir, TextInputKind::kDataset, 0, 0, 0, 0};
+  uint64_t global = 0;
+  for (size_t s = 0; s < ds->shard_count(); ++s) {
+    const auto reader = ds->shard(s);
+    for (uint64_t r = 0; r < reader->record_count(); ++r, ++global) {
+      p.size += reader->location(r).stored_size;
+      p.records++;
+      if (p.size >= piece_bytes) {
+        out.push_back(p);
+        p = TextPiece{dir, TextInputKind::kDataset, 0, 0, global + 1, 0};
+      }
+    }
+  }
+  if (p.records > 0) out.push_back(p);
 }
 
 uint64_t file_size_of(const std::string& path) {
@@ -67,26 +96,35 @@ std::vector<TextPiece> plan_text_pieces(const std::vector<std::string>& inputs, 
   std::vector<std::string> files;
   for (const std::string& in : inputs) {
     std::error_code ec;
-    if (fs::is_directory(in, ec)) {
+    if (is_dataset_dir(in)) {
+      files.push_back(in);
+    } else if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
       for (const auto& e : fs::recursive_directory_iterator(in))
         if (e.is_regular_file() && kind_of(e.path().string())) found.push_back(e.path().string());
-      if (found.empty()) throw_error(ErrorCode::kInvalidArgument, in + ": no .txt or .jsonl files in the directory");
+      if (found.empty())
+        throw_error(ErrorCode::kInvalidArgument, in + ": no .txt, .jsonl or tar files (nor a MANIFEST) in the directory");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else {
       if (!fs::exists(in, ec)) throw_error(ErrorCode::kNotFound, in + ": no such file");
       if (!kind_of(in))
         throw_error(ErrorCode::kInvalidArgument, in + ": not a text input (.txt: one document per file; .jsonl or "
-                                                      ".ndjson: one JSON object per line)");
+                                                      ".ndjson: one JSON object per line; a tar of .txt members; a "
+                                                      "dataset directory)");
       files.push_back(in);
     }
   }
   std::vector<TextPiece> pieces;
   for (const std::string& f : files) {
+    if (is_dataset_dir(f)) {
+      cut_records(f, std::max<uint64_t>(piece_bytes, 1), pieces);
+      continue;
+    }
     const uint64_t size = file_size_of(f);
-    if (*kind_of(f) == TextInputKind::kPlainText)
-      pieces.push_back({f, TextInputKind::kPlainText, 0, size});
+    const TextInputKind kind = *kind_of(f);
+    if (kind == TextInputKind::kPlainText || kind == TextInputKind::kTar)
+      pieces.push_back({f, kind, 0, size});
     else
       cut_lines(f, size, std::max<uint64_t>(piece_bytes, 1), pieces);
   }
@@ -100,6 +138,42 @@ std::string read_text_piece(const TextPiece& piece) {
   if (pread_full(fd.get(), s.data(), s.size(), piece.offset, piece.file) != s.size())
     throw_error(ErrorCode::kDataLoss, piece.file + ": file shrank while being read");
   return s;
+}
+
+void read_document_piece(const TextPiece& piece, const std::string& text_field,
+                         const std::function<void(std::string_view)>& document) {
+  if (piece.kind == TextInputKind::kTar) {
+    TarReader tar(piece.file, piece.file);
+    TarMember m;
+    while (tar.next_header(m)) {
+      if (!m.name.ends_with(".txt")) continue;
+      tar.read_data(m);
+      document(std::string_view(reinterpret_cast<const char*>(m.data.data()), m.data.size()));
+    }
+    return;
+  }
+  const auto ds = Dataset::open(piece.file);
+  const Schema& schema = ds->schema();
+  int field = -1;
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    const Field& f = schema.fields[i];
+    if (f.kind != FieldKind::kText || f.name == kKeyField) continue;
+    if (text_field.empty() ? field >= 0 : f.name != text_field) {
+      if (text_field.empty())
+        throw_error(ErrorCode::kInvalidArgument, piece.file + ": several text fields (schema " + schema.to_string() +
+                                                     "); name one with --text-field");
+      continue;
+    }
+    field = static_cast<int>(i);
+  }
+  if (field < 0)
+    throw_error(ErrorCode::kInvalidArgument, piece.file + ": no text field" +
+                                                 (text_field.empty() ? std::string() : " '" + text_field + "'") +
+                                                 " to tokenise (schema " + schema.to_string() + ")");
+  for (uint64_t r = piece.first_record; r < piece.first_record + piece.records; ++r) {
+    const Record rec = ds->read(r);
+    document(rec.text_field(static_cast<size_t>(field)));
+  }
 }
 
 uint64_t lines_before(const TextPiece& piece) {

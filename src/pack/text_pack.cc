@@ -147,7 +147,6 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
   auto produce = [&](size_t i) {
     const TextPiece& piece = pieces[i];
     TokenizedPiece r;
-    const std::string text = read_text_piece(piece);
     auto document = [&](std::string_view doc) {
       const size_t before = r.tokens.size();
       if (bos) r.tokens.push_back(*bos);
@@ -155,6 +154,11 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
       if (eos) r.tokens.push_back(*eos);
       r.doc_sizes.push_back(r.tokens.size() - before);
     };
+    if (piece.kind == TextInputKind::kTar || piece.kind == TextInputKind::kDataset) {
+      read_document_piece(piece, options.text_field, document);
+      return r;
+    }
+    const std::string text = read_text_piece(piece);
     if (piece.kind == TextInputKind::kPlainText)
       document(text);
     else
