@@ -96,7 +96,9 @@ class DatasetFeed final : public Feed {
   // ---- threads="auto" (figures/autotune.h) and reserve_cores ----
   unsigned reserve_ = 0;              // cores kept for the consumer, taken at the first next()
   bool reserved_ = false;             // the consumer's core was looked up
-  long consumer_tid_ = -1;            // the thread of the first next(): its run delay is the consumer's
+  // The thread of the first next(): its run delay is the consumer's. Atomic, as the base
+  // below: stats() reads them on any thread.
+  std::atomic<long> consumer_tid_{-1};
   std::atomic<double> run_delay_base_{0};  // its run delay when the run started
   std::unique_ptr<AutoTuner> tuner;   // null: explicit threads
   uint64_t tune_calls_ = 0;
@@ -340,7 +342,7 @@ void DatasetFeed::start_run() {
   record_bytes_out = 0;
   padding_out = 0;
   run_start = Clock::now();
-  if (consumer_tid_ >= 0) run_delay_base_ = std::max(0.0, thread_run_delay_s("/", consumer_tid_));
+  if (const long tid = consumer_tid_.load(); tid >= 0) run_delay_base_ = std::max(0.0, thread_run_delay_s("/", tid));
   reporter->start_run();
   running = true;
   producer->start(r);
@@ -578,7 +580,8 @@ LoaderStats DatasetFeed::snapshot() const {
   s.decode.wait_s = c.dec_wait_ns / 1e9;
   s.decode.items = c.dec_samples;
   s.consumer_wait_s = c.consumer_wait_ns / 1e9;
-  if (consumer_tid_ >= 0) s.consumer_run_delay_s = std::max(0.0, thread_run_delay_s("/", consumer_tid_) - run_delay_base_);
+  if (const long tid = consumer_tid_.load(); tid >= 0)
+    s.consumer_run_delay_s = std::max(0.0, thread_run_delay_s("/", tid) - run_delay_base_.load());
   const double n = static_cast<double>(std::max<uint64_t>(1, c.samples_n));
   s.slots_ready_avg = c.ready_sum / n;
   s.slots_free_avg = c.free_sum / n;
