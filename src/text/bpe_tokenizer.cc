@@ -9,7 +9,12 @@
 namespace stoker::internal {
 
 void BpeModel::add_token(uint32_t id, std::string bytes, const std::string& where) {
-  if (id == 0xFFFFFFFFu) throw_error(ErrorCode::kInvalidArgument, where + ": token id 4294967295 is out of range");
+  // Ids index dense tables: a sparse huge id in an untrusted file would allocate gigabytes.
+  // Real vocabularies stay far below this (o200k_base: 200k; the largest in use ~260k).
+  constexpr uint32_t kMaxTokenId = 1u << 24;
+  if (id >= kMaxTokenId)
+    throw_error(ErrorCode::kInvalidArgument, where + ": token id " + std::to_string(id) + " is out of range (ids below " +
+                                                 std::to_string(kMaxTokenId) + " are read)");
   if (id >= tokens.size()) {
     tokens.resize(static_cast<size_t>(id) + 1);
     present.resize(static_cast<size_t>(id) + 1, 0);
