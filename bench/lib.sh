@@ -62,3 +62,25 @@ ab_rounds() {
   echo "$label: per-round medians: $name_b/$name_a samples/s $(printf '%s\n' "${rr[@]}" | median)" \
        "(rounds: ${rr[*]}), $name_a/$name_b CPU s $(printf '%s\n' "${rc[@]}" | median) (rounds: ${rc[*]})"
 }
+
+# text_corpus DIR: the text benchmarks' inputs, made once: DIR/docs.txt, the English prose
+# Debian ships (/usr/share/common-licenses and the packages' copyright files, ~8 MB, cut
+# into documents at blank lines by the caller), and DIR/cl100k_base.tiktoken with the other
+# tokenizer files tests/text/oracle.js writes (the ranks npm's tiktoken ships; needs node
+# and the npm packages .ci/install-deps installs).
+text_corpus() {
+  local dir=$1
+  mkdir -p "$dir"
+  export NODE_PATH=$(npm root -g)
+  if [ ! -s "$dir/docs.txt" ]; then
+    for f in /usr/share/common-licenses/* /usr/share/doc/*/copyright; do
+      [ -f "$f" ] && { cat "$f"; printf '\n\n'; }
+    done > "$dir/all.txt"
+    head -c 8000000 "$dir/all.txt" > "$dir/docs.txt"
+    rm "$dir/all.txt"
+  fi
+  if [ ! -s "$dir/cl100k_base.tiktoken" ]; then
+    echo '[]' > "$dir/empty.json"
+    node tests/text/oracle.js "$dir" "$dir/empty.json" >/dev/null
+  fi
+}

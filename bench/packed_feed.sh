@@ -13,19 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
 out=out/packed_feed
-mkdir -p "$out"
-export NODE_PATH=$(npm root -g)
-if [ ! -s "$out/docs.txt" ]; then
-  for f in /usr/share/common-licenses/* /usr/share/doc/*/copyright; do
-    [ -f "$f" ] && { cat "$f"; printf '\n\n'; }
-  done > "$out/all.txt"
-  head -c 8000000 "$out/all.txt" > "$out/docs.txt"
-  rm "$out/all.txt"
-fi
-if [ ! -s "$out/cl100k_base.tiktoken" ]; then
-  echo '[]' > "$out/empty.json"
-  node tests/text/oracle.js "$out" "$out/empty.json" >/dev/null
-fi
+. bench/lib.sh
+text_corpus "$out"
 PYTHONPATH="$build/python" /usr/bin/python3 - "$out" <<'PY'
 import json, os, re, shutil, sys
 import numpy as np

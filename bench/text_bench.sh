@@ -13,19 +13,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 secs=${2:-3}
 out=out/text_bench
-mkdir -p "$out"
-export NODE_PATH=$(npm root -g)
-if [ ! -s "$out/docs.txt" ]; then
-  for f in /usr/share/common-licenses/* /usr/share/doc/*/copyright; do
-    [ -f "$f" ] && { cat "$f"; printf '\n\n'; }
-  done > "$out/all.txt"
-  head -c 8000000 "$out/all.txt" > "$out/docs.txt"
-  rm "$out/all.txt"
-fi
-if [ ! -s "$out/cl100k_base.tiktoken" ]; then
-  echo '[]' > "$out/empty.json"
-  node tests/text/oracle.js "$out" "$out/empty.json" >/dev/null
-fi
+. bench/lib.sh
+text_corpus "$out"
 echo "text: $(wc -c < "$out/docs.txt") bytes"
 STOKER_BENCH_TOKENIZER="$out/cl100k_base.tiktoken" STOKER_BENCH_TOKENIZER_JSON="$out/gpt2-bytelevel.json" \
   STOKER_BENCH_TEXT="$out/docs.txt" "$build/tokenizer_bench" --benchmark_min_time="$secs" \
