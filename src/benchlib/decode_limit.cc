@@ -139,21 +139,11 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
       } else if (m.packed) {
         // The sample's tokens (text: tokenised) written out once, as a row's piece is.
         const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
-        const uint8_t* src;
-        size_t n;
-        if (m.pack.tokenizer) {
-          ids.clear();
-          document_ids(m.pack, fields[static_cast<size_t>(m.pack.text_field)], ids);
-          src = reinterpret_cast<const uint8_t*>(ids.data());
-          n = ids.size();
-        } else {
-          const auto t = fields[static_cast<size_t>(m.pack.tokens_field)];
-          src = t.data();
-          n = t.size() / elem_size(m.pack.stored_type);
-        }
+        const std::span<const uint8_t> toks = sample_tokens(m.pack, fields, ids);
+        const size_t n = toks.size() / elem_size(m.pack.stored_type);
         const ElemType out = m.opt.token_type_is_stored ? m.pack.stored_type : m.opt.token_type;
         row.resize(std::max<size_t>(1, n * elem_size(out)));
-        widen_tokens_le(src, m.pack.stored_type, n, out, row.data());
+        widen_tokens_le(toks.data(), m.pack.stored_type, n, out, row.data());
         tokens += n;
       } else {
         // The same checks, slicing and per-field work as the loader's decode workers.

@@ -86,6 +86,14 @@ std::vector<uint32_t> text_lengths(const Context& ctx, const PackedFacts& f) {
 
 }  // namespace
 
+std::span<const uint8_t> sample_tokens(const PackedFacts& f, const std::vector<std::span<const uint8_t>>& fields,
+                                       std::vector<uint32_t>& ids) {
+  if (!f.tokenizer) return fields[static_cast<size_t>(f.tokens_field)];
+  ids.clear();
+  document_ids(f, fields[static_cast<size_t>(f.text_field)], ids);
+  return {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4};
+}
+
 void document_ids(const PackedFacts& f, std::span<const uint8_t> text, std::vector<uint32_t>& out) {
   if (f.bos) out.push_back(*f.bos);
   f.tokenizer->encode(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), out);
@@ -259,9 +267,8 @@ class PackedWork final : public RecordWork {
     if (t < 0 || pad == 0) return;
     const Output& o = ctx_.tensors[static_cast<size_t>(t)];
     const int64_t id = ctx_.opt->pad_id;
-    widen_tokens_le(reinterpret_cast<const uint8_t*>(&id), ElemType::kInt64, 1, o.dtype,
-                    ctx_.tensor_ptr(job, t) + j * o.item_bytes + size_t{used} * elem_size(o.dtype));
     uint8_t* first = ctx_.tensor_ptr(job, t) + j * o.item_bytes + size_t{used} * elem_size(o.dtype);
+    widen_tokens_le(reinterpret_cast<const uint8_t*>(&id), ElemType::kInt64, 1, o.dtype, first);
     for (uint32_t i = 1; i < pad; ++i) std::memcpy(first + i * elem_size(o.dtype), first, elem_size(o.dtype));
   }
 
@@ -273,21 +280,20 @@ class PackedWork final : public RecordWork {
       const PackedFacts& f = w_.f_;
       std::span<const uint8_t> toks;
       std::shared_ptr<const std::vector<uint32_t>> kept;
-      if (f.tokenizer) {
-        // A split document's rows are one group of consecutive positions, which may
-        // straddle batches: the ids of the last few such documents are kept, so each is
-        // tokenised about once.
-        const bool split = w_.plan_.pieces[job.refs[use.piece].second].end > w_.N_;
-        if (split) kept = w_.recent_.find(use.record);
+      // A split document's rows are one group of consecutive positions, which may
+      // straddle batches: the ids of the last few such documents are kept, so each is
+      // tokenised about once. Other samples go through this worker's own buffer.
+      if (f.tokenizer && w_.plan_.pieces[job.refs[use.piece].second].end > w_.N_) {
+        kept = w_.recent_.find(use.record);
         if (!kept) {
           auto ids = std::make_shared<std::vector<uint32_t>>();
           document_ids(f, fields[static_cast<size_t>(f.text_field)], *ids);
           kept = std::move(ids);
-          if (split) w_.recent_.put(use.record, kept);
+          w_.recent_.put(use.record, kept);
         }
         toks = {reinterpret_cast<const uint8_t*>(kept->data()), kept->size() * 4};
       } else {
-        toks = fields[static_cast<size_t>(f.tokens_field)];
+        toks = sample_tokens(f, fields, ids_);
       }
       const std::span<const uint8_t> mask =
           f.mask_field >= 0 ? fields[static_cast<size_t>(f.mask_field)] : std::span<const uint8_t>{};
@@ -355,6 +361,7 @@ class PackedWork final : public RecordWork {
     }
 
     const PackedWork& w_;
+    std::vector<uint32_t> ids_;  // a text document's ids
   };
 
   // The ids of the last few split documents tokenised (any thread).

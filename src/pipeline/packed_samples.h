@@ -56,6 +56,11 @@ PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx);
 /// A text document's ids as the loader packs them: bos, the text's, eos (into `out`).
 void document_ids(const PackedFacts& f, std::span<const uint8_t> text, std::vector<uint32_t>& out);
 
+/// A sample's tokens as stored_type little-endian bytes: its tokens field, or its text
+/// tokenised (document_ids) into `ids`, which the result then points into.
+std::span<const uint8_t> sample_tokens(const PackedFacts& f, const std::vector<std::span<const uint8_t>>& fields,
+                                       std::vector<uint32_t>& ids);
+
 std::unique_ptr<RecordWork> make_packed_work(const Context& ctx, const PackedFacts& facts);
 
 }  // namespace stoker::internal
