@@ -1,5 +1,6 @@
 #include "text/hf_tokenizer_json.h"
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -56,6 +57,16 @@ bool byte_level_bytes(std::string_view s, const std::unordered_map<uint32_t, uin
 
 [[noreturn]] void refuse(const std::string& path, const std::string& key, const std::string& why) {
   throw_error(ErrorCode::kInvalidArgument, path + ": " + key + ": " + why);
+}
+
+// A token id: a JSON integer in uint32 range (nlohmann's get<uint32_t> converts floats and
+// out-of-range numbers with undefined behaviour).
+uint32_t token_id_of(const json& v, const std::string& path, const std::string& key) {
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= UINT32_MAX
+                                               : v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                                                     v.get<int64_t>() <= int64_t{UINT32_MAX};
+  if (!in_range) refuse(path, key, "the id " + v.dump() + " is not an integer in 0..4294967295");
+  return static_cast<uint32_t>(v.get<uint64_t>());
 }
 
 bool null_or_empty(const json& j, const char* key) {
@@ -129,14 +140,14 @@ std::unique_ptr<Tokenizer> open_hf_tokenizer_json(const std::string& path, const
         if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false))
           refuse(path, "added_tokens \"" + content + "\"", "lstrip, rstrip and single_word are not read");
         if (content.empty()) refuse(path, "added_tokens", "an added token with empty content");
-        model.specials[content] = a.at("id").get<uint32_t>();
+        model.specials[content] = token_id_of(a.at("id"), path, "added_tokens \"" + content + "\"");
       }
     }
     const auto alphabet = byte_level_alphabet();
     std::unordered_map<std::string, uint32_t> vocab;  // vocabulary string -> id
     std::string bytes;
     for (const auto& [text, id_json] : m.at("vocab").items()) {
-      const uint32_t id = id_json.get<uint32_t>();
+      const uint32_t id = token_id_of(id_json, path, "model.vocab \"" + text + "\"");
       vocab.emplace(text, id);
       if (byte_level_bytes(text, alphabet, bytes)) {
         model.add_token(id, bytes, path + ": model.vocab \"" + text + "\"");
