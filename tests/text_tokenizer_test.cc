@@ -154,6 +154,9 @@ TEST(TextTokenizer, MalformedFilesAreRefusedNamingFileAndLine) {
   std::ofstream(dir.str("t.json")) << R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": {"type": "NFC"}})";
   EXPECT_EQ(testing::error_code_of([&] { open_tokenizer(dir.str("t.json")); }, &msg), ErrorCode::kInvalidArgument);
   EXPECT_NE(msg.find("t.json: normalizer: NFC is not read"), std::string::npos) << msg;
+  std::ofstream(dir.str("t.json")) << R"({"model": {"type": "BPE", "vocab": {"a": 1e999}, "merges": []}})";
+  EXPECT_EQ(testing::error_code_of([&] { open_tokenizer(dir.str("t.json")); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("t.json: not JSON"), std::string::npos) << msg;
 }
 
 TEST(TextTokenizer, ConcurrentEncodesGiveTheSameIds) {

@@ -113,7 +113,7 @@ std::unique_ptr<Tokenizer> open_hf_tokenizer_json(const std::string& path, const
   json j;
   try {
     j = json::parse(read_small_file(path, 1ull << 30));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double
     throw_error(ErrorCode::kInvalidArgument, path + ": not JSON (" + e.what() + ")");
   }
   try {

@@ -33,12 +33,4 @@ Json JsonStatsWriter::take() {
   return std::exchange(root_, Json::object());
 }
 
-Json parse_json(const std::string& text, const std::string& what) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw_error(ErrorCode::kInvalidArgument, what + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-  }
-}
-
 }  // namespace stoker::internal

@@ -66,8 +66,4 @@ Json to_json_value(const DoctorReport& r);  // diagnose/doctor.cc
 Json to_json_value(const StagerStats& s);   // stage/stager.cc
 Json to_json_value(const LoaderStats& s);   // diagnose/loader_stats.cc
 
-/// Parses JSON text; a syntax error throws stoker::Error kInvalidArgument naming `what`
-/// and the byte where the text stops making sense.
-Json parse_json(const std::string& text, const std::string& what);
-
 }  // namespace stoker::internal
