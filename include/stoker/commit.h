@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/dataset_store.h"
 
 namespace stoker {
 
@@ -56,9 +57,15 @@ struct CommitReport {
 
 /// Commits the parts in `dir` as described above.
 CommitReport commit_parts(const std::string& dir, const CommitOptions& options = {});
+/// The same in any store (an object-store prefix: remote.h, open_dataset_store). The
+/// publish there is a conditional PUT (If-None-Match: *); a store that ignores the
+/// condition lets both of two racing commits publish, each the same bytes (the merge
+/// of the same parts is deterministic).
+CommitReport commit_parts(DatasetStore& store, const CommitOptions& options = {});
 
 /// The merged manifest of the parts in `dir` (every check above but the shard opens
 /// when `check_shards` is false). Throws as commit_parts, listing the problems.
 Manifest merge_parts(const std::string& dir, bool check_shards = true);
+Manifest merge_parts(DatasetStore& store, bool check_shards = true);
 
 }  // namespace stoker

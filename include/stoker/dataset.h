@@ -39,6 +39,8 @@
 
 namespace stoker {
 
+class DatasetStore;  // dataset_store.h
+
 inline constexpr const char* kManifestName = "MANIFEST";
 /// In the name of a file a DatasetWriter has not committed yet (a pending shard, its
 /// .tmp, the manifest being written): not part of any dataset.
@@ -163,6 +165,13 @@ struct DatasetWriterOptions {
   /// directory (a second one that commits later would drop the first one's shards from
   /// MANIFEST: they stay on disk, in no dataset). Not with `part` or `overwrite`.
   bool append = false;
+  /// Where the dataset goes instead of the directory given (which is then unused): an
+  /// object-store prefix (remote.h, open_dataset_store). Each shard is written to the
+  /// store's staging directory and uploaded once finished, under its plain name (an
+  /// object no manifest names is in no dataset); the manifest (or part manifest) is
+  /// published last, in one PUT, once every upload is in. A failed upload fails
+  /// finish(), which removes the shards uploaded. Not with overwrite.
+  std::shared_ptr<DatasetStore> store;
 };
 
 /// The manifest generation of `m`: meta "generation", 1 when absent.
@@ -202,9 +211,14 @@ class DatasetWriter {
 
  private:
   void roll();
-  void commit();
+  Manifest next_manifest();
+  void commit();   // a local directory
+  void publish();  // an object store
+  std::string shard_name(size_t shard) const;
   std::string pending_name(size_t shard) const;
-  std::string dir_;
+  std::string dir_;    ///< where shards are written (an object store's staging directory)
+  std::string where_;  ///< what messages name: the directory or the store's URL
+  std::shared_ptr<DatasetStore> store_;
   std::string token_;  ///< this writer's pending-name suffix
   DatasetWriterOptions options_;
   Manifest manifest_;

@@ -108,6 +108,9 @@ struct RemoteOptions {
   /// persistent fault (every request 503, reset or cut) so surfaces within about this
   /// long, whatever the batch size. >= 1 s.
   std::chrono::milliseconds timeout{60000};
+  /// Writes (open_dataset_store): an object larger than this is uploaded in parts of
+  /// this size (multipart), each retried on its own; >= 5 MiB, S3's least part.
+  uint64_t upload_part_bytes = 32ull << 20;
   /// s3://: the profile of ~/.aws/{credentials,config}; "" = $AWS_PROFILE or "default".
   std::string aws_profile;
 };
@@ -255,6 +258,12 @@ class ShardCache {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The store a dataset is written to and its parts committed in (dataset_store.h): a
+/// local directory, or an s3:// prefix, whose objects are written by (multipart) PUT
+/// with SigV4, the retries and the redaction of the reads. http(s):// is refused
+/// (kInvalidArgument): it is read-only.
+std::shared_ptr<DatasetStore> open_dataset_store(const std::string& where, RemoteOptions options = {});
+
 /// One remote shard read record by record (ranged GETs), without the cache.
 class RemoteShard {
  public:
@@ -263,6 +272,7 @@ class RemoteShard {
   static std::shared_ptr<const RemoteShard> open(std::shared_ptr<RemoteStore> store, const ShardEntry& entry,
                                                  ShardReaderOptions options = {});
   const Schema& schema() const noexcept { return header_.schema; }
+  const ShardHeader& header() const noexcept { return header_; }
   uint64_t record_count() const noexcept { return locations_.size(); }
   const RecordLocation& location(uint64_t i) const { return locations_.at(i); }
   /// Records `indices` fetched in parallel, CRCs checked, in the order asked.

@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "stoker/commit.h"
+#include "stoker/remote.h"
 #include "stoker/pack.h"
 #include "stoker/shard.h"
 
@@ -308,7 +309,7 @@ void init_pack(py::module_& m) {
         CommitReport r;
         {
           py::gil_scoped_release nogil;
-          r = commit_parts(dir, o);
+          r = commit_parts(*open_dataset_store(dir), o);
         }
         py::dict d;
         d["outcome"] = r.outcome == CommitReport::Outcome::kCommitted          ? "committed"

@@ -8,6 +8,8 @@
 
 #include "bindings.h"
 #include "stoker/dataset.h"
+#include "stoker/dataset_store.h"
+#include "stoker/remote.h"
 #include "stoker/error.h"
 #include "stoker/pack.h"
 #include "stoker/shard.h"
@@ -33,6 +35,7 @@ class NativeWriter {
     DatasetWriterOptions o;
     if (!part.empty()) o.part = PartSpec::parse(part);
     o.append = append;
+    o.store = open_dataset_store(out);
     o.shard_size = shard_size;
     o.shard.align = align;
     if (zstd > 0) {

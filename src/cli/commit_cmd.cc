@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "stoker/commit.h"
+#include "stoker/remote.h"
 
 namespace stoker::cli {
 namespace {
@@ -15,7 +16,7 @@ struct CommitArgs {
 int run_commit(const CommitArgs& a) {
   CommitOptions o;
   o.clean = a.clean;
-  const CommitReport r = commit_parts(a.dir, o);
+  const CommitReport r = commit_parts(*open_dataset_store(a.dir), o);
   const char* what = r.outcome == CommitReport::Outcome::kCommitted          ? "committed"
                      : r.outcome == CommitReport::Outcome::kAlreadyCommitted ? "already committed"
                                                                             : "lost the race";

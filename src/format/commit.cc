@@ -1,23 +1,14 @@
 #include "stoker/commit.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <set>
 
+#include "stoker/dataset_store.h"
 #include "stoker/error.h"
-#include "util/bytes.h"
-#include "util/unique_fd.h"
 
 namespace stoker {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -43,17 +34,14 @@ PartSpec part_of_manifest_name(const std::string& name) {
   return PartSpec{i, n};
 }
 
-DirListing list_dir(const std::string& dir) {
+DirListing list_dir(DatasetStore& store) {
   DirListing l;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec)
-    throw_error(ec == std::errc::no_such_file_or_directory ? ErrorCode::kNotFound : ErrorCode::kIoError,
-                "commit: open " + dir + ": " + ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    if (ec) throw_error(ErrorCode::kIoError, "commit: list " + dir + ": " + ec.message());
-    const std::string name = it->path().filename().string();
-    l.files.push_back(name);
+  try {
+    l.files = store.list();
+  } catch (const Error& e) {
+    throw_error(e.code(), std::string("commit: ") + e.what());
+  }
+  for (const std::string& name : l.files) {
     if (const size_t p = name.find(kPendingMarker); p != std::string::npos) {
       if (name.starts_with("part-") && name.size() > 19) ++l.pending_by_prefix[name.substr(0, 19)];
       else if (PartSpec ps = part_of_manifest_name(name.substr(0, p)); ps.enabled())
@@ -62,7 +50,6 @@ DirListing list_dir(const std::string& dir) {
     }
     if (PartSpec ps = part_of_manifest_name(name); ps.enabled()) l.manifests[ps.count].emplace_back(ps, name);
   }
-  std::sort(l.files.begin(), l.files.end());
   return l;
 }
 
@@ -72,7 +59,8 @@ std::string join(const std::vector<std::string>& lines) {
   return s;
 }
 
-Manifest merge(const std::string& dir, const DirListing& l, bool check_shards) {
+Manifest merge(DatasetStore& store, const DirListing& l, bool check_shards) {
+  const std::string& dir = store.where();
   if (l.manifests.empty())
     throw_error(ErrorCode::kNotFound, "commit: " + dir + " holds no part manifests (" + kManifestName +
                                           ".part-IIIII-of-NNNNN); pack parts into it with --part I/N first");
@@ -105,7 +93,9 @@ Manifest merge(const std::string& dir, const DirListing& l, bool check_shards) {
       continue;
     }
     try {
-      parts[i] = read_manifest_file(dir + "/" + present[i]);
+      const std::optional<std::string> text = store.read(present[i]);
+      if (!text) throw_error(ErrorCode::kNotFound, dir + "/" + present[i] + ": gone while committing");
+      parts[i] = Manifest::parse(*text, dir + "/" + present[i]);
     } catch (const Error& e) {
       missing = true;
       problems.push_back("part " + ps.to_string() + ": incomplete: " + e.what());
@@ -161,10 +151,8 @@ Manifest merge(const std::string& dir, const DirListing& l, bool check_shards) {
       }
       if (check_shards) {
         try {
-          auto r = ShardReader::open(dir + "/" + s.name);
-          if (r->record_count() != s.records || r->file_size() != s.file_size || r->index_crc() != s.index_crc)
-            problems.push_back(who + ": shard " + s.name + " does not match its part manifest (records, size or index crc)");
-          else if (r->header().version != p.version || !(r->schema() == p.schema))
+          const ShardHeader h = store.check_shard(s);
+          if (h.version != p.version || !(h.schema == p.schema))
             problems.push_back(who + ": shard " + s.name + " has another version or schema than its part manifest");
         } catch (const Error& e) {
           problems.push_back(who + ": shard " + s.name + ": " + e.what());
@@ -194,18 +182,24 @@ std::vector<std::string> strays(const DirListing& l, const Manifest& committed) 
 
 }  // namespace
 
-Manifest merge_parts(const std::string& dir, bool check_shards) { return merge(dir, list_dir(dir), check_shards); }
+Manifest merge_parts(DatasetStore& store, bool check_shards) { return merge(store, list_dir(store), check_shards); }
+
+Manifest merge_parts(const std::string& dir, bool check_shards) { return merge_parts(*open_local_store(dir), check_shards); }
 
 CommitReport commit_parts(const std::string& dir, const CommitOptions& options) {
+  return commit_parts(*open_local_store(dir), options);
+}
+
+CommitReport commit_parts(DatasetStore& store, const CommitOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  const std::string& dir = store.where();
   CommitReport report;
-  const DirListing l = list_dir(dir);
-  const std::string manifest_path = dir + "/" + kManifestName;
+  const DirListing l = list_dir(store);
   Manifest merged;
-  if (fs::exists(manifest_path)) {
-    const Manifest current = read_manifest(dir);
+  if (const std::optional<std::string> text = store.read(kManifestName)) {
+    const Manifest current = Manifest::parse(*text, dir + "/" + kManifestName);
     try {
-      merged = merge(dir, l, false);
+      merged = merge(store, l, false);
     } catch (const Error& e) {
       throw_error(e.code(), dir + " is already committed (" + kManifestName + ", " +
                                 std::to_string(current.total_records()) +
@@ -216,28 +210,8 @@ CommitReport commit_parts(const std::string& dir, const CommitOptions& options) 
                                                    " that differs from the merge of its parts; nothing was changed");
     report.outcome = CommitReport::Outcome::kAlreadyCommitted;
   } else {
-    merged = merge(dir, l, true);
-    // Publish by link(): it fails when MANIFEST exists, so of two racing commits one wins.
-    const std::string text = merged.serialize();
-    static std::atomic<uint64_t> counter{0};
-    const std::string tmp = manifest_path + kPendingMarker + "commit-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(counter++);
-    {
-      internal::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      if (!fd) throw errno_error("commit: create " + tmp, errno);
-      internal::write_full(fd.get(), text.data(), text.size(), tmp);
-      if (::fsync(fd.get()) != 0) throw errno_error("commit: fsync " + tmp, errno);
-    }
-    const int rc = ::link(tmp.c_str(), manifest_path.c_str());
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    if (rc != 0 && err == EEXIST) {
-      report.outcome = CommitReport::Outcome::kCommitLostRace;
-    } else if (rc != 0) {
-      throw errno_error("commit: link " + tmp + " -> " + manifest_path, err);
-    } else {
-      internal::fsync_parent_dir(manifest_path);
-    }
+    merged = merge(store, l, true);
+    if (!store.publish(kManifestName, merged.serialize(), true)) report.outcome = CommitReport::Outcome::kCommitLostRace;
   }
   report.parts = static_cast<uint32_t>(std::stoul(merged.meta.at("parts")));
   report.shards = merged.shards.size();
@@ -245,8 +219,7 @@ CommitReport commit_parts(const std::string& dir, const CommitOptions& options) 
   report.bytes = merged.total_bytes();
   report.strays = strays(l, merged);
   if (options.clean && report.outcome != CommitReport::Outcome::kCommitLostRace) {
-    std::error_code ec;
-    for (const std::string& name : report.strays) fs::remove(dir + "/" + name, ec);
+    for (const std::string& name : report.strays) store.remove(name);
     report.strays_removed = true;
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

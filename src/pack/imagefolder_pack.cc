@@ -144,7 +144,7 @@ PackSummary pack_imagefolder(const std::string& src, const std::string& out,
   Schema schema;
   schema.fields = {Field{"image", FieldKind::kImage}, Field{"label", FieldKind::kInt64}};
   add_key_field(schema);
-  const DatasetWriterOptions wopts = writer_options(options);
+  const DatasetWriterOptions wopts = writer_options(options, out);
   DatasetWriter writer(out, schema, wopts, options.overwrite);
   writer.manifest().class_names = classes;
   writer.manifest().meta["source"] = "imagefolder";

@@ -1,5 +1,8 @@
 #include "pack/pack_common.h"
 
+#include "stoker/dataset_store.h"
+#include "stoker/remote.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,8 +116,9 @@ std::string exif_transpose_note(uint64_t turned, uint64_t trimmed) {
   return note;
 }
 
-DatasetWriterOptions writer_options(const PackOptions& options) {
+DatasetWriterOptions writer_options(const PackOptions& options, const std::string& out) {
   DatasetWriterOptions w;
+  w.store = open_dataset_store(out);
   w.shard_size = options.shard_size;
   w.shard.align = options.align;
   w.part = options.part;

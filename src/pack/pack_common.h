@@ -93,8 +93,9 @@ std::vector<T> part_slice(const std::vector<T>& all, const PartSpec& part, const
   return std::vector<T>(all.begin() + static_cast<ptrdiff_t>(r.first), all.begin() + static_cast<ptrdiff_t>(r.second));
 }
 
-/// The DatasetWriter options every packer starts from (shard size, alignment, part).
-DatasetWriterOptions writer_options(const PackOptions& options);
+/// The DatasetWriter options every packer starts from (shard size, alignment, part),
+/// and the store `out` names (a directory, or an s3:// prefix).
+DatasetWriterOptions writer_options(const PackOptions& options, const std::string& out);
 
 /// pack_tokens; with `split_records` false a part packs the whole stream it is given
 /// (pack_text hands each part a stream of its own documents).

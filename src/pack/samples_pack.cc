@@ -92,7 +92,7 @@ PackSummary pack_samples(const std::vector<std::string>& inputs, const std::stri
     return r;
   };
 
-  DatasetWriterOptions wo = writer_options(options);
+  DatasetWriterOptions wo = writer_options(options, out);
   if (options.zstd_level < 0 || options.zstd_level > 19)
     throw_error(ErrorCode::kInvalidArgument, "pack samples: --zstd level must be 0..19");
   if (options.zstd_level > 0) {

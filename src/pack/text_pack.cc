@@ -18,6 +18,7 @@
 #include "pack/progress.h"
 #include "pack/text_inputs.h"
 #include "stoker/error.h"
+#include "stoker/remote.h"
 #include "stoker/pack.h"
 #include "util/bytes.h"
 #include "util/parse.h"
@@ -166,7 +167,9 @@ PackSummary pack_text(const std::vector<std::string>& inputs, const std::string&
     return r;
   };
 
-  fs::path target = fs::absolute(out).lexically_normal();
+  // The token stream is written next to the output (same file system), or to TMPDIR for
+  // an object store.
+  fs::path target = is_remote_url(out) ? fs::temp_directory_path() / "stoker-text" : fs::absolute(out).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();
   fs::create_directories(target.parent_path());
   ScratchDir scratch(target.parent_path() / ("." + target.filename().string() + ".text-pending-" +

@@ -277,7 +277,7 @@ PackSummary internal::pack_tokens_impl(const std::string& file, const std::strin
   Field f{"tokens", FieldKind::kTokens, dtype, static_cast<uint32_t>(N)};
   schema.fields = {f};
   if (docs) schema.fields.push_back(Field{kDocStartsField, FieldKind::kVarArray, DType::kInt32, 0, {}});
-  DatasetWriterOptions wopts = writer_options(options);
+  DatasetWriterOptions wopts = writer_options(options, out);
   if (options.zstd_level > 0) {
     wopts.shard.compression = Compression::kZstd;
     wopts.shard.zstd_level = options.zstd_level;

@@ -350,7 +350,7 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
   std::vector<std::string> field_ext(schema.fields.size());
   for (const auto& [ext, m] : d.members) field_ext[static_cast<size_t>(schema.find(sanitize(ext)))] = ext;
 
-  DatasetWriter writer(out, schema, writer_options(options), options.overwrite);
+  DatasetWriter writer(out, schema, writer_options(options, out), options.overwrite);
   writer.manifest().class_names = options.class_names;
   writer.manifest().meta["source"] = "wds";
   if (options.fast_crop) {

@@ -160,10 +160,12 @@ void parse_s3(const std::string& url, const std::string& profile_opt, Location& 
       throw_error(ErrorCode::kInvalidArgument, "S3 endpoint '" + redact_url(endpoint) + "' is not an http(s):// URL");
     // A custom endpoint (MinIO, Ceph, a test server) is addressed path-style: bucket
     // names there need not be DNS names.
-    loc.base = strip_slashes(endpoint) + "/" + bucket + key_part;
+    loc.bucket_url = strip_slashes(endpoint) + "/" + bucket;
   } else {
-    loc.base = "https://" + bucket + ".s3." + loc.region + ".amazonaws.com" + key_part;
+    loc.bucket_url = "https://" + bucket + ".s3." + loc.region + ".amazonaws.com";
   }
+  loc.base = loc.bucket_url + key_part;
+  loc.key_prefix = prefix;
 }
 
 // Ordered as LocationKind.

@@ -47,6 +47,9 @@ struct Location {
   LocationKind kind = LocationKind::kFile;
   std::string base;     ///< request prefix, no trailing '/'
   std::string display;  ///< what errors print (redacted)
+  // s3:// only: the bucket's URL (ListObjectsV2 goes there) and the key prefix of the
+  // dataset's objects (no trailing '/'; "" for a whole bucket).
+  std::string bucket_url, key_prefix;
   // s3:// only. Never printed: see redact_secrets().
   std::string region, key_id, secret, token;
 };

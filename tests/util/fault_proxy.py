@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """A fault-injecting HTTP proxy for the remote-dataset tests (loopback only).
 
-Forwards GETs (headers verbatim, Host included, so S3 signatures still verify) to
---upstream and breaks responses on purpose:
+Forwards GET, PUT, POST, DELETE and HEAD (headers verbatim, Host included, so S3
+signatures still verify) to --upstream and breaks them on purpose:
   --fail-first N --kinds K1,K2  the first N requests of each path get fault
                                  K[i % len] in turn: 503, 429, reset (connection closed
                                  before a status line), cut (half the body, then close),
-                                 stall (half the body, then silence for --stall-s)
+                                 stall (half the body, then silence for --stall-s);
+                                 a request with a body (an upload) that gets cut has
+                                 half its body read, then the connection closed
   --always KIND                  every request to a shard (*.stk) gets KIND
   --corrupt-first N              the first N answers of each (path, Range) get one byte
                                  flipped
@@ -60,6 +62,18 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_PUT(self):
+        self.do_GET()
+
+    def do_POST(self):
+        self.do_GET()
+
+    def do_DELETE(self):
+        self.do_GET()
+
+    def do_HEAD(self):
+        self.do_GET()
+
     def do_GET(self):
         path = self.path.split("?")[0]
         if path == "/__stats":
@@ -83,10 +97,17 @@ class Handler(BaseHTTPRequestHandler):
             fault = args.kinds[n_path % len(args.kinds)]
         corrupt = n < args.corrupt_first and path.endswith(".stk")
 
+        length = int(self.headers.get("Content-Length", "0") or 0)
         if fault == "reset":
             self.close_connection = True
             self.connection.shutdown(2)
             return
+        if fault == "cut" and length:
+            self.rfile.read(length // 2)
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        sent = self.rfile.read(length) if length else None
         if fault in ("503", "429", "500"):
             body = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
             self.send_response(int(fault))
@@ -97,12 +118,12 @@ class Handler(BaseHTTPRequestHandler):
 
         up = urlparse(args.upstream)
         conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
-        conn.putrequest("GET", self.path, skip_host=True, skip_accept_encoding=True)
+        conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
         for k, v in self.headers.items():
             conn.putheader(k, v)
-        conn.endheaders()
+        conn.endheaders(sent)
         resp = conn.getresponse()
-        body = resp.read()
+        body = resp.read() if self.command != "HEAD" else b""
         conn.close()
         if corrupt and body and resp.status in (200, 206):
             b = bytearray(body)
