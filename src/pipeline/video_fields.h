@@ -1,0 +1,36 @@
+// Video fields into batches: plan_video_fields plans the outputs of the fields that
+// LoaderOptions::fields gives a VideoClip (FieldTransform::Kind::kVideoClip), and
+// make_video_work is the RecordWork of a dataset that has one: a record per sample, its
+// other fields written as put_image_fields writes them, then each video field's clips
+// drawn (clip_plan.h, from seed, epoch and sample, like every other draw) and decoded
+// by the worker thread's own VideoDecoder straight into the batch.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "pipeline/producer.h"
+
+namespace stoker::internal {
+
+struct VideoOut {
+  int field = -1;       ///< in the schema
+  int tensor = -1;      ///< frames: uint8 [T, H, W, 3] or [clips, T, H, W, 3]
+  int pts_tensor = -1;  ///< NAME.pts: float64 [T] or [clips, T]
+  VideoClipSpec spec;
+  uint64_t seed_salt = 0;  ///< distinct per video field
+};
+
+struct VideoFacts {
+  std::vector<VideoOut> outs;
+};
+
+/// The outputs of every VideoClip field under `opt`, added to `ctx`. kInvalidArgument
+/// names the field and parameter of a spec that cannot be used (a field that is not
+/// video, frames, fps, stride, clips, size, scale, ratio or flip out of range);
+/// kUnavailable in a build without libav.
+VideoFacts plan_video_fields(const LoaderOptions& opt, const Schema& schema, Context& ctx);
+
+std::unique_ptr<RecordWork> make_video_work(const Context& ctx, const ImageFacts& image, const VideoFacts& video);
+
+}  // namespace stoker::internal
