@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "stoker/error.h"
 
@@ -56,6 +57,9 @@ int64_t AvInput::seek(void* opaque, int64_t offset, int whence) {
 }
 
 void AvInput::open(std::span<const uint8_t> bytes, bool stream_info) {
+  // libav's own log would repeat on stderr what the errors thrown here say.
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { av_log_set_level(AV_LOG_QUIET); });
   close();
   bytes_ = bytes;
   pos_ = 0;
@@ -96,6 +100,11 @@ void AvInput::close() noexcept {
 
 AvCodecContextPtr open_decoder(const AVCodecParameters* par) {
   const AVCodec* codec = avcodec_find_decoder(par->codec_id);
+  if (!codec && par->codec_id == AV_CODEC_ID_NONE) {
+    char tag[AV_FOURCC_MAX_STRING_SIZE] = {};
+    av_fourcc_make_string(tag, par->codec_tag);
+    throw_error(ErrorCode::kDataLoss, std::string("codec '") + tag + "' (its tag) is unknown to this libavcodec: no decoder");
+  }
   if (!codec)
     throw_error(ErrorCode::kDataLoss,
                 std::string("codec '") + avcodec_get_name(par->codec_id) + "' has no decoder in this libavcodec");
