@@ -13,7 +13,9 @@
 
 #include "decode/clip_plan.h"
 #include "decode/video_decode.h"
+#include "stoker/dataset.h"
 #include "stoker/media.h"
+#include "stoker/pack.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -148,7 +150,7 @@ TEST_F(VideoTest, TimeClipsFollowAVariableFrameRate) {
   ASSERT_EQ(m.frames, 50);
   auto shown_at = [](double t) { return t < 0.8 ? static_cast<int>(std::floor(t / 0.04 + 1e-9)) : 20 + static_cast<int>(std::floor((t - 0.8) / 0.1 + 1e-9)); };
   VideoDecoder dec;
-  for (double t0 : {0.0, 0.5, 0.77, 1.3, 2.5}) {
+  for (double t0 : {0.0, 0.5, 0.77, 1.3, 2.5, 3.3}) {
     ClipPlan p;
     p.w = m.width, p.h = m.height;
     std::vector<double> times;
@@ -219,6 +221,42 @@ TEST_F(VideoTest, RotationIsReadAndApplied) {
   for (int y = 0; y < 64; ++y)
     for (int x = 0; x < 48; ++x)
       ASSERT_EQ(0, std::memcmp(&b[(y * 48 + x) * 3], &a[((47 - x) * 64 + y) * 3], 3)) << x << "," << y;
+}
+
+// pack videofolder: classes, keys and the index; a decoder-less file is refused naming
+// it, or skipped; extract gives the files back byte for byte.
+TEST_F(VideoTest, VideoFolderPacksRefusesAndExtracts) {
+  std::filesystem::create_directories(dir_.str("src/cats"));
+  std::filesystem::create_directories(dir_.str("src/dogs"));
+  make_video(dir_, "src/cats/a.mp4", grey() + " -c:v libx264 -g 10 -pix_fmt yuv420p");
+  make_video(dir_, "src/dogs/b.webm", grey() + " -c:v libvpx-vp9 -g 10 -deadline realtime");
+  stoker::testing::write_file(dir_.str("src/dogs/notes.txt"), {'h', 'i'});
+  PackSummary s = pack_videofolder(dir_.str("src"), dir_.str("ds"));
+  EXPECT_EQ(s.records, 2u);
+  auto ds = Dataset::open(dir_.str("ds"));
+  EXPECT_EQ(ds->schema().to_string(), "__key__:text video:video label:int64");
+  EXPECT_EQ(ds->manifest().class_names, (std::vector<std::string>{"cats", "dogs"}));
+  const Record r = ds->read(1);
+  EXPECT_EQ(r.text_field(0), "dogs/b.webm");
+  MediaInfo m;
+  parse_media_value(r.fields[1], m);
+  EXPECT_EQ(m.codec, "vp9");
+  EXPECT_EQ(r.int64_field(2), 1);
+  extract_dataset(dir_.str("ds"), dir_.str("back"));
+  EXPECT_EQ(stoker::testing::read_file(dir_.str("back/dogs/b.webm")), stoker::testing::read_file(dir_.str("src/dogs/b.webm")));
+
+  make_video(dir_, "src/dogs/c.mkv", "-f lavfi -i testsrc=size=64x48:rate=10:duration=1 -c:v a64multi");
+  std::string why;
+  PackOptions o;
+  o.overwrite = true;
+  EXPECT_EQ(stoker::testing::error_code_of([&] { pack_videofolder(dir_.str("src"), dir_.str("ds"), o); }, &why),
+            ErrorCode::kDataLoss);
+  EXPECT_NE(why.find("src/dogs/c.mkv"), std::string::npos) << why;
+  EXPECT_NE(why.find("codec 'a64m'"), std::string::npos) << why;
+  o.skip_bad = true;
+  s = pack_videofolder(dir_.str("src"), dir_.str("ds"), o);
+  EXPECT_EQ(s.records, 2u);
+  ASSERT_EQ(s.skipped.size(), 1u);
 }
 
 TEST(ClipPlan, DrawsAreAFunctionOfTheSeedAndStayInTheStream) {

@@ -69,7 +69,8 @@ void drain(AVCodecContext* dec, AVFrame* frame, Scan& s, bool audio, uint64_t ma
     if (rc < 0) refuse("decoding frame " + std::to_string(s.frame_pts.size()) + ": " + av_error(rc));
     if (frame->decode_error_flags || (frame->flags & AV_FRAME_FLAG_CORRUPT))
       refuse("frame " + std::to_string(s.frame_pts.size()) + " decodes with errors");
-    const int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp : frame->pts;
+    // As the loader reads it (video_decode.cc pts_of).
+    const int64_t pts = frame->pts != AV_NOPTS_VALUE ? frame->pts : frame->best_effort_timestamp;
     if (audio) s.samples += frame->nb_samples;
     s.frame_pts.push_back(pts == AV_NOPTS_VALUE ? (s.frame_pts.empty() ? 0 : s.frame_pts.back() + 1) : pts);
     if (s.frame_pts.size() > max_frames) refuse("more than " + std::to_string(max_frames) + " frames");

@@ -28,8 +28,10 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& why) { throw_error(ErrorCode::kDataLoss, why); }
 
+// The container's pts when it has one: best_effort_timestamp's guesses depend on the
+// frames seen before, so they could differ after a seek from the pack-time scan's.
 int64_t pts_of(const AVFrame* f) {
-  return f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+  return f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
 }
 
 // The box [x, x + w) x [y, y + h) of an upright frame in the coded frame's coordinates.
@@ -236,9 +238,11 @@ void VideoDecoder::decode(std::span<const uint8_t> file, const MediaInfo& info, 
         have_prev = true;
       }
     };
+    bool drained = false;  // every frame of the stream came out of the decoder
     auto drain = [&]() {
       for (;;) {
         const int rc = avcodec_receive_frame(m.dec.get(), m.cur.get());
+        drained = rc == AVERROR_EOF;
         if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
         if (rc < 0) refuse("decoding: " + av_error(rc));
         take(m.cur.get());
@@ -280,7 +284,7 @@ void VideoDecoder::decode(std::span<const uint8_t> file, const MediaInfo& info, 
       continue;
     }
     // A file cut short ends before the frames its index counted.
-    if (eof && index + 1 < info.frames)
+    if (drained && index + 1 < info.frames)
       refuse("the video ends after " + std::to_string(index + 1) + " frames, its index says " + std::to_string(info.frames) +
              " (truncated?)");
     // Past the stream's end every time is the last frame's.
