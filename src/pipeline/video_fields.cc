@@ -57,6 +57,27 @@ void put_video(const Context& ctx, const VideoOut& o, uint64_t epoch, Job& job, 
     dec.decode(file, info, plans[c], o.spec.width, o.spec.height, out + c * clip_bytes, times + c * clip_pts);
 }
 
+}  // namespace
+
+void put_video_fields(const Context& ctx, const VideoFacts& f, int key_field, uint64_t epoch, Job& job, uint32_t j,
+                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, VideoDecoder& dec,
+                      const std::string& where) {
+  for (const VideoOut& o : f.outs) {
+    try {
+      put_video(ctx, o, epoch, job, j, fields[static_cast<size_t>(o.field)], sample, dec);
+    } catch (const Error& e) {
+      std::string key;
+      if (key_field >= 0) {
+        const auto k = fields[static_cast<size_t>(key_field)];
+        key = " (source '" + std::string(k.begin(), k.end()) + "')";
+      }
+      throw Error(e.code(), where + key + ": field '" + o.name + "': " + e.what());
+    }
+  }
+}
+
+namespace {
+
 // A record per sample, as ImageWork; each worker has a VideoDecoder besides the image one.
 class VideoWork final : public RecordWork {
  public:
@@ -77,19 +98,7 @@ class VideoWork final : public RecordWork {
     void put(const Run& run, Job& job, const Use& use, const std::vector<std::span<const uint8_t>>& fields,
              const std::string& where) override {
       put_image_fields(w_.ctx_, w_.img_, run.epoch, job, use.j, fields, use.record, image_, pixels_, results_, where);
-      for (const VideoOut& o : w_.vid_.outs) {
-        try {
-          put_video(w_.ctx_, o, run.epoch, job, use.j, fields[static_cast<size_t>(o.field)], use.record, video_);
-        } catch (const Error& e) {
-          std::string key;
-          if (w_.img_.key_field >= 0) {
-            const auto k = fields[static_cast<size_t>(w_.img_.key_field)];
-            key = " (source '" + std::string(k.begin(), k.end()) + "')";
-          }
-          const std::string& name = w_.ctx_.dataset->schema().fields[static_cast<size_t>(o.field)].name;
-          throw Error(e.code(), where + key + ": field '" + name + "': " + e.what());
-        }
-      }
+      put_video_fields(w_.ctx_, w_.vid_, w_.img_.key_field, run.epoch, job, use.j, fields, use.record, video_, where);
     }
 
    private:
@@ -120,6 +129,7 @@ VideoFacts plan_video_fields(const LoaderOptions& opt, const Schema& schema, Con
                                            "fields cannot be decoded");
     VideoOut o;
     o.field = static_cast<int>(i);
+    o.name = f.name;
     o.spec = it->second.video;
     check_spec(f.name, o.spec);
     std::vector<int64_t> shape{o.spec.frames, o.spec.height, o.spec.width, 3};

@@ -9,12 +9,14 @@
 #include <memory>
 #include <vector>
 
+#include "decode/video_decode.h"
 #include "pipeline/producer.h"
 
 namespace stoker::internal {
 
 struct VideoOut {
   int field = -1;       ///< in the schema
+  std::string name;     ///< the field's, for errors
   int tensor = -1;      ///< frames: uint8 [T, H, W, 3] or [clips, T, H, W, 3]
   int pts_tensor = -1;  ///< NAME.pts: float64 [T] or [clips, T]
   VideoClipSpec spec;
@@ -30,6 +32,14 @@ struct VideoFacts {
 /// video, frames, fps, stride, clips, size, scale, ratio or flip out of range);
 /// kUnavailable in a build without libav.
 VideoFacts plan_video_fields(const LoaderOptions& opt, const Schema& schema, Context& ctx);
+
+/// Writes every video field of `fields` (a record's payloads) into sample j of `job` as
+/// `f` plans: clips drawn from ctx.order_opt.seed, `epoch` and `sample`, decoded by
+/// `dec`. An error is rethrown naming `where`, the record's source (`key_field`'s text,
+/// -1: none) and the field.
+void put_video_fields(const Context& ctx, const VideoFacts& f, int key_field, uint64_t epoch, Job& job, uint32_t j,
+                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, VideoDecoder& dec,
+                      const std::string& where);
 
 std::unique_ptr<RecordWork> make_video_work(const Context& ctx, const ImageFacts& image, const VideoFacts& video);
 
