@@ -98,6 +98,9 @@ struct FieldTransform {
     /// Video: clips decoded, cropped and resized as `video` says (stoker/media.h
     /// VideoClipSpec): uint8 [B, T, H, W, 3] and NAME.pts float64 [B, T] (seconds).
     kVideoClip,
+    /// Audio: windows (or whole tracks) resampled as `audio` says (stoker/media.h
+    /// AudioClipSpec): float32 [B, C, seconds * rate] and NAME.start float64 [B].
+    kAudioClip,
   };
   Kind kind = Kind::kAsStored;
   int size = 224;                              ///< output is size x size, 1..8192
@@ -109,6 +112,7 @@ struct FieldTransform {
   Interpolation interpolation = Interpolation::kNearest;  ///< kFollow
   int channels = 1;                            ///< kFollow: 1 or 3
   VideoClipSpec video;                         ///< kVideoClip
+  AudioClipSpec audio;                         ///< kAudioClip
 };
 
 struct LoaderOptions {

@@ -115,4 +115,19 @@ struct VideoClipSpec {
   float flip_prob = 0.5f;  ///< kRandom: horizontal flip probability (one per clip)
 };
 
+/// How the loader cuts audio from an audio field (FieldTransform::Kind::kAudioClip):
+/// decoded from the keyframe-free stream (seeking to the clip's start), resampled by
+/// libswresample to `sample_rate`, mixed to 1 channel (mono) or 2.
+///
+/// seconds > 0: a window of that length, its start drawn uniformly (from seed, epoch and
+/// sample) over the track, zero-padded past its end: float32 [B, C, seconds * rate] and
+/// NAME.start float64 [B] (the window's start, seconds). seconds == 0: every track
+/// whole, as values float32 [sum n_i, C] + NAME.offsets [B + 1] (sample i is
+/// values[offsets[i]:offsets[i+1]]).
+struct AudioClipSpec {
+  int sample_rate = 16000;  ///< output rate, 1000..384000
+  bool mono = true;         ///< 1 channel; false: 2
+  double seconds = 0;       ///< window length (> 0), or 0: whole tracks
+};
+
 }  // namespace stoker

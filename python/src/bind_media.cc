@@ -1,4 +1,4 @@
-// _stoker.VideoClipSpec (a VideoClip's parameters) and _stoker.probe_media (what the
+// _stoker.VideoClipSpec and AudioClipSpec (the clips' parameters) and _stoker.probe_media (what the
 // pack-time probe finds in a file: the media index, as a dict).
 #include <pybind11/stl.h>
 
@@ -34,6 +34,12 @@ void init_media(py::module_& m) {
             else if (c == "none") s.crop = VideoClipSpec::Crop::kNone;
             else throw_error(ErrorCode::kInvalidArgument, "crop must be 'random', 'center' or 'none', got '" + c + "'");
           });
+
+  py::class_<AudioClipSpec>(m, "AudioClipSpec", "An AudioClip's parameters (see include/stoker/media.h).")
+      .def(py::init<>())
+      .def_readwrite("sample_rate", &AudioClipSpec::sample_rate)
+      .def_readwrite("mono", &AudioClipSpec::mono)
+      .def_readwrite("seconds", &AudioClipSpec::seconds);
 
   m.attr("media_available") = media_available();
   m.def(

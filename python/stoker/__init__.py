@@ -52,7 +52,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
 )
 from . import transforms  # noqa: F401
 from .transforms import CenterCrop, Follow, RandomResizedCrop  # noqa: F401
-from .media import VideoClip  # noqa: F401
+from .media import AudioClip, VideoClip  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
 from .writer import Writer  # noqa: F401
 
@@ -81,6 +81,7 @@ __all__ = [
     "transforms",
     "RandomResizedCrop",
     "VideoClip",
+    "AudioClip",
     "CenterCrop",
     "Follow",
     "ImageTransform",

@@ -1,4 +1,5 @@
-"""Video clips as a field transform: ``Loader(fields={"mp4": stoker.VideoClip(16, fps=8)})``.
+"""Video clips and audio windows as field transforms: ``Loader(fields={"mp4": stoker.VideoClip(16, fps=8),
+"wav": stoker.AudioClip(16000, seconds=2)})``.
 
 A video field (``pack wds`` of .mp4/.mkv/.webm/.mov/.avi members, ``stoker pack
 videofolder``, or ``Writer(fields={"mp4": "video"})``) is stored with a keyframe index,
@@ -9,9 +10,9 @@ frames, H, W, 3]) and ``NAME.pts`` float64 [B, frames]: each frame's time in sec
 
 import math
 
-from ._stoker import FieldTransform, VideoClipSpec
+from ._stoker import AudioClipSpec, FieldTransform, VideoClipSpec
 
-__all__ = ["VideoClip"]
+__all__ = ["VideoClip", "AudioClip"]
 
 
 class VideoClip:
@@ -65,4 +66,31 @@ class VideoClip:
         f = FieldTransform()
         f.kind = FieldTransform.Kind.VIDEO_CLIP
         f.video = v
+        return f
+
+
+class AudioClip:
+    """An audio field resampled to `sample_rate` Hz, mono (1 channel) or not (2).
+
+    seconds: a window of that length, its start drawn from the loader's seed, epoch and
+    sample, zero-padded past the track's end: float32 [B, C, seconds * sample_rate] and
+    ``NAME.start`` float64 [B] (seconds). None: whole tracks, as values float32
+    [sum n_i, C] and ``NAME.offsets`` [B + 1]."""
+
+    def __init__(self, sample_rate=16000, mono=True, seconds=None):
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 1000 <= sample_rate <= 384000:
+            raise ValueError(f"AudioClip: sample_rate must be an int in 1000..384000, got {sample_rate!r}")
+        if seconds is not None and not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"AudioClip: seconds must be a number > 0 or None, got {seconds!r}")
+        self.sample_rate, self.mono, self.seconds = sample_rate, bool(mono), seconds
+
+    def __repr__(self):
+        return f"AudioClip(sample_rate={self.sample_rate}, mono={self.mono}, seconds={self.seconds})"
+
+    def _field_transform(self):
+        a = AudioClipSpec()
+        a.sample_rate, a.mono, a.seconds = self.sample_rate, self.mono, float(self.seconds or 0)
+        f = FieldTransform()
+        f.kind = FieldTransform.Kind.AUDIO_CLIP
+        f.audio = a
         return f

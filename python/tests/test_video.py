@@ -209,3 +209,44 @@ def test_corrupt_video_at_train_time_is_named_or_skipped(tmp_path, videos):
     keys = [k for b in stoker.Loader(out, batch_size=1, shuffle=False, on_error="skip", fields={"mp4": clip})
             for k in b["__key__"]]
     assert keys == ["good"]
+
+
+def test_audio_windows_and_whole_tracks(tmp_path):
+    import wave
+
+    rate = 8000
+    pcm = (np.sin(np.arange(rate) * 2 * np.pi * 440 / rate) * 12000).astype(np.int16)
+    pcm[::97] = 0  # not periodic within a window: a misplaced cut would show
+    with wave.open(str(tmp_path / "a.wav"), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate), w.writeframes(pcm.tobytes())
+    wav = (tmp_path / "a.wav").read_bytes()
+    flac = ffmpeg(tmp_path / "a.flac", "-i", str(tmp_path / "a.wav"))
+    mp3 = ffmpeg(tmp_path / "a.mp3", "-i", str(tmp_path / "a.wav"), "-c:a", "libmp3lame")
+    tar = write_tar(tmp_path / "a.tar", [(f"k{i}", {"wav": wav, "flac": flac, "mp3": mp3}) for i in range(3)])
+    out = str(tmp_path / "ds")
+    stoker.pack_wds([tar], out)
+    schema = stoker.read_manifest(out)["schema"]
+    assert "wav:audio" in schema and "flac:audio" in schema and "mp3:audio" in schema
+    want = pcm.astype(np.float32) / 32768
+    # Whole tracks at the native rate: the samples themselves (wav and lossless flac).
+    b = next(iter(stoker.Loader(out, batch_size=3, shuffle=False, fields={
+        "wav": stoker.AudioClip(rate, seconds=None), "flac": stoker.AudioClip(rate, seconds=None)})))
+    for f in ("wav", "flac"):
+        offs = b[f + ".offsets"].numpy()
+        assert list(np.diff(offs)) == [rate] * 3
+        np.testing.assert_array_equal(b[f].numpy()[offs[1]:offs[2], 0], want)
+    # Windows: cut where NAME.start says, in every field, and resampled to 16 kHz: 2x the samples.
+    loader = stoker.Loader(out, batch_size=3, shuffle=True, seed=4, fields={
+        "wav": stoker.AudioClip(rate, seconds=0.25), "flac": stoker.AudioClip(rate, seconds=0.25),
+        "mp3": stoker.AudioClip(16000, mono=False, seconds=0.25)})
+    b = next(iter(loader))
+    assert tuple(b["wav"].shape) == (3, 1, 2000) and tuple(b["mp3"].shape) == (3, 2, 4000)
+    starts = b["wav.start"].numpy()
+    assert len(set(starts.round(6))) == 3 and np.all(starts <= 0.75)
+    for j in range(3):
+        s = int(round(starts[j] * rate))
+        np.testing.assert_array_equal(b["wav"][j, 0].numpy(), want[s:s + 2000])
+        s = int(round(b["flac.start"][j].item() * rate))
+        np.testing.assert_array_equal(b["flac"][j, 0].numpy(), want[s:s + 2000])
+        assert np.abs(b["mp3"][j].numpy()).max() > 0.1  # sound, on both channels
+        np.testing.assert_allclose(b["mp3"][j, 0].numpy(), b["mp3"][j, 1].numpy())

@@ -124,7 +124,7 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
   const auto deadline = t0 + std::chrono::duration<double>(seconds);
   auto work = [&] {
     ImageDecoder dec;
-    VideoDecoder video;
+    MediaDecoders video;
     std::vector<uint8_t> raw, pixels;
     std::vector<DecodeResult> results;
     std::vector<uint32_t> ids;

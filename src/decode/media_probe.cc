@@ -157,6 +157,9 @@ MediaInfo probe_media(std::span<const uint8_t> file, MediaKind kind, const Media
     m.frames = options.decode ? s.samples
                               : static_cast<int64_t>(static_cast<double>(m.duration) * m.tb_num / m.tb_den * m.sample_rate);
     if (m.sample_rate < 1 || m.channels < 1) refuse("the audio stream has no sample rate or channels");
+    // The samples decoded, not the last packet's nominal length (a short final block).
+    if (options.decode)
+      m.duration = static_cast<int64_t>(std::llround(static_cast<double>(m.frames) * m.tb_den / (static_cast<double>(m.tb_num) * m.sample_rate)));
     return m;
   }
   m.width = st->codecpar->width;

@@ -241,7 +241,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
   if (tokens) producer = make_token_producer(ctx, tok);
   else if (packed) producer = make_record_producer(ctx, make_packed_work(ctx, pack));
-  else if (!vid.outs.empty()) producer = make_record_producer(ctx, make_video_work(ctx, img, vid));
+  else if (!vid.empty()) producer = make_record_producer(ctx, make_video_work(ctx, img, vid));
   else producer = make_record_producer(ctx, make_image_work(ctx, img));
   if (auto_threads) {
     DiagnoseOptions dopt;

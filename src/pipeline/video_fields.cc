@@ -2,8 +2,10 @@
 #include "pipeline/video_fields.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "decode/clip_plan.h"
+#include "decode/crop.h"
 #include "decode/video_decode.h"
 #include "stoker/media.h"
 #include "stoker/order.h"
@@ -57,22 +59,52 @@ void put_video(const Context& ctx, const VideoOut& o, uint64_t epoch, Job& job, 
     dec.decode(file, info, plans[c], o.spec.width, o.spec.height, out + c * clip_bytes, times + c * clip_pts);
 }
 
+// One audio field's window (or whole track) for sample j.
+void put_audio(const Context& ctx, const AudioOut& o, uint64_t epoch, Job& job, uint32_t j,
+               std::span<const uint8_t> value, uint64_t sample, MediaDecoders& dec) {
+  MediaInfo info;
+  const std::span<const uint8_t> file = parse_media_value(value, info);
+  if (info.kind != MediaKind::kAudio) throw_error(ErrorCode::kDataLoss, "the field's media index is not audio's");
+  const int channels = o.spec.mono ? 1 : 2;
+  if (o.var >= 0) {
+    dec.audio.decode_all(file, info, o.spec.sample_rate, channels, dec.samples);
+    const auto* b = reinterpret_cast<const uint8_t*>(dec.samples.data());
+    job.var[static_cast<size_t>(o.var)][j].assign(b, b + dec.samples.size() * sizeof(float));
+    return;
+  }
+  SampleRng rng(sample_seed(ctx.order_opt.seed ^ (0x617564696f000000ull + o.seed_salt * 0x9E3779B97F4A7C15ull), epoch,
+                            sample));
+  const double room = std::max(0.0, info.seconds(info.duration) - o.spec.seconds);
+  const double start = rng.uniform() * room;
+  const Output& t = ctx.tensors[static_cast<size_t>(o.tensor)];
+  const int64_t n = static_cast<int64_t>(std::llround(o.spec.seconds * o.spec.sample_rate));
+  dec.audio.decode_window(file, info, start, o.spec.sample_rate, channels, n,
+                          reinterpret_cast<float*>(ctx.tensor_ptr(job, o.tensor) + j * t.item_bytes));
+  std::memcpy(ctx.tensor_ptr(job, o.start_tensor) + j * sizeof(double), &start, sizeof(double));
+}
+
 }  // namespace
 
 void put_video_fields(const Context& ctx, const VideoFacts& f, int key_field, uint64_t epoch, Job& job, uint32_t j,
-                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, VideoDecoder& dec,
+                      const std::vector<std::span<const uint8_t>>& fields, uint64_t sample, MediaDecoders& dec,
                       const std::string& where) {
-  for (const VideoOut& o : f.outs) {
-    try {
-      put_video(ctx, o, epoch, job, j, fields[static_cast<size_t>(o.field)], sample, dec);
-    } catch (const Error& e) {
-      std::string key;
-      if (key_field >= 0) {
-        const auto k = fields[static_cast<size_t>(key_field)];
-        key = " (source '" + std::string(k.begin(), k.end()) + "')";
-      }
-      throw Error(e.code(), where + key + ": field '" + o.name + "': " + e.what());
+  const std::string* name = nullptr;
+  try {
+    for (const VideoOut& o : f.outs) {
+      name = &o.name;
+      put_video(ctx, o, epoch, job, j, fields[static_cast<size_t>(o.field)], sample, dec.video);
     }
+    for (const AudioOut& o : f.audio) {
+      name = &o.name;
+      put_audio(ctx, o, epoch, job, j, fields[static_cast<size_t>(o.field)], sample, dec);
+    }
+  } catch (const Error& e) {
+    std::string key;
+    if (key_field >= 0) {
+      const auto k = fields[static_cast<size_t>(key_field)];
+      key = " (source '" + std::string(k.begin(), k.end()) + "')";
+    }
+    throw Error(e.code(), where + key + ": field '" + (name ? *name : std::string()) + "': " + e.what());
   }
 }
 
@@ -104,7 +136,7 @@ class VideoWork final : public RecordWork {
    private:
     const VideoWork& w_;
     ImageDecoder image_;
-    VideoDecoder video_;
+    MediaDecoders video_;
     std::vector<uint8_t> pixels_;
     std::vector<DecodeResult> results_;
   };
@@ -112,6 +144,34 @@ class VideoWork final : public RecordWork {
   const ImageFacts img_;
   const VideoFacts vid_;
 };
+
+AudioOut plan_audio(const Field& f, int i, const AudioClipSpec& s, Context& ctx) {
+  auto bad = [&](const std::string& why) {
+    throw_error(ErrorCode::kInvalidArgument, "fields['" + f.name + "']: AudioClip: " + why);
+  };
+  if (f.kind != FieldKind::kAudio) bad(std::string("needs an audio field; '") + f.name + "' is " + field_kind_name(f.kind));
+  if (!media_available())
+    throw_error(ErrorCode::kUnavailable, "fields['" + f.name + "']: this stoker was built without libav: audio fields "
+                                         "cannot be decoded");
+  if (s.sample_rate < 1000 || s.sample_rate > 384000)
+    bad("sample_rate must be 1000..384000, got " + std::to_string(s.sample_rate));
+  if (!(std::isfinite(s.seconds) && s.seconds >= 0 && s.seconds * s.sample_rate <= (1 << 28)))
+    bad("seconds must be >= 0 (0: whole tracks) and hold at most 2^28 samples, got " + std::to_string(s.seconds));
+  AudioOut o;
+  o.field = i;
+  o.name = f.name;
+  o.spec = s;
+  const int64_t channels = s.mono ? 1 : 2;
+  if (s.seconds > 0) {
+    const int64_t n = std::llround(s.seconds * s.sample_rate);
+    if (n < 1) bad("seconds * sample_rate is under one sample");
+    o.tensor = ctx.add_tensor(f.name, ElemType::kFloat32, {channels, n});
+    o.start_tensor = ctx.add_tensor(f.name + ".start", ElemType::kFloat64, {});
+  } else {
+    o.var = ctx.add_var(Output::variable(f.name, TensorKind::kRagged, ElemType::kFloat32, {channels}));
+  }
+  return o;
+}
 
 }  // namespace
 
@@ -121,6 +181,11 @@ VideoFacts plan_video_fields(const LoaderOptions& opt, const Schema& schema, Con
   for (size_t i = 0; i < schema.fields.size(); ++i) {
     const Field& f = schema.fields[i];
     const auto it = opt.fields.find(f.name);
+    if (it != opt.fields.end() && it->second.kind == FieldTransform::Kind::kAudioClip) {
+      facts.audio.push_back(plan_audio(f, static_cast<int>(i), it->second.audio, ctx));
+      facts.audio.back().seed_salt = salt++;
+      continue;
+    }
     if (it == opt.fields.end() || it->second.kind != FieldTransform::Kind::kVideoClip) continue;
     if (f.kind != FieldKind::kVideo)
       bad_spec(f.name, std::string("needs a video field; '") + f.name + "' is " + field_kind_name(f.kind));
