@@ -189,6 +189,17 @@ TEST_F(VideoTest, TruncatedAndCorruptFilesAreNamedErrors) {
   EXPECT_NE(why.find("container"), std::string::npos) << why;
 }
 
+// A playlist in a record names a file on this machine: the probe must not open it.
+TEST_F(VideoTest, NestedOpensAreRefused) {
+  make_video(dir_, "inner.mp4", grey() + " -c:v libx264 -g 10 -pix_fmt yuv420p");
+  for (const std::string& text :
+       {"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\nfile://" + dir_.str("inner.mp4") + "\n#EXT-X-ENDLIST\n",
+        "ffconcat version 1.0\nfile '" + dir_.str("inner.mp4") + "'\n"}) {
+    const std::vector<uint8_t> bytes(text.begin(), text.end());
+    EXPECT_EQ(stoker::testing::error_code_of([&] { probe_media(bytes, MediaKind::kVideo); }), ErrorCode::kDataLoss) << text;
+  }
+}
+
 TEST_F(VideoTest, ACodecWithoutDecoderIsRefusedNamingIt) {
   const auto file = make_video(dir_, "a64.mkv", "-f lavfi -i testsrc=size=64x48:rate=10:duration=1 -c:v a64multi");
   std::string why;

@@ -76,6 +76,13 @@ void AvInput::open(std::span<const uint8_t> bytes, bool stream_info) {
     throw_error(ErrorCode::kResourceExhausted, "avformat_alloc_context failed");
   }
   fmt_->pb = io_;  // custom IO: avformat_close_input leaves io_ to us
+  // Untrusted bytes: a playlist or concat script inside a record must not open files or
+  // URLs of its own. No protocol is named "none", so every nested open is refused.
+  fmt_->protocol_whitelist = av_strdup("none");
+  if (!fmt_->protocol_whitelist) {
+    close();
+    throw_error(ErrorCode::kResourceExhausted, "av_strdup failed");
+  }
   if (int rc = avformat_open_input(&fmt_, nullptr, nullptr, nullptr); rc < 0) {
     // avformat_open_input frees the context on failure.
     fmt_ = nullptr;
