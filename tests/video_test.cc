@@ -1,7 +1,7 @@
 // Video fields: the media index, the pack-time probe, clip plans and VideoDecoder.
 //
 // Test videos are made here with Debian's ffmpeg CLI (skipped, saying so, without it):
-// each frame a flat grey of level 16 + 3 * N (limited-range luma), so a decoded frame
+// each frame a flat grey of level 16 + 4 * N (limited-range luma), so a decoded frame
 // tells its index; H.264 with B-frames, VP9, a variable frame rate, a rotation.
 #include <gtest/gtest.h>
 
@@ -14,8 +14,10 @@
 #include "decode/clip_plan.h"
 #include "decode/video_decode.h"
 #include "stoker/dataset.h"
+#include "stoker/loader.h"
 #include "stoker/media.h"
 #include "stoker/pack.h"
+#include "util/loader_util.h"
 #include "util/test_util.h"
 
 namespace stoker {
@@ -35,10 +37,10 @@ std::vector<uint8_t> make_video(const TempDir& dir, const std::string& name, con
   return stoker::testing::read_file(out);
 }
 
-// 50 frames (2 s at 25 fps) of grey 16 + 3N, 64x48.
+// 50 frames (2 s at 25 fps) of grey 16 + 4N, 64x48.
 // `then`: more filters after it.
 std::string grey(const std::string& then = "") {
-  return "-f lavfi -i \"nullsrc=s=64x48:r=25:d=2,geq=lum='16+3*N':cb=128:cr=128" + then + "\"";
+  return "-f lavfi -i \"nullsrc=s=64x48:r=25:d=2,geq=lum='16+4*N':cb=128:cr=128" + then + "\"";
 }
 
 // The frame index a decoded grey RGB frame shows (BT.601 limited range: Y = 16 + R * 219 / 255).
@@ -46,7 +48,7 @@ int grey_index(const uint8_t* rgb, size_t pixels) {
   double sum = 0;
   for (size_t i = 0; i < pixels * 3; ++i) sum += rgb[i];
   const double y = 16 + sum / (pixels * 3) * 219.0 / 255.0;
-  return static_cast<int>(std::lround((y - 16) / 3));
+  return static_cast<int>(std::lround((y - 16) / 4));
 }
 
 // An mp4 with its first track's matrix set to a clockwise quarter turn (a, b, c, d =
@@ -116,7 +118,7 @@ TEST_F(VideoTest, ProbeIndexesH264WithBFrames) {
 
 // Every frame index, through a seek or from the start, on H.264 (B-frames) and VP9.
 TEST_F(VideoTest, StrideClipsDecodeTheFramesTheyName) {
-  for (const char* codec : {"-c:v libx264 -bf 3 -g 10 -pix_fmt yuv420p", "-c:v libvpx-vp9 -g 10 -deadline realtime"}) {
+  for (const char* codec : {"-c:v libx264 -bf 3 -g 10 -pix_fmt yuv420p", "-c:v libvpx-vp9 -g 10 -deadline realtime -crf 4 -b:v 0"}) {
     const bool vp9 = std::string(codec).find("vp9") != std::string::npos;
     const auto file = make_video(dir_, vp9 ? "v.webm" : "v.mp4", grey() + " " + codec);
     const MediaInfo m = probe_media(file, MediaKind::kVideo);
@@ -240,7 +242,7 @@ TEST_F(VideoTest, VideoFolderPacksRefusesAndExtracts) {
   std::filesystem::create_directories(dir_.str("src/cats"));
   std::filesystem::create_directories(dir_.str("src/dogs"));
   make_video(dir_, "src/cats/a.mp4", grey() + " -c:v libx264 -g 10 -pix_fmt yuv420p");
-  make_video(dir_, "src/dogs/b.webm", grey() + " -c:v libvpx-vp9 -g 10 -deadline realtime");
+  make_video(dir_, "src/dogs/b.webm", grey() + " -c:v libvpx-vp9 -g 10 -deadline realtime -crf 4 -b:v 0");
   stoker::testing::write_file(dir_.str("src/dogs/notes.txt"), {'h', 'i'});
   PackSummary s = pack_videofolder(dir_.str("src"), dir_.str("ds"));
   EXPECT_EQ(s.records, 2u);
@@ -255,6 +257,29 @@ TEST_F(VideoTest, VideoFolderPacksRefusesAndExtracts) {
   EXPECT_EQ(r.int64_field(2), 1);
   extract_dataset(dir_.str("ds"), dir_.str("back"));
   EXPECT_EQ(stoker::testing::read_file(dir_.str("back/dogs/b.webm")), stoker::testing::read_file(dir_.str("src/dogs/b.webm")));
+
+  // The C++ loader: clips through LoaderOptions::fields, frames and their times.
+  LoaderOptions lo = stoker::testing::default_options(dir_.str("ds"), 2);
+  lo.order.kind = OrderKind::kSequential;
+  FieldTransform& f = lo.fields["video"];
+  f.kind = FieldTransform::Kind::kVideoClip;
+  f.video.frames = 5, f.video.stride = 4, f.video.crop = VideoClipSpec::Crop::kNone;
+  f.video.height = 24, f.video.width = 32;
+  {
+    Loader loader(lo);
+    auto b = loader.next();
+    ASSERT_TRUE(b);
+    EXPECT_EQ((*b)["video"].shape, (std::vector<int64_t>{2, 5, 24, 32, 3}));
+    EXPECT_EQ((*b)["video.pts"].shape, (std::vector<int64_t>{2, 5}));
+    const auto* frames = static_cast<const uint8_t*>((*b)["video"].data);
+    const auto* pts = static_cast<const double*>((*b)["video.pts"].data);
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 5; ++k) {
+        const int shown = grey_index(frames + ((j * 5 + k) * 24 * 32) * 3, 24 * 32);
+        EXPECT_NEAR(pts[j * 5 + k], shown / 25.0, 1e-6) << j << " " << k;  // the frame its pts names
+        if (k) EXPECT_EQ(shown - grey_index(frames + ((j * 5 + k - 1) * 24 * 32) * 3, 24 * 32), 4);
+      }
+  }
 
   make_video(dir_, "src/dogs/c.mkv", "-f lavfi -i testsrc=size=64x48:rate=10:duration=1 -c:v a64multi");
   std::string why;
