@@ -191,8 +191,9 @@ TEST_F(VideoTest, TruncatedAndCorruptFilesAreNamedErrors) {
   EXPECT_NE(why.find("container"), std::string::npos) << why;
 }
 
-// A playlist in a record names a file on this machine: the probe must not open it.
-TEST_F(VideoTest, NestedOpensAreRefused) {
+// A playlist or concat script in a record names a file on this machine: refused, never
+// read (the whitelist of no protocols is one guard; the demuxers' own rules another).
+TEST_F(VideoTest, PlaylistsInARecordAreRefused) {
   make_video(dir_, "inner.mp4", grey() + " -c:v libx264 -g 10 -pix_fmt yuv420p");
   for (const std::string& text :
        {"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:10,\nfile://" + dir_.str("inner.mp4") + "\n#EXT-X-ENDLIST\n",
