@@ -1,7 +1,8 @@
 // libFuzzer target: arbitrary bytes through the pack-time container probe
 // (stoker/media.h, probe_media: libavformat over the bytes in memory, then the decoder)
 // and, when a file is accepted, a clip decode of its first and last frames through
-// VideoDecoder over the index just made.
+// VideoDecoder (audio: a window and the whole track through AudioDecoder) over the
+// index just made.
 //
 // Whatever the input, neither may crash, hang, leak (what stoker allocates: libav's own
 // internals aside) or read out of bounds; a refusal is a stoker::Error. An accepted
@@ -16,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "decode/audio_decode.h"
 #include "decode/clip_plan.h"
 #include "decode/video_decode.h"
 #include "stoker/error.h"
@@ -31,7 +33,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       stoker::MediaInfo back;
       stoker::parse_media_value(stoker::make_media_value(info, in), back);
       if (!(back == info)) std::abort();
-      if (kind != stoker::MediaKind::kVideo || info.width > 4096 || info.height > 4096) continue;
+      if (kind == stoker::MediaKind::kAudio) {
+        if (info.seconds(info.duration) > 60) continue;
+        stoker::internal::AudioDecoder audio;
+        std::vector<float> window(2 * 800), all;
+        audio.decode_window(in, info, 0.05, 8000, 2, 800, window.data());
+        audio.decode_all(in, info, 8000, 1, all);
+        continue;
+      }
+      if (info.width > 4096 || info.height > 4096) continue;
       stoker::internal::ClipPlan p;
       p.by_frame = true;
       p.at = {0, info.frames - 1};
