@@ -17,6 +17,7 @@
 #include "stoker/loader.h"
 #include "stoker/media.h"
 #include "stoker/pack.h"
+#include "stoker/verify.h"
 #include "util/loader_util.h"
 #include "util/test_util.h"
 
@@ -294,6 +295,35 @@ TEST_F(VideoTest, VideoFolderPacksRefusesAndExtracts) {
   s = pack_videofolder(dir_.str("src"), dir_.str("ds"), o);
   EXPECT_EQ(s.records, 2u);
   ASSERT_EQ(s.skipped.size(), 1u);
+}
+
+// A video damaged before packing gets in with --no-check (demuxed only); verify --decode
+// finds it, naming the record's key and field; plain verify checks the index alone.
+TEST_F(VideoTest, VerifyDecodeFindsAVideoPackedWithoutTheCheck) {
+  std::filesystem::create_directories(dir_.str("src/a"));
+  std::vector<uint8_t> bad = make_video(dir_, "src/a/good.mp4",
+                                        "-f lavfi -i testsrc=size=64x48:rate=25:duration=2 -c:v libx264 -bf 3 -g 12 -pix_fmt yuv420p");
+  const uint8_t mdat[] = {'m', 'd', 'a', 't'};
+  const size_t at = static_cast<size_t>(std::search(bad.begin(), bad.end(), std::begin(mdat), std::end(mdat)) - bad.begin());
+  // Slice data inside the mdat box (its size precedes its type), past the first
+  // keyframe's headers: the container opens and its packets demux.
+  const size_t end = at - 4 + (static_cast<size_t>(bad[at - 4]) << 24 | bad[at - 3] << 16 | bad[at - 2] << 8 | bad[at - 1]);
+  for (size_t i = at + 600; i < std::min(end, at + 4000); i += 7) bad[i] ^= 0xFF;
+  stoker::testing::write_file(dir_.str("src/a/bad.mp4"), bad);
+  PackOptions o;
+  std::string why;
+  EXPECT_EQ(stoker::testing::error_code_of([&] { pack_videofolder(dir_.str("src"), dir_.str("ds"), o); }, &why),
+            ErrorCode::kDataLoss);
+  EXPECT_NE(why.find("src/a/bad.mp4"), std::string::npos) << why;
+  o.check_decode = false;
+  EXPECT_EQ(pack_videofolder(dir_.str("src"), dir_.str("ds"), o).records, 2u);
+  EXPECT_TRUE(verify_path(dir_.str("ds"), VerifyOptions{}).problems.empty());
+  VerifyOptions v;
+  v.decode = true;
+  const VerifyReport r = verify_path(dir_.str("ds"), v);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_NE(r.problems[0].where.find("a/bad.mp4"), std::string::npos) << r.problems[0].where;
+  EXPECT_NE(r.problems[0].reason.find("field 'video'"), std::string::npos) << r.problems[0].reason;
 }
 
 TEST(ClipPlan, DrawsAreAFunctionOfTheSeedAndStayInTheStream) {
