@@ -159,7 +159,7 @@ TEST(CliUsage, UnknownKindOrCommandListsTheChoices) {
   Result r = stoker("pack foo");
   EXPECT_EQ(r.rc, 2) << shown(r);
   EXPECT_TRUE(has(r.err, "unknown kind 'foo'")) << shown(r);
-  EXPECT_TRUE(has(r.err, "imagefolder, tokens, text, samples, wds")) << shown(r);
+  EXPECT_TRUE(has(r.err, "imagefolder, videofolder, tokens, text, samples, wds")) << shown(r);
 
   r = stoker("bench frob");
   EXPECT_EQ(r.rc, 2) << shown(r);
@@ -183,7 +183,7 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
   };
   const Row rows[] = {
       {"", "Usage: stoker"},                                          // no command: the usage, on stderr
-      {"pack", "name a kind: imagefolder, tokens, text, samples, wds"},              // a group alone
+      {"pack", "name a kind: imagefolder, videofolder, tokens, text, samples, wds"},              // a group alone
       {"pack imagefolder " + p, "OUT is required"},                   // a positional missing
       {"pack tokens a.bin " + p + "/o", "--seq-len is required"},     // a required option missing
       {"pack tokens a.bin " + p + "/o --seq-len abc", "--seq-len"},   // not a number

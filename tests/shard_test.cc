@@ -498,7 +498,7 @@ TEST(ShardV2Schema, DescriptorsAndSizesAreChecked) {
       {Field{"a", FieldKind::kTokens, DType::kFloat32, 4}, "tokens are"},
       {Field{"a", FieldKind::kFloat32, DType::kNone, 5}, "seq_len"},
       {Field{"__key__", FieldKind::kBytes}, "must be text"},
-      {Field{"a", static_cast<FieldKind>(9)}, "unknown kind"},
+      {Field{"a", static_cast<FieldKind>(11)}, "unknown kind"},
   };
   for (const Bad& b : bad) {
     try {

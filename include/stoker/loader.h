@@ -45,6 +45,7 @@
 #include "stoker/batch.h"
 #include "stoker/image.h"
 #include "stoker/io.h"
+#include "stoker/media.h"
 #include "stoker/order.h"
 #include "stoker/remote.h"
 #include "stoker/shard.h"
@@ -91,8 +92,15 @@ struct FieldTransform {
     /// (1: the stored gray level or palette index; 3: RGB). Output uint8 [B, S, S, C].
     kFollow,
     /// As stored: images and bytes as byte strings, text as UTF-8 strings, scalars as
-    /// [B], ndarrays as [B, *shape], variable-length arrays as values + offsets.
+    /// [B], ndarrays as [B, *shape], variable-length arrays as values + offsets; video
+    /// and audio as their files' bytes (without the media index).
     kAsStored,
+    /// Video: clips decoded, cropped and resized as `video` says (stoker/media.h
+    /// VideoClipSpec): uint8 [B, T, H, W, 3] and NAME.pts float64 [B, T] (seconds).
+    kVideoClip,
+    /// Audio: windows (or whole tracks) resampled as `audio` says (stoker/media.h
+    /// AudioClipSpec): float32 [B, C, seconds * rate] and NAME.start float64 [B].
+    kAudioClip,
   };
   Kind kind = Kind::kAsStored;
   int size = 224;                              ///< output is size x size, 1..8192
@@ -103,6 +111,8 @@ struct FieldTransform {
   std::string follow;                          ///< kFollow: the image field whose draw this one takes
   Interpolation interpolation = Interpolation::kNearest;  ///< kFollow
   int channels = 1;                            ///< kFollow: 1 or 3
+  VideoClipSpec video;                         ///< kVideoClip
+  AudioClipSpec audio;                         ///< kAudioClip
 };
 
 struct LoaderOptions {

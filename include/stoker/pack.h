@@ -131,6 +131,15 @@ struct ImageFolderPackOptions : ImagePackOptions {
 PackSummary pack_imagefolder(const std::string& src, const std::string& out,
                              const ImageFolderPackOptions& options = {});
 
+/// Packs a tree of videos by class, SRC/<class>/<...>/<video> (mp4, mkv, webm, mov,
+/// avi; other files are ignored and counted in the notes), into a dataset of
+/// `__key__:text video:video label:int64` records. Each video is probed with libavformat
+/// and, with check_decode, decoded in full, and stored behind its media index
+/// (stoker/media.h); one that cannot be used is kDataLoss naming the file and the
+/// reason (a codec without a decoder included), or skipped with skip_bad.
+/// kUnavailable in a build without libav.
+PackSummary pack_videofolder(const std::string& src, const std::string& out, const PackOptions& options = {});
+
 /// Token options.
 struct TokensPackOptions : PackOptions {
   /// Element type of a flat token file. For a Megatron .idx pair the index's dtype is

@@ -49,6 +49,9 @@ enum class FieldKind : uint8_t {
                  ///< the size is a whole multiple of prod(shape) * dtype_size, n = size / that (v2)
   kText = 8,     ///< UTF-8 text, any length (0 included), no terminator; packers validate
                  ///< the encoding (v2)
+  kVideo = 9,    ///< a video file (mp4, mkv, webm, mov, avi) behind its media index:
+                 ///< [index][file bytes] (stoker/media.h, FORMAT.md "Media fields") (v2)
+  kAudio = 10,   ///< an audio file (wav, flac, mp3, ogg, opus, m4a), laid out as kVideo (v2)
 };
 
 /// Element type of token rows and arrays (on-disk codes; 1..4 exist in v1).
@@ -67,12 +70,13 @@ enum class DType : uint8_t {
   kBool = 11,    ///< one byte, 0 or 1
 };
 inline constexpr uint8_t kMaxDType = 11;
-inline constexpr uint8_t kMaxFieldKind = 8;
+inline constexpr uint8_t kMaxFieldKind = 10;
 
 size_t dtype_size(DType t) noexcept;          ///< 0 for kNone
 const char* dtype_name(DType t) noexcept;     ///< "uint16", "float32", "bool", ... (numpy's names)
 DType dtype_from_name(const std::string& s);  ///< throws kInvalidArgument naming the choices
-/// "bytes", "image", "int64", "tokens", "float32", "float64", "ndarray", "vararray", "text".
+/// "bytes", "image", "int64", "tokens", "float32", "float64", "ndarray", "vararray", "text",
+/// "video", "audio".
 const char* field_kind_name(FieldKind k) noexcept;
 /// The names above; "jpeg" (the v1 manifest's name) is kImage. Throws kInvalidArgument.
 FieldKind field_kind_from_name(const std::string& s);

@@ -12,6 +12,7 @@
 #include "stoker/error.h"
 #include "stoker/feed_stats.h"
 #include "stoker/image.h"
+#include "stoker/media.h"
 #include "stoker/io.h"
 #include "stoker/loader.h"
 #include "stoker/log.h"

@@ -38,7 +38,9 @@ void init_loader_options(py::module_& m) {
       .value("RANDOM_RESIZED_CROP", FieldTransform::Kind::kRandomResizedCrop)
       .value("CENTER_CROP", FieldTransform::Kind::kCenterCrop)
       .value("FOLLOW", FieldTransform::Kind::kFollow)
-      .value("AS_STORED", FieldTransform::Kind::kAsStored);
+      .value("AS_STORED", FieldTransform::Kind::kAsStored)
+      .value("VIDEO_CLIP", FieldTransform::Kind::kVideoClip)
+      .value("AUDIO_CLIP", FieldTransform::Kind::kAudioClip);
   ft.def(py::init<>())
       .def_readwrite("kind", &FieldTransform::kind)
       .def_readwrite("size", &FieldTransform::size)
@@ -57,7 +59,9 @@ void init_loader_options(py::module_& m) {
             else if (v == "antialiased" || v == "bilinear") f.interpolation = Interpolation::kAntialiased;
             else throw_error(ErrorCode::kInvalidArgument, "interpolation must be 'nearest' or 'antialiased', got '" + v + "'");
           })
-      .def_readwrite("channels", &FieldTransform::channels);
+      .def_readwrite("channels", &FieldTransform::channels)
+      .def_readwrite("video", &FieldTransform::video)
+      .def_readwrite("audio", &FieldTransform::audio);
 
   py::class_<PyLoaderOptions> o(m, "LoaderOptions", "Options of a Loader (see include/stoker/loader.h).");
   o.def(py::init<>())

@@ -11,6 +11,7 @@
 #include "stoker/dataset_store.h"
 #include "stoker/remote.h"
 #include "stoker/error.h"
+#include "stoker/media.h"
 #include "stoker/pack.h"
 #include "stoker/shard.h"
 
@@ -55,6 +56,7 @@ class NativeWriter {
                                                    std::to_string(schema_.fields.size()));
     std::vector<py::buffer_info> infos;
     std::vector<std::span<const uint8_t>> spans;
+    std::vector<std::vector<uint8_t>> media(values.size());  // video/audio values: index + file
     infos.reserve(values.size());
     for (size_t i = 0; i < values.size(); ++i) {
       infos.push_back(values[i].request());
@@ -74,6 +76,17 @@ class NativeWriter {
       }
     }
     py::gil_scoped_release nogil;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const Field& f = schema_.fields[i];
+      if (f.kind != FieldKind::kVideo && f.kind != FieldKind::kAudio) continue;
+      try {
+        media[i] = pack_media_value(spans[i], f.kind == FieldKind::kVideo ? MediaKind::kVideo : MediaKind::kAudio);
+      } catch (const Error& e) {
+        throw Error(e.code() == ErrorCode::kDataLoss ? ErrorCode::kInvalidArgument : e.code(),
+                    std::string(field_kind_name(f.kind)) + " field '" + f.name + "': " + e.what());
+      }
+      spans[i] = media[i];
+    }
     PreparedRecord rec = prepare_record(schema_, spans, writer_->options().shard);
     writer_->add_prepared(rec);
   }

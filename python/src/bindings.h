@@ -11,6 +11,7 @@ namespace py = pybind11;
 void init_errors(py::module_& m);   // bind_errors.cc: stoker.Error hierarchy + translator
 void init_image(py::module_& m);    // bind_image.cc: ImageTransform, decode_image
 void init_dataset(py::module_& m);  // bind_dataset.cc: dataset/record helpers
+void init_media(py::module_& m);    // bind_media.cc: VideoClipSpec, probe_media
 void init_loader_options(py::module_& m);  // bind_loader_options.cc: LoaderOptions, FieldTransform
 void init_loader(py::module_& m);   // bind_loader.cc: the Loader handle (batches out: tensor_export.h)
 void init_pack(py::module_& m);     // bind_pack.cc: packers and sample generators

@@ -14,6 +14,7 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::init_log(m);
   stoker::python::init_image(m);
   stoker::python::init_dataset(m);
+  stoker::python::init_media(m);
   stoker::python::init_loader_options(m);
   stoker::python::init_loader(m);
   stoker::python::init_pack(m);

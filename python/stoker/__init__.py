@@ -52,6 +52,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
 )
 from . import transforms  # noqa: F401
 from .transforms import CenterCrop, Follow, RandomResizedCrop  # noqa: F401
+from .media import AudioClip, VideoClip  # noqa: F401
 from .loader import Loader, default_rank_world  # noqa: F401
 from .writer import Writer  # noqa: F401
 
@@ -79,6 +80,8 @@ __all__ = [
     "Loader",
     "transforms",
     "RandomResizedCrop",
+    "VideoClip",
+    "AudioClip",
     "CenterCrop",
     "Follow",
     "ImageTransform",

@@ -5,6 +5,28 @@ import numpy
 import numpy.typing
 
 __version__: str
+class AudioClipSpec:
+    """
+    An AudioClip's parameters (see include/stoker/media.h).
+    """
+    def __init__(self) -> None:
+        ...
+    @property
+    def sample_rate(self) -> int:
+        ...
+    @sample_rate.setter
+    def sample_rate(self, value: int) -> None: ...
+    @property
+    def mono(self) -> bool:
+        ...
+    @mono.setter
+    def mono(self, value: bool) -> None: ...
+    @property
+    def seconds(self) -> float:
+        ...
+    @seconds.setter
+    def seconds(self, value: float) -> None: ...
+
 class CancelledError(Error):
     """
     Stopped by shutdown or interruption.
@@ -40,11 +62,17 @@ class FieldTransform:
         FOLLOW
 
         AS_STORED
+
+        VIDEO_CLIP
+
+        AUDIO_CLIP
         """
         RANDOM_RESIZED_CROP: typing.ClassVar[Kind]
         CENTER_CROP: typing.ClassVar[Kind]
         FOLLOW: typing.ClassVar[Kind]
         AS_STORED: typing.ClassVar[Kind]
+        VIDEO_CLIP: typing.ClassVar[Kind]
+        AUDIO_CLIP: typing.ClassVar[Kind]
         def __int__(self) -> int: ...
         @property
         def name(self) -> str: ...
@@ -105,6 +133,16 @@ class FieldTransform:
         ...
     @channels.setter
     def channels(self, value: int) -> None: ...
+    @property
+    def video(self) -> VideoClipSpec:
+        ...
+    @video.setter
+    def video(self, value: VideoClipSpec) -> None: ...
+    @property
+    def audio(self) -> AudioClipSpec:
+        ...
+    @audio.setter
+    def audio(self, value: AudioClipSpec) -> None: ...
 
 class HeldBatchesWarning(UserWarning):
     """
@@ -626,6 +664,73 @@ class UnavailableError(Error):
     """
     code: str
 
+class VideoClipSpec:
+    """
+    A VideoClip's parameters (see include/stoker/media.h).
+    """
+    def __init__(self) -> None:
+        ...
+    @property
+    def frames(self) -> int:
+        ...
+    @frames.setter
+    def frames(self, value: int) -> None: ...
+    @property
+    def fps(self) -> float:
+        ...
+    @fps.setter
+    def fps(self, value: float) -> None: ...
+    @property
+    def stride(self) -> int:
+        ...
+    @stride.setter
+    def stride(self, value: int) -> None: ...
+    @property
+    def clips(self) -> int:
+        ...
+    @clips.setter
+    def clips(self, value: int) -> None: ...
+    @property
+    def height(self) -> int:
+        ...
+    @height.setter
+    def height(self, value: int) -> None: ...
+    @property
+    def width(self) -> int:
+        ...
+    @width.setter
+    def width(self, value: int) -> None: ...
+    @property
+    def scale_min(self) -> float:
+        ...
+    @scale_min.setter
+    def scale_min(self, value: float) -> None: ...
+    @property
+    def scale_max(self) -> float:
+        ...
+    @scale_max.setter
+    def scale_max(self, value: float) -> None: ...
+    @property
+    def ratio_min(self) -> float:
+        ...
+    @ratio_min.setter
+    def ratio_min(self, value: float) -> None: ...
+    @property
+    def ratio_max(self) -> float:
+        ...
+    @ratio_max.setter
+    def ratio_max(self, value: float) -> None: ...
+    @property
+    def flip_prob(self) -> float:
+        ...
+    @flip_prob.setter
+    def flip_prob(self, value: float) -> None: ...
+    @property
+    def crop(self) -> str:
+        ...
+    @crop.setter
+    def crop(self, value: str) -> None: ...
+
 def commit(dir: str, *, clean: bool = ...) -> dict:
     """
     Publishes the MANIFEST of a dataset packed in parts (part="I/N" of the packers or
@@ -654,6 +759,7 @@ def make_sample_imagefolder(out: str, *, images: int = ..., classes: int = ..., 
 def make_sample_tokens(path: str, *, tokens: int = ..., vocab: int = ..., dtype: str = ..., seed: int = ...) -> dict:
     ...
 
+media_available: bool
 def pack_imagefolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., baseline: bool = ..., fast_crop: bool = ..., max_file_bytes: int = ..., check: bool = ..., exif_transpose: bool = ..., part: str = ...) -> dict:
     """
     Packs an ImageFolder tree into a dataset; returns the summary as a dict.
@@ -740,6 +846,11 @@ def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = .
 
 def probe_jpeg(jpeg: bytes) -> dict:
     ...
+
+def probe_media(data: bytes, kind: str = ...) -> dict:
+    """
+    The media index pack would store for a video or audio file's bytes, as a dict (codec, size, rotation, time_base, start_pts, duration, frames, sample_rate, channels, keyframes [(pts, pos, frame)]). DataLossError naming the reason when the file cannot be demuxed or decoded.
+    """
 
 def rank_from_env() -> tuple:
     """

@@ -198,6 +198,9 @@ class Loader:
             bytes and untransformed images as a list of bytes, variable-length arrays as
             values [sum n_i, *shape] under the field's name plus offsets [B + 1] under
             ``name + ".offsets"`` (sample i is ``values[offsets[i]:offsets[i+1]]``).
+            Video fields take ``stoker.VideoClip(...)`` (clips uint8 [B, T, H, W, 3] and
+            ``name + ".pts"``), audio fields ``stoker.AudioClip(...)``; without one they
+            come as their files' bytes.
         size: output side of "train"/"eval" images.
         shuffle: a global shuffle keyed by (seed, epoch); False: dataset order.
         seed: the run's seed: order and augmentation are a function of (seed, epoch).

@@ -219,7 +219,7 @@ def to_field_transform(name, spec):
         else:
             raise ValueError(f"fields[{name!r}]: expected 'train', 'eval', None or a transform object, got {spec!r}")
     if not hasattr(spec, "_field_transform"):
-        raise TypeError(f"fields[{name!r}]: expected RandomResizedCrop, CenterCrop, Follow or None, got {spec!r}")
+        raise TypeError(f"fields[{name!r}]: expected RandomResizedCrop, CenterCrop, Follow, VideoClip or None, got {spec!r}")
     return spec._field_transform()
 
 

@@ -8,7 +8,8 @@
                      "emb": emb, "boxes": boxes})
 
 Field kinds (see shards/FORMAT.md): "image" (JPEG/PNG/WebP file bytes, checked by
-magic), "bytes", "text" (str), "int64" (int), "float32" / "float64" (float),
+magic), "video" / "audio" (a media file's bytes: mp4, mkv, webm ... / wav, flac, mp3 ...,
+probed and decoded when written, stored with its keyframe index), "bytes", "text" (str), "int64" (int), "float32" / "float64" (float),
 ("ndarray", dtype, shape) for a fixed shape and ("vararray", dtype, inner_shape) for
 arrays [n, *inner_shape] with n varying per sample (0 allowed). Every record also gets
 a `__key__` (text): the sample's "__key__" value when it has one, else its index as
@@ -26,7 +27,7 @@ import numpy as np
 from . import _stoker
 
 KEY = "__key__"
-_SCALARS = {"int64", "float32", "float64", "text", "bytes", "image"}
+_SCALARS = {"int64", "float32", "float64", "text", "bytes", "image", "video", "audio"}
 _DTYPES = {"uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "float16", "float32", "float64", "bool"}
 
 
@@ -111,7 +112,7 @@ class Writer:
         raise TypeError(f"field {name!r} ({kind}) takes bytes, got {type(v).__name__}")
 
     def _convert(self, name, kind, dtype, shape, v):
-        if kind in ("image", "bytes"):
+        if kind in ("image", "bytes", "video", "audio"):
             return self._bytes_like(name, kind, v)
         if kind == "text":
             if not isinstance(v, str):

@@ -13,6 +13,7 @@
 
 #include "pipeline/packed_samples.h"
 #include "pipeline/producer.h"
+#include "pipeline/video_fields.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/order.h"
@@ -42,6 +43,7 @@ struct DecodeLimitMeter::Impl {
   PackedFacts pack;
   Context ctx;
   ImageFacts facts;
+  VideoFacts video;
   size_t sample_bytes = 0;
   PageBuffer arena;
   std::vector<Item> items;
@@ -67,6 +69,7 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
     m.pack = packed_facts(m.opt, schema);
   } else if (!m.token_data) {
     m.facts = plan_image_fields(m.opt, schema, m.ctx);
+    m.video = plan_video_fields(m.opt, schema, m.ctx);
     for (auto& t : m.ctx.tensors) {
       t.offset = m.sample_bytes;
       m.sample_bytes += (t.item_bytes + 255) / 256 * 256;
@@ -121,6 +124,7 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
   const auto deadline = t0 + std::chrono::duration<double>(seconds);
   auto work = [&] {
     ImageDecoder dec;
+    MediaDecoders video;
     std::vector<uint8_t> raw, pixels;
     std::vector<DecodeResult> results;
     std::vector<uint32_t> ids;
@@ -149,6 +153,7 @@ void DecodeLimitMeter::run(unsigned threads, double seconds, bool full_pass) {
         // The same checks, slicing and per-field work as the loader's decode workers.
         const auto fields = record_fields(schema, it.loc, it.stored, raw, it.where);
         put_image_fields(m.ctx, m.facts, 0, job, 0, fields, it.index, dec, pixels, results, it.where);
+        put_video_fields(m.ctx, m.video, m.facts.key_field, 0, job, 0, fields, it.index, video, it.where);
       }
       done++;
       raw_bytes += it.loc.raw_size;

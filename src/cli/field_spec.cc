@@ -71,6 +71,17 @@ std::pair<std::string, FieldTransform> parse_field_spec(const std::string& text,
       else if (p == "1" || p == "3") f.channels = p[0] - '0';
       else bad(text, "'" + p + "' is neither an interpolation (nearest, antialiased) nor a channel count (1, 3)");
     }
+  } else if (kind == "clip") {
+    f.kind = FieldTransform::Kind::kVideoClip;
+    if (parts.size() < 2 || parts.size() > 4) bad(text, "clip takes FRAMES, then STRIDE or FPS'fps', then SIZE");
+    f.video.frames = number(text, parts[1], "FRAMES", 1, 1024);
+    if (parts.size() >= 3) {
+      const std::string& p = parts[2];
+      if (p.size() > 3 && p.compare(p.size() - 3, 3, "fps") == 0) f.video.fps = number(text, p.substr(0, p.size() - 3), "FPS", 1, 1000);
+      else f.video.stride = number(text, p, "STRIDE", 1, 1 << 20);
+    }
+    if (parts.size() == 4) f.size = number(text, parts[3], "SIZE", 1, kMaxSide);
+    f.video.height = f.video.width = f.size;
   } else {
     bad(text, "unknown transform '" + kind + "'");
   }

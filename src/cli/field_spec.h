@@ -8,6 +8,9 @@
 //   NAME=follow:LEADER[:nearest|antialiased][:1|3]
 //                             the crop, resize and flip drawn for image field LEADER
 //                             (a mask: nearest, 1 channel, by default)
+//   NAME=clip:FRAMES[:STRIDE|:FPSfps][:SIZE]
+//                             VideoClip: FRAMES frames every STRIDE-th (or played at
+//                             FPS), random crop to SIZE x SIZE
 //
 // SIZE defaults to the command's --size. A value that does not parse is a usage error
 // naming --field and the value; what needs the dataset (a field it lacks, Follow of a

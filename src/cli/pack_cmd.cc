@@ -1,4 +1,4 @@
-// `stoker pack imagefolder|tokens|text|wds`: thin wrappers over stoker/pack.h.
+// `stoker pack imagefolder|videofolder|tokens|text|wds`: thin wrappers over stoker/pack.h.
 #include <unistd.h>
 
 #include <cstdio>
@@ -111,6 +111,20 @@ int pack_imagefolder_cmd(const ImageFolderArgs& a) {
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
     return print_summary(pack_imagefolder(a.src, a.out, o), a.out, o.fast_crop);
+  });
+}
+
+struct VideoFolderArgs {
+  std::string src, out;
+  CommonArgs common;
+};
+
+int pack_videofolder_cmd(const VideoFolderArgs& a) {
+  PackOptions o;
+  a.common.apply(o);
+  return run_interruptible([&](const std::atomic<bool>* cancel) {
+    o.cancel = cancel;
+    return print_summary(pack_videofolder(a.src, a.out, o), a.out);
   });
 }
 
@@ -239,6 +253,15 @@ void setup(CLI::App& tool) {
   im->image.declare(c);
   on_run(c, [im] { return pack_imagefolder_cmd(*im); });
 
+  auto vf = std::make_shared<VideoFolderArgs>();
+  c = pack->add_subcommand("videofolder",
+                           "Pack a tree of videos by class (SRC/<class>/<video>: mp4, mkv, webm, mov, avi) into a dataset "
+                           "of shards, each video probed (and decoded, unless --no-check) and stored with its keyframe index.");
+  c->add_option("SRC", vf->src, "root of the class folders")->required();
+  c->add_option("OUT", vf->out, "dataset directory to write")->required();
+  vf->common.declare(c);
+  on_run(c, [vf] { return pack_videofolder_cmd(*vf); });
+
   auto tk = std::make_shared<TokensArgs>();
   c = pack->add_subcommand("tokens",
                            "Pack a flat token file (nanoGPT train.bin) or a Megatron .bin/.idx pair into fixed-length rows.");
@@ -296,7 +319,8 @@ void setup(CLI::App& tool) {
   auto wd = std::make_shared<WdsArgs>();
   c = pack->add_subcommand("wds",
                            "Pack WebDataset tars (.tar, .tar.gz, .tar.zst, .tar.xz) into a dataset of shards, one field "
-                           "per member extension (jpg/png/webp: image, cls: int64, txt/json: text, npy: array, else bytes).");
+                           "per member extension (jpg/png/webp: image, cls: int64, txt/json: text, npy: array, mp4/mkv/webm/mov/avi: video, "
+                           "wav/flac/mp3/ogg/opus/m4a: audio, else bytes).");
   c->add_option("PATH", wd->paths, "TAR... OUT: the WebDataset tars, then the dataset directory to write")->required()->expected(2, -1);
   c->add_option("--classes", wd->classes, "file of class names, one a line (the labels' names)");
   wd->image.declare(c);

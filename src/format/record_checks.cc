@@ -8,6 +8,7 @@
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
 #include "stoker/image.h"
+#include "stoker/media.h"
 
 namespace stoker::internal {
 
@@ -39,6 +40,17 @@ std::string check_record_content(const Schema& schema, std::span<const std::span
   for (size_t f = 0; f < schema.fields.size() && f < fields.size(); ++f) {
     const Field& field = schema.fields[f];
     if (field.kind == FieldKind::kTokens && tokens < 0) tokens = static_cast<int>(f);
+    if (field.kind == FieldKind::kVideo || field.kind == FieldKind::kAudio) {
+      try {
+        MediaInfo info;
+        parse_media_value(fields[f], info);
+        if ((info.kind == MediaKind::kVideo) != (field.kind == FieldKind::kVideo))
+          return "field '" + field.name + "': its media index is for " + (info.kind == MediaKind::kVideo ? "video" : "audio");
+      } catch (const Error& e) {
+        return "field '" + field.name + "': " + e.what();
+      }
+      continue;
+    }
     const bool image = field.kind == FieldKind::kJpeg ||
                        (field.kind == FieldKind::kImage && image_format_of(fields[f]) == ImageFormat::kJpeg);
     if (!image) continue;

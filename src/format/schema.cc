@@ -21,7 +21,7 @@ constexpr internal::EnumName<FieldKind> kFieldKindNames[] = {
     {FieldKind::kBytes, "bytes"},       {FieldKind::kImage, "image"},     {FieldKind::kInt64, "int64"},
     {FieldKind::kTokens, "tokens"},     {FieldKind::kFloat32, "float32"}, {FieldKind::kFloat64, "float64"},
     {FieldKind::kNdarray, "ndarray"},   {FieldKind::kVarArray, "vararray"}, {FieldKind::kText, "text"},
-    {FieldKind::kImage, "jpeg"},
+    {FieldKind::kVideo, "video"},       {FieldKind::kAudio, "audio"},     {FieldKind::kImage, "jpeg"},
 };
 
 uint64_t product(const std::vector<uint32_t>& dims) {

@@ -13,6 +13,7 @@
 #include "decode/image_check.h"
 #include "format/record_checks.h"
 #include "stoker/image.h"
+#include "stoker/media.h"
 #include "util/bytes.h"
 #include "util/platform.h"
 
@@ -61,6 +62,14 @@ void check_content(const ShardReader& reader, const RecordLocation& l, const uin
     if (schema.fields[f].kind == FieldKind::kImage) {
       std::string bad = internal::check_image_decodes(fields[f]);
       if (!bad.empty()) why = "field '" + schema.fields[f].name + "': " + bad;
+    } else if (schema.fields[f].kind == FieldKind::kVideo || schema.fields[f].kind == FieldKind::kAudio) {
+      try {
+        MediaInfo info;
+        const std::span<const uint8_t> file = parse_media_value(fields[f], info);
+        probe_media(file, info.kind);
+      } catch (const Error& e) {
+        why = "field '" + schema.fields[f].name + "': " + e.what();
+      }
     }
   if (!why.empty()) {
     const int key = schema.key_field();
@@ -75,7 +84,7 @@ void check_content(const ShardReader& reader, const RecordLocation& l, const uin
 // fast-crop rule and, with decode, the decode check).
 bool has_content_rules(const Schema& schema) {
   for (const Field& f : schema.fields)
-    if (f.kind == FieldKind::kImage) return true;
+    if (f.kind == FieldKind::kImage || f.kind == FieldKind::kVideo || f.kind == FieldKind::kAudio) return true;
   return schema.find("doc_starts") >= 0;
 }
 

@@ -23,6 +23,7 @@
 #include "pack/ordered_pool.h"
 #include "pack/pack_common.h"
 #include "pack/progress.h"
+#include "stoker/media.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/pack.h"
@@ -139,6 +140,12 @@ std::vector<uint8_t> field_file(const Field& f, std::span<const uint8_t> data, s
     case FieldKind::kVarArray:
       if (f.name.size() < 3 || f.name.compare(f.name.size() - 3, 3, "npy") != 0) suffix += ".npy";
       return to_npy(f, data);
+    case FieldKind::kVideo:
+    case FieldKind::kAudio: {
+      MediaInfo info;  // the file as it was packed, without its index
+      const std::span<const uint8_t> file = parse_media_value(data, info);
+      return {file.begin(), file.end()};
+    }
     default:
       return {data.begin(), data.end()};
   }
@@ -320,8 +327,10 @@ PackSummary extract_dataset(const std::string& dataset, const std::string& final
   const int key = schema.key_field();
   // An ImageFolder pack (key, image, label): out/<key> is the source's own path.
   auto src = m.meta.find("source");
-  const bool folder = key >= 0 && jpeg >= 0 && label >= 0 && schema.fields.size() == 3 && src != m.meta.end() &&
-                      src->second == "imagefolder";
+  // A VideoFolder pack (key, video, label) likewise.
+  const bool folder = key >= 0 && label >= 0 && schema.fields.size() == 3 && src != m.meta.end() &&
+                      ((jpeg >= 0 && src->second == "imagefolder") ||
+                       (schema.find("video") >= 0 && src->second == "videofolder"));
   const bool image = key < 0 && jpeg >= 0 && label >= 0;
   std::vector<std::string> class_dirs;
   if (image || folder) {

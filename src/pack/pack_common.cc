@@ -143,4 +143,20 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+std::optional<FieldKind> media_kind_by_extension(std::string_view ext) {
+  static constexpr std::string_view kVideo[] = {"mp4", "mkv", "webm", "mov", "avi"};
+  static constexpr std::string_view kAudio[] = {"wav", "flac", "mp3", "ogg", "opus", "m4a"};
+  for (std::string_view v : kVideo)
+    if (ext == v) return FieldKind::kVideo;
+  for (std::string_view a : kAudio)
+    if (ext == a) return FieldKind::kAudio;
+  return std::nullopt;
+}
+
+MediaProbeOptions media_probe_options(const PackOptions& options) {
+  MediaProbeOptions o;
+  o.decode = options.check_decode;
+  return o;
+}
+
 }  // namespace stoker::internal

@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "decode/jpeg_decode.h"
 #include "stoker/dataset.h"
 #include "stoker/error.h"
+#include "stoker/media.h"
 #include "stoker/pack.h"
 #include "util/bytes.h"
 
@@ -102,6 +105,13 @@ DatasetWriterOptions writer_options(const PackOptions& options, const std::strin
 /// `meta`: more manifest meta (pack_text: the tokenizer and the ids around documents).
 PackSummary pack_tokens_impl(const std::string& file, const std::string& out, const TokensPackOptions& options,
                              bool split_records, const std::map<std::string, std::string>& meta = {});
+
+/// The field kind of a media file's extension (lower case, no dot): mp4, mkv, webm, mov,
+/// avi → kVideo; wav, flac, mp3, ogg, opus, m4a → kAudio; nullopt otherwise.
+std::optional<FieldKind> media_kind_by_extension(std::string_view ext);
+
+/// How packers probe media files: decoded in full unless --no-check.
+MediaProbeOptions media_probe_options(const PackOptions& options);
 
 /// Last path component of `path` (without trailing slashes).
 std::string base_name(const std::string& path);

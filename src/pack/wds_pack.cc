@@ -77,6 +77,7 @@ FieldKind kind_of(const std::string& ext, bool& npy) {
   if (last == "cls") return FieldKind::kInt64;
   if (last == "txt" || last == "json") return FieldKind::kText;
   if (npy) return FieldKind::kNdarray;  // or kVarArray, once every shape is known
+  if (const auto media = media_kind_by_extension(last)) return *media;
   return FieldKind::kBytes;
 }
 
@@ -436,6 +437,18 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
             fields[f] = rewritten[f];
             p.rewritten = true;
           }
+          break;
+        }
+        case FieldKind::kVideo:
+        case FieldKind::kAudio: {
+          try {
+            rewritten[f] = pack_media_value(data, field.kind == FieldKind::kVideo ? stoker::MediaKind::kVideo : stoker::MediaKind::kAudio,
+                                            media_probe_options(options));
+          } catch (const Error& e) {
+            p.bad = mwhere + ": " + e.what();
+            return p;
+          }
+          fields[f] = rewritten[f];
           break;
         }
         case FieldKind::kInt64: {

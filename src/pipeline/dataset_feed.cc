@@ -10,6 +10,7 @@
 #include "figures/autotune.h"
 #include "pipeline/loader_report.h"
 #include "pipeline/packed_samples.h"
+#include "pipeline/video_fields.h"
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
 #include "pipeline/slot_ring.h"
@@ -191,8 +192,12 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   ctx.threads = auto_threads || opt.threads == 0 ? budget : opt.threads;
 
   ImageFacts img;
+  VideoFacts vid;
   if (tokens) plan_token_outputs(opt, schema, tok, ctx);
-  else if (!packed) img = plan_image_fields(opt, schema, ctx);
+  else if (!packed) {
+    img = plan_image_fields(opt, schema, ctx);
+    vid = plan_video_fields(opt, schema, ctx);
+  }
   outputs_ = ctx.tensors;
   outputs_.insert(outputs_.end(), ctx.vars.begin(), ctx.vars.end());
 
@@ -235,7 +240,9 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   run->warn = opt.warning_sink;
   for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
   if (tokens) producer = make_token_producer(ctx, tok);
-  else producer = make_record_producer(ctx, packed ? make_packed_work(ctx, pack) : make_image_work(ctx, img));
+  else if (packed) producer = make_record_producer(ctx, make_packed_work(ctx, pack));
+  else if (!vid.empty()) producer = make_record_producer(ctx, make_video_work(ctx, img, vid));
+  else producer = make_record_producer(ctx, make_image_work(ctx, img));
   if (auto_threads) {
     DiagnoseOptions dopt;
     dopt.cpus_available = ctx.threads;

@@ -114,6 +114,8 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
     const FieldTransform* spec = it == opt.fields.end() ? nullptr : &it->second;
     FieldOut o;
     o.field = static_cast<int>(i);
+    if (spec && (spec->kind == FieldTransform::Kind::kVideoClip || spec->kind == FieldTransform::Kind::kAudioClip))
+      continue;  // plan_video_fields
     if (spec && spec->kind != FieldTransform::Kind::kAsStored && f.kind != FieldKind::kImage)
       bad_spec(f.name, std::string("an image transform needs an image field; '") + f.name + "' is " +
                            field_kind_name(f.kind));
@@ -169,8 +171,9 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
           break;
         case FieldKind::kTokens:
           continue;  // not an image dataset's field
-        default:  // bytes, images as stored
+        default:  // bytes, images, video and audio as stored
           o.how = FieldOut::How::kVar;
+          o.media = f.kind == FieldKind::kVideo || f.kind == FieldKind::kAudio;
           o.var = add_var(out_name, TensorKind::kBytes, ElemType::kUint8, {});
           break;
       }

@@ -10,6 +10,7 @@
 #include "format/shard_layout.h"
 #include "pipeline/producer.h"
 #include "stoker/crc32c.h"
+#include "stoker/media.h"
 #include "stoker/order.h"
 
 namespace stoker::internal {
@@ -62,9 +63,12 @@ void put_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& jo
         // Stored little-endian, and so are the tensors on the hosts we build for.
         std::memcpy(ctx.tensor_ptr(job, o.tensor) + j * o.bytes, bytes.data(), o.bytes);
         break;
-      case FieldOut::How::kVar:
-        job.var[static_cast<size_t>(o.var)][j].assign(bytes.begin(), bytes.end());
+      case FieldOut::How::kVar: {
+        MediaInfo media;  // a video or audio field as stored: its file, not the index
+        const std::span<const uint8_t> v = o.media ? parse_media_value(bytes, media) : bytes;
+        job.var[static_cast<size_t>(o.var)][j].assign(v.begin(), v.end());
         break;
+      }
     }
   }
   if (f.missing_label_t >= 0) {

@@ -168,6 +168,7 @@ struct FieldOut {
   int leader = -1;           ///< kFollow: the FieldOut (kImage) it follows
   FollowOutput follow;       ///< kFollow
   size_t bytes = 0;          ///< kCopy: the payload's exact size
+  bool media = false;        ///< kVar: a video or audio field, delivered without its media index
 };
 
 /// Images: every field's way into the batch, leaders before the fields that follow them.
