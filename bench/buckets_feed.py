@@ -1,16 +1,21 @@
 """Aspect-ratio buckets (issue 30): what bucketing costs, in one run on one machine.
 
   1. open: seconds to read every record's image size (the header probe the Loader makes
-     once at open with buckets=), per record;
-  2. feed: img/s of a bucketed train feed ({"pixels": SIZE², "step": 32}) against the
-     square train feed (RandomResizedCrop SIZE) of the same dataset, alternated, ROUNDS
-     rounds; median of the per-round ratios.
+     once at open with buckets=), per record: warm (the shards in the page cache, as in
+     the feed rounds) and cold (their pages dropped first with posix_fadvise DONTNEED);
+  2. feed: img/s of a bucketed feed ({"pixels": SIZE², "step": 32}) against the square
+     feed of the same dataset, alternated, ROUNDS rounds, median of the per-round ratios:
+     train (square: RandomResizedCrop SIZE, which decodes only its crop, on average about
+     half the image; bucketed: the whole image covers its bucket) and eval (square:
+     short side to SIZE/0.875, centre crop; both decode about the whole image).
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/buckets_feed.py DATASET [ROUNDS] [THREADS] [SIZE]
   DATASET e.g. from `build/stoker sample imagefolder IMGS --images 2000` and
   `build/stoker pack imagefolder IMGS DATASET`.
 """
 
+import glob
+import os
 import statistics
 import sys
 import time
@@ -28,6 +33,23 @@ def feed(path, threads, **kw):
     return opened, n / (time.perf_counter() - t1), loader
 
 
+def drop_cache(path):
+    for f in glob.glob(os.path.join(path, "*.stk")):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cold_open(path, threads, size, buckets):
+    drop_cache(path)
+    t0 = time.perf_counter()
+    stoker.Loader(path, batch_size=32, threads=threads, size=size, buckets=buckets)
+    return time.perf_counter() - t0
+
+
 def main():
     path = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -35,19 +57,23 @@ def main():
     size = int(sys.argv[4]) if len(sys.argv) > 4 else 224
     buckets = {"pixels": size * size, "step": 32}
     feed(path, threads, size=size)  # warm-up: the page cache and the first loader's start
-    ratios, opens = [], []
+    ratios, opens = {"train": [], "eval": []}, []
     for r in range(rounds):
-        _, square, _ = feed(path, threads, size=size)
-        opened, bucketed, loader = feed(path, threads, size=size, buckets=buckets)
-        opens.append(opened)
-        ratios.append(bucketed / square)
-        print(f"round {r}: square {square:.0f} img/s, bucketed {bucketed:.0f} img/s ({bucketed / square:.3f}), "
-              f"open with buckets {opened:.3f} s")
+        for t in ("train", "eval"):
+            _, square, _ = feed(path, threads, size=size, transform=t)
+            opened, bucketed, loader = feed(path, threads, size=size, transform=t, buckets=buckets)
+            opens.append(opened)
+            ratios[t].append(bucketed / square)
+            print(f"round {r} {t}: square {square:.0f} img/s, bucketed {bucketed:.0f} img/s "
+                  f"({bucketed / square:.3f}), open with buckets {opened:.3f} s")
     n = loader.epoch_samples
     print(f"buckets {loader.buckets}")
     print(f"open: median {statistics.median(opens):.3f} s for {n} records "
           f"({statistics.median(opens) / n * 1e6:.1f} us a record, page cache warm)")
-    print(f"bucketed / square img/s: median {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+    colds = [cold_open(path, threads, size, buckets) for _ in range(rounds)]
+    print(f"open cold: median {statistics.median(colds):.3f} s ({statistics.median(colds) / n * 1e6:.1f} us a record)")
+    for t, x in ratios.items():
+        print(f"{t}: bucketed / square img/s median {statistics.median(x):.3f} ({min(x):.3f}-{max(x):.3f})")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "stoker/buckets.h"
+#include "stoker/image.h"
 #include "stoker/loader.h"
 #include "util/datasets.h"
 #include "util/loader_util.h"
@@ -154,6 +155,34 @@ TEST_F(LoaderBuckets, DeterministicAndReshuffledPerEpoch) {
   const Seen e3 = drain(ev);
   EXPECT_EQ(e0.index, e3.index);
   EXPECT_EQ(e0.pixels, e3.pixels);
+}
+
+// A record of exactly a bucket's size, centred (eval): every pixel as a full decode
+// gives it (the cover's scale is 1, the crop the whole image).
+TEST_F(LoaderBuckets, EvalCoversAndCentres) {
+  LoaderOptions e = options();
+  e.transform.kind = ImageTransform::Kind::kEval;
+  e.order.kind = OrderKind::kSequential;
+  Loader l(e);
+  ImageDecoder dec;
+  bool checked = false;
+  while (auto b = l.next()) {
+    const auto* ip = static_cast<const int64_t*>((*b)["index"].data);
+    const TensorView& img = (*b)["image"];
+    for (size_t j = 0; j < b->size(); ++j) {
+      if (ip[j] % 9 != 0) continue;  // records 0, 9, 18, ...: 64 x 32, the landscape bucket exactly
+      ASSERT_EQ(img.shape, (std::vector<int64_t>{static_cast<int64_t>(b->size()), 32, 64, 3}));
+      const auto jpeg = testing::make_jpeg(64, 32, static_cast<uint32_t>(ip[j]));
+      std::vector<uint8_t> full(64 * 32 * 3);
+      dec.decode_region(jpeg, 0, 0, 64, 32, full.data(), full.size());
+      const auto* px = static_cast<const uint8_t*>(img.data) + j * full.size();
+      int worst = 0;
+      for (size_t i = 0; i < full.size(); ++i) worst = std::max(worst, std::abs(int(px[i]) - int(full[i])));
+      EXPECT_EQ(worst, 0) << "record " << ip[j];
+      checked = true;
+    }
+  }
+  EXPECT_TRUE(checked);
 }
 
 TEST_F(LoaderBuckets, SameSequenceForWorldSizesOfOneGlobalBatch) {

@@ -18,6 +18,8 @@ namespace {
 // Most headers (JPEG's SOF after its APPn segments, PNG's IHDR, WebP's first chunk) lie
 // in a record's first page; a large EXIF or ICC segment moves a JPEG's further.
 constexpr size_t kHeaderProbe = 4096;
+constexpr uint64_t kRecordsPerUnit = 256;  // records a header-reading thread takes at a time
+constexpr unsigned kMinHeaderThreads = 8;
 
 [[noreturn]] void refuse(const std::string& why) { throw_error(ErrorCode::kInvalidArgument, "buckets: " + why); }
 
@@ -109,12 +111,18 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFa
   for (size_t s = 0; s < ds.shard_count(); ++s) first[s + 1] = first[s] + ds.manifest().shards[s].records;
   plan->width.assign(ds.record_count(), 0);
   plan->height.assign(ds.record_count(), 0);
+  // Units of kRecordsPerUnit records of one shard, so a dataset of few shards still
+  // spreads over every thread.
+  std::vector<std::pair<size_t, uint64_t>> units;  // (shard, first record in it)
+  for (size_t s = 0; s < ds.shard_count(); ++s)
+    for (uint64_t i = 0; i < ds.manifest().shards[s].records; i += kRecordsPerUnit) units.emplace_back(s, i);
   auto work = [&] {
     std::vector<uint8_t> buf;
-    for (size_t s; (s = next.fetch_add(1)) < ds.shard_count();) {
+    for (size_t u; (u = next.fetch_add(1)) < units.size();) {
       try {
+        const auto [s, begin] = units[u];
         const auto shard = ds.shard(s);
-        for (uint64_t i = 0; i < shard->record_count(); ++i) {
+        for (uint64_t i = begin; i < std::min(begin + kRecordsPerUnit, shard->record_count()); ++i) {
           const ImageInfo info = probe_field(*shard, i, img.bucket_field, buf);
           const uint64_t r = first[s] + i;
           plan->of[r] = nearest_bucket(plan->sizes, info.width, info.height);
@@ -124,11 +132,14 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFa
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!failed) failed = std::current_exception();
-        next = ds.shard_count();
+        next = units.size();
       }
     }
   };
-  const unsigned n = std::clamp<unsigned>(ctx.threads, 1, static_cast<unsigned>(std::max<size_t>(ds.shard_count(), 1)));
+  // The reads wait on storage more than they use a CPU: more threads than decoders keep
+  // more of them in flight (a cold dataset on NVMe).
+  const unsigned n = static_cast<unsigned>(
+      std::clamp<size_t>(std::max(ctx.threads, kMinHeaderThreads), 1, std::max<size_t>(units.size(), 1)));
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
   work();

@@ -3,8 +3,10 @@
 //
 // Opening: every record's stored image width and height are read from its image
 // header — the first 4 KiB of the field's bytes (all of them when the header lies
-// further, or the record is compressed), on `threads` threads, once for the Loader's
-// life — and the record goes to the bucket nearest its aspect. Nothing is decoded.
+// further, or the record is compressed), on at least 8 threads (the reads wait on
+// storage), once for the Loader's life — and the record goes to the bucket nearest its
+// aspect. Nothing is decoded; the partial read is not CRC-checked (the decode checks the
+// whole record when it reads it).
 // Per epoch: BucketOrder over those buckets, with the global batch (batch_size × world
 // size) as its group, is the epoch's order, so step k of every rank is group k: one
 // bucket. Per batch: the bucketed image field and its followers are written at the
