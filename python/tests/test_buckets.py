@@ -76,3 +76,41 @@ def test_bad_buckets_are_named(image_dataset):
         stoker.Loader(path, batch_size=4, buckets=[(0, 32)])
     with pytest.raises(ValueError, match="buckets"):
         stoker.Loader(path, batch_size=4, buckets=BUCKETS, on_error="skip")
+
+
+def test_a_follower_takes_its_leaders_bucket(tmp_path):
+    from test_fields import COLOURS, pair
+
+    path = str(tmp_path / "seg")
+    with stoker.Writer(path, fields={"jpg": "image", "png": "image"}) as w:
+        for i in range(24):
+            img, mask = pair(*((64, 40) if i % 2 else (40, 64)), i)
+            w.write({"__key__": f"s{i}", "jpg": img, "png": mask})
+    loader = stoker.Loader(path, batch_size=4, seed=2, threads=2, buckets=[(32, 48), (48, 32)], fields={
+        "jpg": stoker.RandomResizedCrop(32, flip=0.5), "png": stoker.Follow("jpg")})
+    palette = np.array(COLOURS, dtype=np.int32)
+    shapes = set()
+    for b in loader:
+        h, w = loader.buckets[int(b["bucket"][0])]
+        n = len(b["bucket"])
+        assert tuple(b["jpg"].shape) == (n, h, w, 3) and tuple(b["png"].shape) == (n, h, w, 1)
+        shapes.add((h, w))
+        for j in range(n):
+            img = b["jpg"][j].numpy().astype(np.int32)
+            dist = np.abs(img[:, :, None, :] - palette[None, None]).sum(-1)
+            clear = dist.min(-1) <= 30
+            assert (dist.argmin(-1)[clear] == b["png"][j].numpy()[:, :, 0][clear]).all()
+    assert shapes == {(32, 48), (48, 32)}
+
+
+def test_chw_float_output_has_the_buckets_shape(image_dataset):
+    path, _ = image_dataset
+    u8 = stoker.Loader(path, batch_size=4, size=32, buckets=BUCKETS, threads=2, seed=5, transform="eval")
+    f32 = stoker.Loader(path, batch_size=4, size=32, buckets=BUCKETS, threads=2, seed=5, transform="eval",
+                        pixel_format="f32_chw", mean=(0, 0, 0), std=(1, 1, 1))
+    for a, b in zip(u8, f32):
+        n = len(a["bucket"])
+        h, w = u8.buckets[int(a["bucket"][0])]
+        assert tuple(b["image"].shape) == (n, 3, h, w)
+        want = a["image"].numpy().astype(np.float32).transpose(0, 3, 1, 2) / 255
+        assert np.allclose(b["image"].numpy(), want, atol=1e-6)
