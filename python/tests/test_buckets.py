@@ -114,3 +114,14 @@ def test_chw_float_output_has_the_buckets_shape(image_dataset):
         assert tuple(b["image"].shape) == (n, 3, h, w)
         want = a["image"].numpy().astype(np.float32).transpose(0, 3, 1, 2) / 255
         assert np.allclose(b["image"].numpy(), want, atol=1e-6)
+
+
+def test_staged_batches_change_shape_with_their_bucket(image_dataset):
+    """The staging ring (device="cuda" on a GPU; its host backend here) sizes its slots for
+    the largest bucket and passes each batch's shape through."""
+    path, _ = image_dataset
+    opts = dict(batch_size=4, size=32, buckets=BUCKETS, threads=2, seed=4)
+    plain = epoch(stoker.Loader(path, **opts))
+    staged = epoch(stoker.Loader(path, _stage="host", **opts))
+    assert [(i.tolist(), b) for i, b, _ in staged] == [(i.tolist(), b) for i, b, _ in plain]
+    assert all((a[2] == b[2]).all() for a, b in zip(staged, plain))
