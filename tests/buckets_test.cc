@@ -75,6 +75,16 @@ TEST(Buckets, NearestByLogAspect) {
   EXPECT_THROW(nearest_bucket(b, 0, 5), Error);
 }
 
+template <typename F>
+ErrorCode testing_code(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::kCancelled;
+}
+
 std::vector<uint32_t> assignment(uint64_t n, uint32_t buckets) {
   std::vector<uint32_t> out(n);
   for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(mix64(i) % buckets);
@@ -184,6 +194,25 @@ TEST(BucketOrder, BadInputIsRefused) {
   const BucketOrder f(of, 3, 0, 0, 4, true);
   EXPECT_EQ(f.size(), 12u);
   EXPECT_THROW(f.at(12), Error);
+}
+
+TEST(BucketOrder, StateCarriesTheGlobalBatch) {
+  OrderState s = OrderState::start(OrderOptions{}, 100, 2);
+  s.consumed = 24;
+  const std::string plain = s.serialize();
+  EXPECT_EQ(plain.find("bucket="), std::string::npos);  // unbucketed states read as before
+  EXPECT_EQ(OrderState::parse(plain).bucket_batch, 0u);
+  s.bucket_batch = 12;
+  const std::string text = s.serialize();
+  EXPECT_NE(text.find(" bucket=12 crc="), std::string::npos) << text;
+  EXPECT_EQ(OrderState::parse(text), s);
+  // A zero or altered bucket field is data loss, never a silent 0 or another batch.
+  std::string zero = text;
+  zero.replace(zero.find("bucket=12"), 9, "bucket=0");
+  EXPECT_EQ(testing_code([&] { OrderState::parse(zero); }), ErrorCode::kDataLoss);
+  std::string altered = text;
+  altered.replace(altered.find("bucket=12"), 9, "bucket=13");
+  EXPECT_EQ(testing_code([&] { OrderState::parse(altered); }), ErrorCode::kDataLoss);
 }
 
 }  // namespace
