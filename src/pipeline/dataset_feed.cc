@@ -665,11 +665,11 @@ OrderState DatasetFeed::state() const {
 
 void DatasetFeed::load_state(const OrderState& s) {
   const uint64_t group = ctx.buckets ? ctx.buckets->group : 0;
+  auto what = [](uint64_t g) { return g ? "buckets of global batch " + std::to_string(g) : std::string("no buckets"); };
   if (s.bucket_batch != group)
-    throw_error(ErrorCode::kInvalidArgument,
-                "order state: taken with " + (s.bucket_batch ? "buckets of global batch " + std::to_string(s.bucket_batch) : std::string("no buckets")) +
-                    ", this Loader has " + (group ? "buckets of global batch " + std::to_string(group) + " (batch_size x world size)" : std::string("no buckets")) +
-                    ": a bucketed order is made of whole global batches, so a resume keeps it");
+    throw_error(ErrorCode::kInvalidArgument, "order state: taken with " + what(s.bucket_batch) + ", this Loader has " +
+                                                 what(group) + " (batch_size x world size): a bucketed order is made "
+                                                 "of whole global batches, so a resume must keep it");
   s.check_matches(ctx.order_opt, order_units());
   stop_run();
   epoch_ = s.epoch;
