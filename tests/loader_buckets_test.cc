@@ -9,6 +9,7 @@
 #include <set>
 
 #include "stoker/buckets.h"
+#include "stoker/dataset.h"
 #include "stoker/image.h"
 #include "stoker/loader.h"
 #include "util/datasets.h"
@@ -261,6 +262,30 @@ TEST_F(LoaderBuckets, WhatCannotBeBucketedIsRefused) {
   o = options();
   o.buckets.sizes.push_back({96, 96});  // the square's aspect twice
   EXPECT_EQ(testing::error_code_of([&] { Loader l(o); }, &why), ErrorCode::kInvalidArgument);
+}
+
+// A record whose image header is damaged is named (shard, record, source key) when the
+// Loader opens, not found in some later epoch.
+TEST(LoaderBucketsOpen, AnUnreadableHeaderIsNamedAtOpen) {
+  TempDir dir;
+  testing::ImageDatasetSpec spec;
+  spec.count = 12;
+  spec.keys = true;
+  testing::write_image_dataset(dir.str("ds"), spec);
+  const auto ds = Dataset::open(dir.str("ds"));
+  const auto [shard, rec] = ds->locate(5);
+  const std::string path = ds->shard_path(shard);
+  const uint64_t at = ds->shard(shard)->location(rec).offset;  // the image is the first field
+  auto bytes = testing::read_file(path);
+  std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.begin() + static_cast<std::ptrdiff_t>(at) + 4, 0);
+  testing::write_file(path, bytes);
+  LoaderOptions o = testing::image_options(dir.str("ds"));
+  o.buckets.sizes = {{32, 64}, {64, 32}};
+  std::string why;
+  EXPECT_EQ(testing::error_code_of([&] { Loader l(o); }, &why), ErrorCode::kDataLoss);
+  EXPECT_NE(why.find(path + ": record " + std::to_string(rec)), std::string::npos) << why;
+  EXPECT_NE(why.find("img-00005"), std::string::npos) << why;
+  EXPECT_NE(why.find("image size"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -23,16 +23,35 @@ constexpr unsigned kMinHeaderThreads = 8;
 
 [[noreturn]] void refuse(const std::string& why) { throw_error(ErrorCode::kInvalidArgument, "buckets: " + why); }
 
-ImageInfo probe_field(const ShardReader& shard, uint64_t i, int field, std::vector<uint8_t>& buf) {
+// Where field `field` of an uncompressed record starts in the shard file.
+uint64_t field_offset(const RecordLocation& loc, int field) {
+  uint64_t at = loc.offset;
+  for (int f = 0; f < field; ++f) at += loc.field_sizes[static_cast<size_t>(f)];
+  return at;
+}
+
+// The record's `__key__` (" (source 'KEY')"), for an error about it: read on its own,
+// unchecked, as the record's CRC may be what is wrong; "" when there is none to read.
+std::string source_of(const ShardReader& shard, uint64_t i, int key_field) {
   const RecordLocation& loc = shard.location(i);
-  const std::string where = shard.path() + ": record " + std::to_string(i);
+  if (key_field < 0 || (loc.flags & kRecordZstd)) return "";
+  std::string key(std::min<size_t>(loc.field_sizes[static_cast<size_t>(key_field)], 256), '\0');
+  try {
+    if (pread_full(shard.fd(), key.data(), key.size(), field_offset(loc, key_field), shard.path()) != key.size()) return "";
+  } catch (const Error&) {
+    return "";
+  }
+  return " (source '" + key + "')";
+}
+
+ImageInfo probe_field(const ShardReader& shard, uint64_t i, int field, int key_field, std::vector<uint8_t>& buf) {
+  const RecordLocation& loc = shard.location(i);
   try {
     if (loc.flags & kRecordZstd) {
       const Record r = shard.read_record(i);
       return probe_image(r.fields.at(static_cast<size_t>(field)));
     }
-    uint64_t at = loc.offset;
-    for (int f = 0; f < field; ++f) at += loc.field_sizes[static_cast<size_t>(f)];
+    const uint64_t at = field_offset(loc, field);
     const size_t size = loc.field_sizes[static_cast<size_t>(field)];
     const size_t head = std::min(size, kHeaderProbe);
     buf.resize(head);
@@ -46,7 +65,8 @@ ImageInfo probe_field(const ShardReader& shard, uint64_t i, int field, std::vect
     if (pread_full(shard.fd(), buf.data(), size, at, shard.path()) != size) throw_error(ErrorCode::kDataLoss, "short read");
     return probe_image(buf);
   } catch (const Error& e) {
-    throw Error(ErrorCode::kDataLoss, where + ": buckets: its image size cannot be read: " + e.what());
+    throw Error(ErrorCode::kDataLoss, shard.path() + ": record " + std::to_string(i) + source_of(shard, i, key_field) +
+                                          ": buckets: its image size cannot be read: " + e.what());
   }
 }
 
@@ -123,7 +143,7 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFa
         const auto [s, begin] = units[u];
         const auto shard = ds.shard(s);
         for (uint64_t i = begin; i < std::min(begin + kRecordsPerUnit, shard->record_count()); ++i) {
-          const ImageInfo info = probe_field(*shard, i, img.bucket_field, buf);
+          const ImageInfo info = probe_field(*shard, i, img.bucket_field, img.key_field, buf);
           const uint64_t r = first[s] + i;
           plan->of[r] = nearest_bucket(plan->sizes, info.width, info.height);
           plan->width[r] = static_cast<uint32_t>(info.width);
