@@ -217,6 +217,7 @@ DecodeResult put_bucketed(const BucketPlan& plan, const FieldOut& o, const Loade
   fo.width = b.width;
   fo.height = b.height;
   fo.max_pixels = o.transform.max_pixels;
+  fo.allow_dct_scaling = o.transform.allow_dct_scaling;
   const size_t item = pixel_format_bytes(b.height, b.width, opt.pixel_format);
   if (opt.pixel_format == PixelFormat::kU8HWC) return dec.decode_with(bytes, g, fo, tensor + j * item, item);
   pixels.resize(static_cast<size_t>(b.width) * b.height * 3);
