@@ -7,7 +7,10 @@
      feed of the same dataset, alternated, ROUNDS rounds, median of the per-round ratios:
      train (square: RandomResizedCrop SIZE, which decodes only its crop, on average about
      half the image; bucketed: the whole image covers its bucket) and eval (square:
-     short side to SIZE/0.875, centre crop; both decode about the whole image).
+     short side to SIZE/0.875, centre crop; both decode about the whole image);
+  3. DCT scaling on the bucket path: the bucketed train feed with the transform's
+     allow_dct_scaling on against off, alternated (a JPEG at least twice the bucket's
+     size decodes at 1/2 or 1/4 scale).
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/buckets_feed.py DATASET [ROUNDS] [THREADS] [SIZE]
   DATASET e.g. from `build/stoker sample imagefolder IMGS --images 2000` and
@@ -70,8 +73,19 @@ def main():
     print(f"buckets {loader.buckets}")
     print(f"open: median {statistics.median(opens):.3f} s for {n} records "
           f"({statistics.median(opens) / n * 1e6:.1f} us a record, page cache warm)")
+    dct = []
+    for r in range(rounds):
+        rate = {}
+        for on in (False, True):
+            t = stoker.ImageTransform()
+            t.size = size
+            t.allow_dct_scaling = on
+            rate[on] = feed(path, threads, transform=t, buckets=buckets)[1]
+        dct.append(rate[True] / rate[False])
+        print(f"round {r} bucketed train: DCT scaling off {rate[False]:.0f} img/s, on {rate[True]:.0f} img/s")
     colds = [cold_open(path, threads, size, buckets) for _ in range(rounds)]
     print(f"open cold: median {statistics.median(colds):.3f} s ({statistics.median(colds) / n * 1e6:.1f} us a record)")
+    print(f"bucketed train, DCT scaling on / off: median {statistics.median(dct):.3f} ({min(dct):.3f}-{max(dct):.3f})")
     for t, x in ratios.items():
         print(f"{t}: bucketed / square img/s median {statistics.median(x):.3f} ({min(x):.3f}-{max(x):.3f})")
 
