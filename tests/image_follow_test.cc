@@ -247,5 +247,40 @@ TEST(FollowNearest, IdentityAndFlipAreExactAndOutputSizeCanDiffer) {
     for (int x = 0; x < 2 * w; ++x) ASSERT_EQ(out[y * 2 * w + x], gray[(y / 2) * w + x / 2]);
   }
 }
+// decode_with at 1/2 or 1/4 scale (FollowOutput::allow_dct_scaling): chosen when the
+// window so scaled still covers the output, and close to the full-resolution result.
+TEST(DecodeWith, DctScalingWhenTheWindowAllowsIt) {
+  const auto jpeg = testing::make_jpeg(512, 256, 3);
+  ImageDecoder dec;
+  ImageGeometry g;
+  g.src_width = 512;
+  g.src_height = 256;
+  g.w = 512;
+  g.h = 256;
+  g.clip_to_window = false;
+  g.out_width = 128;
+  g.out_height = 64;
+  FollowOutput o;
+  std::vector<uint8_t> full(128 * 64 * 3), scaled(full.size());
+  const DecodeResult a = dec.decode_with(jpeg, g, o, full.data(), full.size());
+  EXPECT_EQ(a.scale_denom, 1);
+  o.allow_dct_scaling = true;
+  const DecodeResult b = dec.decode_with(jpeg, g, o, scaled.data(), scaled.size());
+  EXPECT_EQ(b.scale_denom, 4);
+  double diff = 0;
+  for (size_t i = 0; i < full.size(); ++i) diff += std::abs(int(full[i]) - int(scaled[i]));
+  EXPECT_LT(diff / full.size(), 4.0);
+  EXPECT_EQ(b.geometry.w, a.geometry.w);  // the geometry stays in full-resolution pixels
+  // A window of 300 x 150 into 128 x 64: 1/2 (150 x 75) covers it, 1/4 does not.
+  g.w = 300;
+  g.h = 150;
+  g.x = 100;
+  g.y = 50;
+  EXPECT_EQ(dec.decode_with(jpeg, g, o, scaled.data(), scaled.size()).scale_denom, 2);
+  g.flip = true;
+  const DecodeResult c = dec.decode_with(jpeg, g, o, scaled.data(), scaled.size());
+  EXPECT_TRUE(c.flipped);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -140,6 +140,11 @@ struct FollowOutput {
   Interpolation interpolation = Interpolation::kAntialiased;
   /// Images with width * height above this are rejected with kResourceExhausted.
   uint64_t max_pixels = 1ull << 28;
+  /// JPEG, 3 channels: decode at 1/2 or 1/4 scale (libjpeg DCT scaling) when the window,
+  /// so scaled, is still >= the output in both dimensions, as ImageTransform's option
+  /// (the pixels then differ slightly: a different low-pass). false: the result depends
+  /// only on the full-resolution pixels (what a mask that follows needs).
+  bool allow_dct_scaling = false;
 };
 
 /// Options of an ImageDecoder.

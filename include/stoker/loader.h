@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "stoker/batch.h"
+#include "stoker/buckets.h"
 #include "stoker/image.h"
 #include "stoker/io.h"
 #include "stoker/media.h"
@@ -171,6 +172,21 @@ struct LoaderOptions {
   PixelFormat pixel_format = PixelFormat::kU8HWC;  ///< CPU-side output layout/type
   float mean[3] = {0.485f, 0.456f, 0.406f};    ///< for float pixel formats
   float std[3] = {0.229f, 0.224f, 0.225f};
+
+  /// Aspect-ratio buckets (stoker/buckets.h: the list, the nearest-aspect rule, the
+  /// order). Enabled: the first decoded image field (and the fields that Follow it) is
+  /// resized to cover its batch's bucket and cropped to it — at random for kTrain (and a
+  /// flip with flip_prob), centred for kEval, drawn from (seed, epoch, sample) — so its
+  /// tensor is [B, h, w, 3] with the bucket's h x w, varying from batch to batch, and
+  /// "bucket" int64 [B] gives the bucket's index in resolve_buckets(buckets). Every
+  /// global step (batch_size × world size samples) is one bucket; drop_last drops each
+  /// bucket's last partial step, else it is completed with that bucket's first samples of
+  /// the epoch (repeats; "index" shows them). Each record's size is read from its image
+  /// header when the Loader opens (bucket_plan.h). The order is a function of seed, epoch
+  /// and the global batch: the same for every world size of one global batch, resumable
+  /// at any step (state() records the global batch; a resume with another is
+  /// kInvalidArgument). Local datasets of records only, OnError::kError only, no mixture.
+  BucketOptions buckets;
 
   // --- tokens (schema with a tokens field) ---
   bool targets = false;               ///< also deliver `targets` (inputs shifted by one)

@@ -185,6 +185,11 @@ class EpochOrder {
              uint64_t epoch);
   /// Convenience: N units in one group (enough for kSequential and kShuffled).
   EpochOrder(const OrderOptions& options, uint64_t units, uint64_t epoch);
+  /// An order given as its sequence: at(p) = (*sequence)[p], size() = its length (which
+  /// may exceed the layout's units when samples repeat; each entry < them, unchecked). Not windowed. The bucketed
+  /// order (buckets.h) is one: its `options` are the Loader's (kShuffled).
+  EpochOrder(const OrderOptions& options, std::shared_ptr<const UnitLayout> layout, uint64_t epoch,
+             std::shared_ptr<const std::vector<uint64_t>> sequence);
 
   const OrderOptions& options() const noexcept { return options_; }
   OrderKind kind() const noexcept { return options_.kind; }
@@ -248,6 +253,7 @@ class EpochOrder {
   std::vector<uint64_t> ordered_pos_;     // windowed: first position of k-th ordered chunk (+1)
   std::vector<uint64_t> ordered_begin_;   // windowed: first unit of k-th ordered chunk
   std::vector<Permutation> window_perm_;  // windowed: the shuffle of each window's positions
+  std::shared_ptr<const std::vector<uint64_t>> sequence_;  // a given sequence, else null
 };
 
 /// How a final step with fewer than W*B positions left is shared out (drop_last = false).
@@ -353,6 +359,9 @@ struct OrderState {
   uint64_t total = 0;     ///< N of the epoch, to catch a changed dataset
   uint64_t chunk_size = 0;     ///< kChunkLocal's chunk_size, else 0
   uint64_t window_chunks = 0;  ///< window_chunks of the windowed kinds, else 0
+  /// A bucketed order (buckets.h): the global batch its groups are made of, else 0.
+  /// Serialised as " bucket=G" before the crc, only when not 0.
+  uint64_t bucket_batch = 0;
 
   /// State at the start of `epoch` for these options and N (chunk params normalised:
   /// 0 where the kind ignores them).

@@ -224,7 +224,9 @@ class Stager {
  public:
   /// Owns a Loader built from `loader_options`, given pinned slots and NUMA-local CPUs
   /// (see StagerOptions). kUnavailable when kCuda is asked for and there is no device;
-  /// kInvalidArgument for bad options. Threads start on the first next().
+  /// kInvalidArgument for bad options. Threads start on the first next(). A Loader with
+  /// buckets (LoaderOptions::buckets): its bucket-shaped tensors get device slots sized
+  /// for the largest bucket, and each device batch has its host batch's shape.
   Stager(LoaderOptions loader_options, StagerOptions options = {});
   /// Stages batches from `source` (host memory; pinned for truly async CUDA copies).
   Stager(StageSource source, StagerOptions options);

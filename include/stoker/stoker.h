@@ -17,6 +17,7 @@
 #include "stoker/loader.h"
 #include "stoker/log.h"
 #include "stoker/metrics.h"
+#include "stoker/buckets.h"
 #include "stoker/mixture.h"
 #include "stoker/order.h"
 #include "stoker/pack.h"

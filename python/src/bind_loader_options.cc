@@ -10,6 +10,7 @@
 
 #include "bindings.h"
 #include "loader_options.h"
+#include "stoker/buckets.h"
 #include "stoker/error.h"
 #include "stoker/io.h"
 #include "stoker/order.h"
@@ -30,9 +31,27 @@ constexpr internal::EnumName<PixelFormat> kPixelFormats[] = {
 constexpr internal::EnumName<ElemType> kTokenTypes[] = {
     {ElemType::kUint16, "uint16"}, {ElemType::kUint32, "uint32"}, {ElemType::kInt32, "int32"}, {ElemType::kInt64, "int64"}};
 
+std::vector<std::pair<int, int>> bucket_pairs(const std::vector<BucketSize>& sizes) {
+  std::vector<std::pair<int, int>> out;
+  for (const BucketSize& b : sizes) out.emplace_back(b.height, b.width);
+  return out;
+}
+
 }  // namespace
 
 void init_loader_options(py::module_& m) {
+  m.def(
+      "resolve_buckets",
+      [](const std::vector<std::pair<int, int>>& sizes, uint64_t pixels, int step, double max_ratio) {
+        BucketOptions o;
+        for (const auto& [h, w] : sizes) o.sizes.push_back(BucketSize{h, w});
+        o.pixels = pixels;
+        o.step = step;
+        o.max_ratio = max_ratio;
+        return bucket_pairs(resolve_buckets(o));
+      },
+      py::arg("sizes"), py::arg("pixels"), py::arg("step"), py::arg("max_ratio"),
+      "The bucket list (h, w) of LoaderOptions::buckets, sorted tallest first (stoker/buckets.h).");
   py::class_<FieldTransform> ft(m, "FieldTransform", "How one field becomes part of a batch (see include/stoker/loader.h).");
   py::enum_<FieldTransform::Kind>(ft, "Kind")
       .value("RANDOM_RESIZED_CROP", FieldTransform::Kind::kRandomResizedCrop)
@@ -210,6 +229,22 @@ void init_loader_options(py::module_& m) {
       .def_property(
           "window_chunks", [](const PyLoaderOptions& x) { return x.o.order.window_chunks; },
           [](PyLoaderOptions& x, uint64_t v) { x.o.order.window_chunks = v; })
+      .def_property(
+          "buckets",  // [(h, w), ...]
+          [](const PyLoaderOptions& x) { return bucket_pairs(x.o.buckets.sizes); },
+          [](PyLoaderOptions& x, const std::vector<std::pair<int, int>>& v) {
+            x.o.buckets.sizes.clear();
+            for (const auto& [h, w] : v) x.o.buckets.sizes.push_back(BucketSize{h, w});
+          })
+      .def_property(
+          "bucket_pixels", [](const PyLoaderOptions& x) { return x.o.buckets.pixels; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.buckets.pixels = v; })
+      .def_property(
+          "bucket_step", [](const PyLoaderOptions& x) { return x.o.buckets.step; },
+          [](PyLoaderOptions& x, int v) { x.o.buckets.step = v; })
+      .def_property(
+          "bucket_max_ratio", [](const PyLoaderOptions& x) { return x.o.buckets.max_ratio; },
+          [](PyLoaderOptions& x, double v) { x.o.buckets.max_ratio = v; })
       .def_property(
           "drop_last", [](const PyLoaderOptions& x) { return x.o.drop_last; },
           [](PyLoaderOptions& x, bool v) { x.o.drop_last = v; })

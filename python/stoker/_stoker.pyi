@@ -505,6 +505,26 @@ class LoaderOptions:
     @window_chunks.setter
     def window_chunks(self, value: int) -> None: ...
     @property
+    def buckets(self) -> List[Tuple[int, int]]:
+        ...
+    @buckets.setter
+    def buckets(self, value: List[Tuple[int, int]]) -> None: ...
+    @property
+    def bucket_pixels(self) -> int:
+        ...
+    @bucket_pixels.setter
+    def bucket_pixels(self, value: int) -> None: ...
+    @property
+    def bucket_step(self) -> int:
+        ...
+    @bucket_step.setter
+    def bucket_step(self, value: int) -> None: ...
+    @property
+    def bucket_max_ratio(self) -> float:
+        ...
+    @bucket_max_ratio.setter
+    def bucket_max_ratio(self, value: float) -> None: ...
+    @property
     def drop_last(self) -> bool:
         ...
     @drop_last.setter
@@ -871,6 +891,11 @@ def read_record(dir: str, index: int) -> dict:
 def record_location(dir: str, index: int) -> dict:
     """
     Where record `index` (global) is stored: shard path, record in shard, byte offset, sizes.
+    """
+
+def resolve_buckets(sizes: List[Tuple[int, int]], pixels: int, step: int, max_ratio: float) -> List[Tuple[int, int]]:
+    """
+    The bucket list (h, w) of LoaderOptions::buckets, sorted tallest first (stoker/buckets.h).
     """
 
 def sample_seed(seed: int, epoch: int, sample_index: int) -> int:

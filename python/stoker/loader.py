@@ -113,6 +113,28 @@ def _number(name, value, minimum=None):
     return value
 
 
+def _set_buckets(o, buckets):
+    """LoaderOptions.buckets from buckets=: [(h, w), ...] or {"pixels": P, "step": S, "max_ratio": R}."""
+    if isinstance(buckets, dict):
+        unknown = set(buckets) - {"pixels", "step", "max_ratio"}
+        if unknown or "pixels" not in buckets:
+            raise ValueError(f'buckets: a dict takes "pixels" (required), "step" and "max_ratio", got {sorted(buckets)}')
+        o.bucket_pixels = _integer("buckets['pixels']", buckets["pixels"], 1)
+        o.bucket_step = _integer("buckets['step']", buckets.get("step", 64), 1, 8192)
+        o.bucket_max_ratio = _number("buckets['max_ratio']", buckets.get("max_ratio", 2.0), 1)
+        return
+    if isinstance(buckets, (str, bytes)) or not hasattr(buckets, "__iter__"):
+        raise TypeError(f"buckets must be a list of (height, width) or a dict, got {type(buckets).__name__}")
+    sizes = []
+    for b in buckets:
+        if not isinstance(b, (tuple, list)) or len(b) != 2:
+            raise TypeError(f"buckets: each bucket is (height, width), got {b!r}")
+        sizes.append((_integer("buckets: height", b[0], 1, 8192), _integer("buckets: width", b[1], 1, 8192)))
+    if not sizes:
+        raise ValueError("buckets: the list is empty")
+    o.buckets = sizes
+
+
 def _schema_fields(schema):
     """[(name, kind)] of a manifest's schema string ("jpg:image cls:int64 ...")."""
     out = []
@@ -202,6 +224,20 @@ class Loader:
             ``name + ".pts"``), audio fields ``stoker.AudioClip(...)``; without one they
             come as their files' bytes.
         size: output side of "train"/"eval" images.
+        buckets: aspect-ratio buckets for the first decoded image field (and the fields
+            that Follow it): a list of (height, width), or ``{"pixels": 512 * 512,
+            "step": 64, "max_ratio": 2.0}`` (every h, w a multiple of step with h * w <=
+            pixels and long / short side <= max_ratio, as kohya_ss makes them). Each
+            record goes to the bucket nearest its aspect (its stored size, read from the
+            image header when the Loader opens); each global step (batch_size x
+            world_size samples) is one bucket, so batch["image"] is [B, h, w, 3] of that
+            bucket, varying between batches, and batch["bucket"] int64 [B] indexes
+            ``loader.buckets``. Images are resized to cover the bucket, then cropped: at
+            random with a flip for "train", centred for "eval". Each bucket's last partial
+            step is dropped with drop_last, else completed by repeating that bucket's
+            first samples of the epoch. The order depends on seed, epoch and the global
+            batch: the same for every world size of one global batch; a resume must keep
+            the global batch. Local datasets, on_error="error", no mixture.
         shuffle: a global shuffle keyed by (seed, epoch); False: dataset order.
         seed: the run's seed: order and augmentation are a function of (seed, epoch).
         drop_last: drop the final partial step (all ranks then get full batches).
@@ -349,7 +385,7 @@ class Loader:
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
                  source_fields=None, metrics_port=None, memory_limit=None, reserve_cores=None, seq_len=None,
                  pack_window=1024, long_samples=None, pad_id=0, tokenizer=None, tokenizer_options=None,
-                 text_field=None, bos=None, eos=None, _stage=None):
+                 text_field=None, bos=None, eos=None, buckets=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -450,6 +486,8 @@ class Loader:
             o.window_chunks = _integer("window_chunks", window_chunks, 1)
         o.drop_last = _flag("drop_last", drop_last)
         o.rank, o.world_size = self._rank_world(rank, world_size)
+        if buckets is not None:
+            _set_buckets(o, buckets)
         if isinstance(threads, str) and threads != "auto":
             raise TypeError(f'threads must be "auto", None or an integer, got str {threads!r}')
         if threads == "auto":
@@ -511,6 +549,8 @@ class Loader:
         # The C++ Loader opens the dataset (a URL's MANIFEST is fetched once, there) and
         # refuses the token outputs asked of records, naming the schema.
         self._impl = _stoker.Loader(o, converter, stream)
+        self._buckets = (_stoker.resolve_buckets(o.buckets, o.bucket_pixels, o.bucket_step, o.bucket_max_ratio)
+                         if o.buckets or o.bucket_pixels else None)
         self._tokens = any(kind == "tokens" for _, kind in _schema_fields(self._impl.schema))
         self._options = o
         self._fresh = True  # the next iteration continues where the loader stands
@@ -530,6 +570,7 @@ class Loader:
             "token_dtype": o.token_dtype if self._tokens else None,
             "targets": o.targets if self._tokens else None,
             "drop_last": o.drop_last,
+            "buckets": self.buckets,
         }
 
     # --- iteration -------------------------------------------------------------------
@@ -589,6 +630,12 @@ class Loader:
     @property
     def class_names(self):
         return list(self._impl.class_names())
+
+    @property
+    def buckets(self):
+        """The buckets (height, width), tallest first; batch["bucket"] indexes this list.
+        None without buckets=."""
+        return None if self._buckets is None else list(self._buckets)
 
     @property
     def epoch_samples(self):

@@ -322,23 +322,43 @@ DecodeResult JpegDecoder::decode_with(std::span<const uint8_t> image, const Imag
   const int ow = plan.out_w, oh = plan.out_h;
   const int x0 = plan.x0, x1 = plan.x1, y0 = plan.y0, y1 = plan.y1;
   check_out_size("decode_with", out_size, static_cast<size_t>(ow) * oh * o.channels);
-  prepare(1);
-  // Margin column as in decode(): keep fancy upsampling off the region's edges.
-  read_region(std::max(0, x0 - 1), std::min(W, x1 + 1), y0, y1, nullptr);
-  dec.abort();
-  const ResizeAxis ax{p.x0 - region_x, p.w, x0 - region_x, x1 - region_x};
-  const ResizeAxis ay{p.y0 - y0, p.h, 0, y1 - y0};
-  const uint8_t* src = region.data();
-  size_t stride = static_cast<size_t>(region_w) * 3;
-  if (o.channels == 1) {  // gray decodes replicated to RGB; keep one copy
-    const size_t n = static_cast<size_t>(region_w) * (y1 - y0);
-    gray.resize(n);
-    for (size_t i = 0; i < n; ++i) gray[i] = region[3 * i];
-    src = gray.data();
-    stride = static_cast<size_t>(region_w);
+  int denom = 1;
+  if (o.allow_dct_scaling && o.channels == 3)
+    for (int d : {4, 2})
+      if (p.w / d >= ow && p.h / d >= oh) {
+        denom = d;
+        break;
+      }
+  if (denom > 1) {
+    // As decode(): the window and its clip range at the scaled size.
+    const auto [sw, sh] = prepare(denom);
+    const AxisPlan ax = plan_axis(p.x0, p.w, p.clip_x0, p.clip_x1, denom, sw, ow);
+    const AxisPlan ay = plan_axis(p.y0, p.h, p.clip_y0, p.clip_y1, denom, sh, oh);
+    read_region(std::max(0, ax.need_lo - 1), std::min(sw, ax.need_hi + 1), ay.need_lo, ay.need_hi, nullptr);
+    dec.abort();
+    const ResizeAxis rx{ax.start - region_x, ax.length, ax.need_lo - region_x, ax.need_hi - region_x};
+    const ResizeAxis ry{ay.start - ay.need_lo, ay.length, 0, ay.need_hi - ay.need_lo};
+    resample(region.data(), static_cast<size_t>(region_w) * 3, region_w, ay.need_hi - ay.need_lo, 3, rx, ry, p.flip,
+             o.interpolation, out, ow, oh, tools.resizer, tools.kernel, tools.geometry);
+  } else {
+    prepare(1);
+    // Margin column as in decode(): keep fancy upsampling off the region's edges.
+    read_region(std::max(0, x0 - 1), std::min(W, x1 + 1), y0, y1, nullptr);
+    dec.abort();
+    const ResizeAxis ax{p.x0 - region_x, p.w, x0 - region_x, x1 - region_x};
+    const ResizeAxis ay{p.y0 - y0, p.h, 0, y1 - y0};
+    const uint8_t* src = region.data();
+    size_t stride = static_cast<size_t>(region_w) * 3;
+    if (o.channels == 1) {  // gray decodes replicated to RGB; keep one copy
+      const size_t n = static_cast<size_t>(region_w) * (y1 - y0);
+      gray.resize(n);
+      for (size_t i = 0; i < n; ++i) gray[i] = region[3 * i];
+      src = gray.data();
+      stride = static_cast<size_t>(region_w);
+    }
+    resample(src, stride, region_w, y1 - y0, o.channels, ax, ay, p.flip, o.interpolation, out, ow, oh, tools.resizer,
+             tools.kernel, tools.geometry);
   }
-  resample(src, stride, region_w, y1 - y0, o.channels, ax, ay, p.flip,
-                     o.interpolation, out, ow, oh, tools.resizer, tools.kernel, tools.geometry);
   DecodeResult r;
   r.src_width = W;
   r.src_height = H;
@@ -349,6 +369,7 @@ DecodeResult JpegDecoder::decode_with(std::span<const uint8_t> image, const Imag
   r.crop_w = static_cast<int>(std::lround(p.w));
   r.crop_h = static_cast<int>(std::lround(p.h));
   r.flipped = p.flip;
+  r.scale_denom = denom;
   r.geometry = geometry_from_plan(p, W, H, ow, oh, g.clip_to_window);
   return r;
 }

@@ -228,6 +228,14 @@ EpochOrder::EpochOrder(const OrderOptions& options, uint64_t units, uint64_t epo
     : EpochOrder(options, std::make_shared<const UnitLayout>(UnitLayout::single(units)),
                  epoch) {}
 
+EpochOrder::EpochOrder(const OrderOptions& options, std::shared_ptr<const UnitLayout> layout, uint64_t epoch,
+                       std::shared_ptr<const std::vector<uint64_t>> sequence)
+    : options_(options), layout_(std::move(layout)), epoch_(epoch), sequence_(std::move(sequence)) {
+  if (!layout_ || !sequence_) throw_error(ErrorCode::kInvalidArgument, "epoch order: null layout or sequence");
+  n_ = sequence_->size();
+  if (windowed()) throw_error(ErrorCode::kInvalidArgument, "epoch order: a given sequence cannot be windowed");
+}
+
 EpochOrder::EpochOrder(const OrderOptions& options, std::shared_ptr<const UnitLayout> layout,
                        uint64_t epoch)
     : options_(options), layout_(std::move(layout)), epoch_(epoch) {
@@ -301,6 +309,7 @@ uint64_t EpochOrder::at(uint64_t p) const {
                                                  " is out of range (" + std::to_string(n_) +
                                                  " samples)");
   }
+  if (sequence_) return (*sequence_)[p];
   switch (options_.kind) {
     case OrderKind::kSequential:
       return p;
@@ -353,6 +362,10 @@ void EpochOrder::strided_positions(uint64_t first, uint64_t stride, uint64_t n, 
                                                  std::to_string(stride) + " for " + std::to_string(n) +
                                                  " samples run past the epoch (" + std::to_string(n_) +
                                                  " samples)");
+  }
+  if (sequence_) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = (*sequence_)[first + i * stride];
+    return;
   }
   for (uint64_t i = 0; i < n; ++i) out[i] = first + i * stride;
   switch (options_.kind) {
@@ -622,6 +635,7 @@ std::string OrderState::serialize() const {
                      " epoch=" + std::to_string(epoch) + " consumed=" + std::to_string(consumed) +
                      " total=" + std::to_string(total) + " chunk=" + std::to_string(chunk_size) +
                      " window=" + std::to_string(window_chunks);
+  if (bucket_batch) body += " bucket=" + std::to_string(bucket_batch);
   char crc[16];
   std::snprintf(crc, sizeof crc, "%08x", crc32c(body.data(), body.size()));
   return body + " crc=" + crc;
@@ -652,6 +666,16 @@ OrderState OrderState::parse(std::string_view text) {
   static constexpr const char* kKeys[] = {"kind", "seed",  "epoch",  "consumed",
                                           "total", "chunk", "window", "crc"};
   constexpr size_t kFields = sizeof(kKeys) / sizeof(kKeys[0]);
+  // An optional " bucket=G" (a bucketed order) sits before the crc.
+  std::optional<uint64_t> bucket;
+  if (tokens.size() == 3 + kFields) {
+    const std::string_view b = tokens[1 + kFields];
+    const auto x = b.size() > 7 && b.substr(0, 7) == "bucket=" && b[7] != '0' ? internal::parse_decimal<uint64_t>(b.substr(7))
+                                                                             : std::nullopt;
+    if (!x) corrupt("field " + std::to_string(kFields + 2) + " is not 'bucket=...' (a positive integer)");
+    bucket = *x;
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(1 + kFields));
+  }
   if (tokens.size() != 2 + kFields) {
     corrupt("expected " + std::to_string(2 + kFields) + " space-separated fields, got " +
             std::to_string(tokens.size()));
@@ -682,6 +706,7 @@ OrderState OrderState::parse(std::string_view text) {
 
   OrderState s;
   s.version = static_cast<uint32_t>(version);
+  s.bucket_batch = bucket.value_or(0);
   try {
     s.kind = order_kind_from_name(values[0]);
   } catch (const Error&) {

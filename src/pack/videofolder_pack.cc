@@ -94,7 +94,7 @@ PackSummary pack_videofolder(const std::string& src, const std::string& out, con
   Schema schema;
   schema.fields = {Field{"video", FieldKind::kVideo}, Field{"label", FieldKind::kInt64}};
   add_key_field(schema);
-  DatasetWriter writer(out, schema, writer_options(options), options.overwrite);
+  DatasetWriter writer(out, schema, writer_options(options, out), options.overwrite);
   writer.manifest().class_names = classes;
   writer.manifest().meta["source"] = "videofolder";
   const ShardWriterOptions shard_opts = writer.options().shard;

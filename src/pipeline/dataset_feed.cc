@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "figures/autotune.h"
+#include "pipeline/bucket_plan.h"
 #include "pipeline/loader_report.h"
 #include "pipeline/packed_samples.h"
 #include "pipeline/video_fields.h"
@@ -114,6 +115,11 @@ class DatasetFeed final : public Feed {
   void stop_run();
   Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
   LoaderStats snapshot() const;
+  // Positions in an epoch's order: the records, or the bucketed order's (buckets.h).
+  uint64_t order_units() const {
+    return ctx.buckets ? BucketOrder::epoch_size(ctx.buckets->counts, ctx.buckets->group, ctx.buckets->fill)
+                       : ctx.layout->units();
+  }
 };
 
 DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(options) {
@@ -198,6 +204,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
     img = plan_image_fields(opt, schema, ctx);
     vid = plan_video_fields(opt, schema, ctx);
   }
+  ctx.buckets = plan_buckets(ctx, img);
   outputs_ = ctx.tensors;
   outputs_.insert(outputs_.end(), ctx.vars.begin(), ctx.vars.end());
 
@@ -322,7 +329,8 @@ void DatasetFeed::apply(const TuneChange& c) {
 void DatasetFeed::start_run() {
   Run& r = *run;
   r.epoch = epoch_;
-  r.order = std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch_);
+  r.order = ctx.buckets ? bucket_epoch_order(ctx, *ctx.buckets, epoch_)
+                       : std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch_);
   r.sched = std::make_unique<RankSchedule>(rank_schedule(r.order->size(), opt, ctx.rank, start_consumed, tail_policy()));
   if (ctx.cached) {
     std::lock_guard<std::mutex> lock(net_mu);
@@ -487,6 +495,7 @@ Batch DatasetFeed::make_batch(const std::shared_ptr<Job>& job, uint64_t n,
     for (int64_t d : ctx.tensors[t].shape) v.shape.push_back(d);
     views.push_back(std::move(v));
   }
+  if (ctx.buckets && n > 0) shape_bucket_views(*ctx.buckets, batch_bucket(*ctx.buckets, job->samples[0]), n, views);
   if (!ctx.vars.empty()) {
     // Variable-size outputs: each one's samples back to back in the slot's own buffer
     // (leased with it), and B + 1 offsets.
@@ -643,11 +652,12 @@ void DatasetFeed::set_epoch(uint64_t e) {
 
 uint64_t DatasetFeed::num_batches() const {
   if (running) return run->sched->num_batches();
-  return rank_schedule(ctx.layout->units(), opt, ctx.rank, start_consumed, tail_policy()).num_batches();
+  return rank_schedule(order_units(), opt, ctx.rank, start_consumed, tail_policy()).num_batches();
 }
 
 OrderState DatasetFeed::state() const {
-  OrderState s = OrderState::start(ctx.order_opt, ctx.layout->units(), epoch_);
+  OrderState s = OrderState::start(ctx.order_opt, order_units(), epoch_);
+  if (ctx.buckets) s.bucket_batch = ctx.buckets->group;
   if (running) {
     s.consumed = run->sched->consumed_after(next_deliver);
     // Skipped samples filled in from later batches (one rank only): the stream is the
@@ -661,7 +671,13 @@ OrderState DatasetFeed::state() const {
 }
 
 void DatasetFeed::load_state(const OrderState& s) {
-  s.check_matches(ctx.order_opt, ctx.layout->units());
+  const uint64_t group = ctx.buckets ? ctx.buckets->group : 0;
+  auto what = [](uint64_t g) { return g ? "buckets of global batch " + std::to_string(g) : std::string("no buckets"); };
+  if (s.bucket_batch != group)
+    throw_error(ErrorCode::kInvalidArgument, "order state: taken with " + what(s.bucket_batch) + ", this Loader has " +
+                                                 what(group) + " (batch_size x world size): a bucketed order is made "
+                                                 "of whole global batches, so a resume must keep it");
+  s.check_matches(ctx.order_opt, order_units());
   stop_run();
   epoch_ = s.epoch;
   start_consumed = s.consumed;

@@ -20,6 +20,8 @@ void check_options(const LoaderOptions& opt) {
       throw_error(ErrorCode::kInvalidArgument, "source_fields: one map per source (" +
                                                    std::to_string(opt.sources.size()) + "), got " +
                                                    std::to_string(opt.source_fields.size()));
+    if (opt.buckets.enabled())
+      throw_error(ErrorCode::kInvalidArgument, "buckets: a mixture cannot be bucketed yet; bucket one dataset");
     if (opt.on_error != OnError::kError)
       throw_error(ErrorCode::kInvalidArgument,
                   "mixtures take on_error 'error' only (a skipped sample would shift a source's positions)");

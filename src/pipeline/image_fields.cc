@@ -8,6 +8,7 @@
 
 #include "format/record_checks.h"
 #include "format/shard_layout.h"
+#include "pipeline/bucket_plan.h"
 #include "pipeline/producer.h"
 #include "stoker/crc32c.h"
 #include "stoker/media.h"
@@ -37,6 +38,13 @@ void put_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& jo
   for (size_t x = 0; x < f.outs.size(); ++x) {
     const FieldOut& o = f.outs[x];
     const std::span<const uint8_t> bytes = fields[static_cast<size_t>(o.field)];
+    if (o.bucketed && ctx.buckets) {
+      const uint64_t seed = sample_seed(ctx.order_opt.seed + o.seed_salt * 0x9E3779B97F4A7C15ull, epoch, sample);
+      results[x] = put_bucketed(*ctx.buckets, o, opt, bytes, sample, seed,
+                                o.leader >= 0 ? &results[static_cast<size_t>(o.leader)] : nullptr, dec, pixels,
+                                ctx.tensor_ptr(job, o.tensor), j);
+      continue;
+    }
     switch (o.how) {
       case FieldOut::How::kImage: {
         const Output& tl = ctx.tensors[static_cast<size_t>(o.tensor)];
@@ -77,6 +85,10 @@ void put_fields(const Context& ctx, const ImageFacts& f, uint64_t epoch, Job& jo
   }
   const int64_t gi = static_cast<int64_t>(sample);
   std::memcpy(ctx.tensor_ptr(job, f.index_t) + j * 8, &gi, 8);
+  if (f.bucket_t >= 0 && ctx.buckets) {
+    const int64_t b = ctx.buckets->of[sample];
+    std::memcpy(ctx.tensor_ptr(job, f.bucket_t) + j * 8, &b, 8);
+  }
 }
 
 }  // namespace

@@ -40,6 +40,8 @@
 
 namespace stoker::internal {
 
+struct BucketPlan;  // bucket_plan.h
+
 /// What every producer reads, fixed when the Loader opens (run state is in Run).
 struct Context {
   const LoaderOptions* opt = nullptr;
@@ -58,6 +60,9 @@ struct Context {
   /// array): gathered per sample by the producer into Job::var, laid out as values +
   /// offsets when the batch goes out.
   std::vector<Output> vars;
+  /// LoaderOptions::buckets: every record's bucket and the bucket sizes (bucket_plan.h);
+  /// null without buckets.
+  std::shared_ptr<const BucketPlan> buckets;
 
   /// Appends a dense output of `shape` per sample (laid out in the slot later); returns
   /// its index in `tensors`.
@@ -167,6 +172,7 @@ struct FieldOut {
   uint64_t seed_salt = 0;    ///< kImage: 0 for the first image field (its draws as ever)
   int leader = -1;           ///< kFollow: the FieldOut (kImage) it follows
   FollowOutput follow;       ///< kFollow
+  bool bucketed = false;     ///< kImage, kFollow: written at the batch's bucket size (bucket_plan.h)
   size_t bytes = 0;          ///< kCopy: the payload's exact size
   bool media = false;        ///< kVar: a video or audio field, delivered without its media index
 };
@@ -177,6 +183,8 @@ struct ImageFacts {
   int missing_label_t = -1;  ///< version-1 datasets without an int64 field: "label" is -1
   int index_t = -1;
   int key_field = -1;        ///< `__key__`, to name a record's source in errors
+  int bucket_field = -1;     ///< LoaderOptions::buckets: the image field whose size picks the bucket
+  int bucket_t = -1;         ///< and the "bucket" int64 [B] output
 };
 
 /// The tensor element type of a stored dtype; nullopt for kNone.

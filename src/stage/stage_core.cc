@@ -21,12 +21,13 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 StageCore::StageCore(std::unique_ptr<CopyBackend> backend, StageSource source, StagerOptions opt,
-                     uint64_t default_samples, std::string host_memory)
+                     uint64_t default_samples, std::string host_memory, std::vector<BucketSize> buckets)
     : backend_(std::move(backend)),
       source_(std::move(source)),
       opt_(opt),
       default_samples_(default_samples),
-      host_memory_(std::move(host_memory)) {
+      host_memory_(std::move(host_memory)),
+      buckets_(std::move(buckets)) {
   slots_.resize(opt_.device_slots);
   for (size_t i = 0; i < slots_.size(); ++i) {
     slots_[i].copy_ev = backend_->make_event();
@@ -332,6 +333,14 @@ void StageCore::make_plan(const Batch& hb) {
       if (!t.shape.empty()) samples = std::max<uint64_t>(samples, static_cast<uint64_t>(t.shape[0]));
     if (!samples) samples = 1;
   }
+  // A bucketed batch: the first batch's bucket, and the most pixels any bucket has.
+  const TensorView* bucket = hb.find("bucket");
+  BucketSize first{};
+  int64_t most = 0;
+  if (!buckets_.empty() && bucket && bucket->numel() > 0) {
+    first = buckets_.at(static_cast<size_t>(*static_cast<const int64_t*>(bucket->data)));
+    for (const BucketSize& b : buckets_) most = std::max<int64_t>(most, int64_t{b.height} * b.width);
+  }
   std::vector<TensorPlan> plan;
   size_t off = 0;
   for (const TensorView& t : hb.tensors()) {
@@ -349,6 +358,12 @@ void StageCore::make_plan(const Batch& hb) {
     if (!t.shape.empty()) {
       p.sample_shape.assign(t.shape.begin() + 1, t.shape.end());
       for (int64_t d : p.sample_shape) per *= static_cast<size_t>(d);
+      const auto& ss = p.sample_shape;
+      if (most && ss.size() == 3 &&
+          ((ss[0] == first.height && ss[1] == first.width) || (ss[1] == first.height && ss[2] == first.width))) {
+        p.varying = true;
+        per = per / (static_cast<size_t>(first.height) * first.width) * static_cast<size_t>(most);
+      }
       p.sample_bytes = per;
       p.capacity = per * samples;
     } else {
@@ -400,7 +415,7 @@ void StageCore::check(const Batch& hb) const {
     if (t.device != -1)
       throw_error(ErrorCode::kInvalidArgument, where() + ": tensor '" + t.name + "' is not in host memory");
     if (t.name != p.name || t.dtype != p.dtype || t.shape.size() != p.rank ||
-        (p.rank && !std::equal(t.shape.begin() + 1, t.shape.end(), p.sample_shape.begin())))
+        (p.rank && !p.varying && !std::equal(t.shape.begin() + 1, t.shape.end(), p.sample_shape.begin())))
       throw_error(ErrorCode::kInvalidArgument,
                   where() + ": tensor '" + t.name + "' differs in name, type or sample shape from the first batch's '" +
                       p.name + "'");

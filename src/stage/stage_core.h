@@ -43,6 +43,7 @@
 
 #include "stage/copy_backend.h"
 #include "stoker/batch.h"
+#include "stoker/buckets.h"
 #include "stoker/stage.h"
 
 namespace stoker::internal {
@@ -62,8 +63,11 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
   /// `default_samples`: samples a slot holds when StagerOptions::max_batch_samples is 0
   /// (0: the first batch's dim 0). `host_memory`: StagerStats::host_memory. Owned by a
   /// shared_ptr (leases keep it alive); threads start on the first next().
+  /// `buckets`: the owned Loader's resolved buckets (LoaderOptions::buckets), whose
+  /// image tensors change sample shape from batch to batch: their slots are sized for
+  /// the largest bucket.
   StageCore(std::unique_ptr<CopyBackend> backend, StageSource source, StagerOptions opt, uint64_t default_samples,
-            std::string host_memory);
+            std::string host_memory, std::vector<BucketSize> buckets = {});
   /// shutdown(), then waits for every event of every slot before freeing its memory.
   ~StageCore();
   StageCore(const StageCore&) = delete;
@@ -107,6 +111,7 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
     // from batch to batch, and the device has no use for strings. The device batch keeps
     // a copy of them.
     bool host = false;
+    bool varying = false;  // a bucket-shaped tensor: any sample shape of its rank within capacity
   };
   struct Slot {
     void* mem = nullptr;
@@ -150,6 +155,7 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
   const StagerOptions opt_;
   const uint64_t default_samples_;
   const std::string host_memory_;
+  const std::vector<BucketSize> buckets_;
 
   std::vector<Slot> slots_;       // fixed size; mem set once by make_plan
   std::vector<TensorPlan> plan_;  // written once by stoker-h2d before any batch exists

@@ -1,0 +1,238 @@
+// Aspect-ratio buckets in the Loader (bucket_plan.h).
+#include "pipeline/bucket_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "pipeline/producer.h"
+#include "stoker/error.h"
+#include "util/bytes.h"
+#include "util/log.h"
+
+namespace stoker::internal {
+namespace {
+
+// Most headers (JPEG's SOF after its APPn segments, PNG's IHDR, WebP's first chunk) lie
+// in a record's first page; a large EXIF or ICC segment moves a JPEG's further.
+constexpr size_t kHeaderProbe = 4096;
+constexpr uint64_t kRecordsPerUnit = 256;  // records a header-reading thread takes at a time
+constexpr unsigned kMinHeaderThreads = 8;
+
+[[noreturn]] void refuse(const std::string& why) { throw_error(ErrorCode::kInvalidArgument, "buckets: " + why); }
+
+// Where field `field` of an uncompressed record starts in the shard file.
+uint64_t field_offset(const RecordLocation& loc, int field) {
+  uint64_t at = loc.offset;
+  for (int f = 0; f < field; ++f) at += loc.field_sizes[static_cast<size_t>(f)];
+  return at;
+}
+
+// The record's `__key__` (" (source 'KEY')"), for an error about it: read on its own,
+// unchecked, as the record's CRC may be what is wrong; "" when there is none to read.
+std::string source_of(const ShardReader& shard, uint64_t i, int key_field) {
+  const RecordLocation& loc = shard.location(i);
+  if (key_field < 0 || (loc.flags & kRecordZstd)) return "";
+  std::string key(std::min<size_t>(loc.field_sizes[static_cast<size_t>(key_field)], 256), '\0');
+  try {
+    if (pread_full(shard.fd(), key.data(), key.size(), field_offset(loc, key_field), shard.path()) != key.size()) return "";
+  } catch (const Error&) {
+    return "";
+  }
+  return " (source '" + key + "')";
+}
+
+ImageInfo probe_field(const ShardReader& shard, uint64_t i, int field, int key_field, std::vector<uint8_t>& buf) {
+  const RecordLocation& loc = shard.location(i);
+  try {
+    if (loc.flags & kRecordZstd) {
+      const Record r = shard.read_record(i);
+      return probe_image(r.fields.at(static_cast<size_t>(field)));
+    }
+    const uint64_t at = field_offset(loc, field);
+    const size_t size = loc.field_sizes[static_cast<size_t>(field)];
+    const size_t head = std::min(size, kHeaderProbe);
+    buf.resize(head);
+    if (pread_full(shard.fd(), buf.data(), head, at, shard.path()) != head) throw_error(ErrorCode::kDataLoss, "short read");
+    try {
+      return probe_image(buf);
+    } catch (const Error&) {
+      if (head == size) throw;
+    }
+    buf.resize(size);
+    if (pread_full(shard.fd(), buf.data(), size, at, shard.path()) != size) throw_error(ErrorCode::kDataLoss, "short read");
+    return probe_image(buf);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kDataLoss, shard.path() + ": record " + std::to_string(i) + source_of(shard, i, key_field) +
+                                          ": buckets: its image size cannot be read: " + e.what());
+  }
+}
+
+}  // namespace
+
+void plan_bucket_outputs(const LoaderOptions& opt, Context& ctx, ImageFacts& img) {
+  if (!opt.buckets.enabled()) return;
+  const std::vector<BucketSize> sizes = resolve_buckets(opt.buckets);
+  const auto lead = std::find_if(img.outs.begin(), img.outs.end(),
+                                 [](const FieldOut& o) { return o.how == FieldOut::How::kImage; });
+  if (lead == img.outs.end())
+    refuse("no image field is decoded (a transform, or fields= with RandomResizedCrop or CenterCrop, is needed)");
+  const BucketSize widest = *std::max_element(sizes.begin(), sizes.end(), [](const BucketSize& a, const BucketSize& b) {
+    return int64_t{a.height} * a.width < int64_t{b.height} * b.width;
+  });
+  const int leader = static_cast<int>(lead - img.outs.begin());
+  img.bucket_field = lead->field;
+  // Each shaped tensor is laid out for the largest bucket; a batch uses its first
+  // h·w·C·B elements.
+  auto reshape = [&](FieldOut& o) {
+    o.bucketed = true;
+    Output& t = ctx.tensors[static_cast<size_t>(o.tensor)];
+    std::vector<int64_t> shape = t.shape;
+    const bool chw = shape.size() == 3 && shape[0] == 3 && o.how == FieldOut::How::kImage &&
+                     (opt.pixel_format == PixelFormat::kU8CHW || opt.pixel_format == PixelFormat::kF32CHW ||
+                      opt.pixel_format == PixelFormat::kF16CHW);
+    if (chw) shape = {3, widest.height, widest.width};
+    else shape = {widest.height, widest.width, shape.back()};
+    t = Output::dense(t.name, t.dtype, shape);
+  };
+  reshape(*lead);
+  for (FieldOut& o : img.outs)
+    if (o.how == FieldOut::How::kFollow && o.leader == leader) reshape(o);
+  img.bucket_t = ctx.add_tensor("bucket", ElemType::kInt64, {});
+}
+
+std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFacts& img) {
+  const LoaderOptions& opt = *ctx.opt;
+  if (!opt.buckets.enabled()) return nullptr;
+  if (ctx.cached) refuse("a remote dataset cannot be bucketed yet (each record's image size is read when the Loader opens)");
+  if (opt.on_error != OnError::kError) refuse("on_error='skip' cannot keep a batch within one bucket; use on_error='error'");
+  if (img.bucket_field < 0) refuse("needs a dataset of records with a decoded image field");
+  auto plan = std::make_shared<BucketPlan>();
+  plan->sizes = resolve_buckets(opt.buckets);
+  plan->group = opt.batch_size * ctx.rank.world_size;
+  plan->fill = !opt.drop_last;
+  plan->chw = opt.pixel_format == PixelFormat::kU8CHW || opt.pixel_format == PixelFormat::kF32CHW ||
+              opt.pixel_format == PixelFormat::kF16CHW;
+  for (const FieldOut& o : img.outs)
+    if (o.bucketed) {
+      const bool image = o.how == FieldOut::How::kImage;
+      plan->shaped.push_back(BucketPlan::Shaped{o.tensor, image ? 3 : o.follow.channels, image && plan->chw});
+    }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const Dataset& ds = *ctx.dataset;
+  plan->of.assign(ds.record_count(), 0);
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr failed;
+  std::vector<uint64_t> first(ds.shard_count() + 1, 0);
+  for (size_t s = 0; s < ds.shard_count(); ++s) first[s + 1] = first[s] + ds.manifest().shards[s].records;
+  plan->width.assign(ds.record_count(), 0);
+  plan->height.assign(ds.record_count(), 0);
+  // Units of kRecordsPerUnit records of one shard, so a dataset of few shards still
+  // spreads over every thread.
+  std::vector<std::pair<size_t, uint64_t>> units;  // (shard, first record in it)
+  for (size_t s = 0; s < ds.shard_count(); ++s)
+    for (uint64_t i = 0; i < ds.manifest().shards[s].records; i += kRecordsPerUnit) units.emplace_back(s, i);
+  auto work = [&] {
+    std::vector<uint8_t> buf;
+    for (size_t u; (u = next.fetch_add(1)) < units.size();) {
+      try {
+        const auto [s, begin] = units[u];
+        const auto shard = ds.shard(s);
+        for (uint64_t i = begin; i < std::min(begin + kRecordsPerUnit, shard->record_count()); ++i) {
+          const ImageInfo info = probe_field(*shard, i, img.bucket_field, img.key_field, buf);
+          const uint64_t r = first[s] + i;
+          plan->of[r] = nearest_bucket(plan->sizes, info.width, info.height);
+          plan->width[r] = static_cast<uint32_t>(info.width);
+          plan->height[r] = static_cast<uint32_t>(info.height);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed) failed = std::current_exception();
+        next = units.size();
+      }
+    }
+  };
+  // The reads wait on storage more than they use a CPU: more threads than decoders keep
+  // more of them in flight (a cold dataset on NVMe).
+  const unsigned n = static_cast<unsigned>(
+      std::clamp<size_t>(std::max(ctx.threads, kMinHeaderThreads), 1, std::max<size_t>(units.size(), 1)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
+  plan->counts.assign(plan->sizes.size(), 0);
+  for (uint32_t b : plan->of) ++plan->counts[b];
+  plan->open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_info("buckets: the image sizes of " + std::to_string(ds.record_count()) + " records read in " +
+           std::to_string(plan->open_s) + " s on " + std::to_string(n) + " threads");
+  return plan;
+}
+
+std::unique_ptr<EpochOrder> bucket_epoch_order(const Context& ctx, const BucketPlan& plan, uint64_t epoch) {
+  const BucketOrder order(plan.of, static_cast<uint32_t>(plan.sizes.size()), ctx.order_opt.seed, epoch, plan.group,
+                          plan.fill, ctx.order_opt.kind != OrderKind::kSequential);
+  return std::make_unique<EpochOrder>(ctx.order_opt, ctx.layout, epoch, order.sequence());
+}
+
+namespace {
+
+// A uniform double in [0, 1) from the top 53 bits of a hash.
+double unit(uint64_t x) { return static_cast<double>(mix64(x) >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+DecodeResult put_bucketed(const BucketPlan& plan, const FieldOut& o, const LoaderOptions& opt,
+                          std::span<const uint8_t> bytes, uint64_t record, uint64_t seed, const DecodeResult* leader,
+                          ImageDecoder& dec, std::vector<uint8_t>& pixels, uint8_t* tensor, uint32_t j) {
+  const BucketSize b = plan.sizes.at(plan.of.at(record));
+  if (o.how == FieldOut::How::kFollow) {
+    FollowOutput fo = o.follow;
+    fo.width = b.width;
+    fo.height = b.height;
+    const size_t item = static_cast<size_t>(b.width) * b.height * fo.channels;
+    return dec.decode_with(bytes, leader->geometry, fo, tensor + j * item, item);
+  }
+  ImageGeometry g;
+  g.src_width = static_cast<int>(plan.width[record]);
+  g.src_height = static_cast<int>(plan.height[record]);
+  // Cover the bucket: the window is the bucket's shape at the scale where the image's
+  // short side (relative to the bucket's) just fits, placed at random or centred.
+  const double scale = std::max(static_cast<double>(b.width) / g.src_width, static_cast<double>(b.height) / g.src_height);
+  g.w = std::min<double>(b.width / scale, g.src_width);
+  g.h = std::min<double>(b.height / scale, g.src_height);
+  const bool train = o.transform.kind == ImageTransform::Kind::kTrain;
+  const double u = train ? unit(seed ^ 0x63726f702d78ull) : 0.5, v = train ? unit(seed ^ 0x63726f702d79ull) : 0.5;
+  g.x = (g.src_width - g.w) * u;
+  g.y = (g.src_height - g.h) * v;
+  g.flip = train && unit(seed ^ 0x666c6970ull) < o.transform.flip_prob;
+  g.clip_to_window = false;  // resize, then crop: the filter may read past the window
+  g.out_width = b.width;
+  g.out_height = b.height;
+  FollowOutput fo;
+  fo.width = b.width;
+  fo.height = b.height;
+  fo.max_pixels = o.transform.max_pixels;
+  fo.allow_dct_scaling = o.transform.allow_dct_scaling;
+  const size_t item = pixel_format_bytes(b.height, b.width, opt.pixel_format);
+  if (opt.pixel_format == PixelFormat::kU8HWC) return dec.decode_with(bytes, g, fo, tensor + j * item, item);
+  pixels.resize(static_cast<size_t>(b.width) * b.height * 3);
+  const DecodeResult r = dec.decode_with(bytes, g, fo, pixels.data(), pixels.size());
+  convert_pixels(pixels.data(), b.height, b.width, opt.pixel_format, opt.mean, opt.std, tensor + j * item);
+  return r;
+}
+
+void shape_bucket_views(const BucketPlan& plan, uint32_t bucket, uint64_t n, std::vector<TensorView>& views) {
+  const BucketSize b = plan.sizes.at(bucket);
+  for (const BucketPlan::Shaped& s : plan.shaped) {
+    TensorView& v = views.at(static_cast<size_t>(s.tensor));
+    v.shape = s.chw ? std::vector<int64_t>{static_cast<int64_t>(n), 3, b.height, b.width}
+                    : std::vector<int64_t>{static_cast<int64_t>(n), b.height, b.width, s.channels};
+  }
+}
+
+}  // namespace stoker::internal
