@@ -228,6 +228,15 @@ TEST_F(S3Pack, AKilledPartIsNamedByCommitUntilItIsRunAgain) {
   EXPECT_EQ(r.outcome, CommitReport::Outcome::kCommitted);
   EXPECT_EQ(r.records, 100u);
   expect_records(url, 100);
+
+  // An object of a part count not committed (a run with another N) is a stray: listed,
+  // and removed with clean.
+  const std::string stray = "part-00002-of-00003-00000.stk";
+  store->publish(stray, "not a shard", false);
+  const CommitReport again = commit_parts(*store, CommitOptions{.clean = true});
+  EXPECT_EQ(again.outcome, CommitReport::Outcome::kAlreadyCommitted);
+  EXPECT_EQ(again.strays, std::vector<std::string>{stray});
+  EXPECT_FALSE(store->read(stray));
 }
 
 TEST_F(S3Pack, AppendAddsAGenerationAndAnHttpOutputIsRefused) {

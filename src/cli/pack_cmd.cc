@@ -37,8 +37,8 @@ struct CommonArgs {
                   "MANIFEST; the input is cut into N contiguous ranges. Run all N (anywhere), then `stoker commit OUT`");
     if (images)
       c->add_flag("--no-check", no_check,
-                  "check image headers only, not that every image decodes (faster; a corrupt image then fails in "
-                  "training instead)");
+                  "check image headers and probe videos and audio only, not that every file decodes (faster; a "
+                  "corrupt file then fails in training instead)");
   }
   void apply(PackOptions& o) const {
     o.shard_size = parse_size(shard_size);
