@@ -44,8 +44,9 @@ class DatasetStore {
   /// Stores `bytes` as `name` (see above). Returns false only for only_if_absent when
   /// `name` exists.
   virtual bool publish(const std::string& name, std::string_view bytes, bool only_if_absent) = 0;
-  /// Removes `name`; nothing when it does not exist.
-  virtual void remove(const std::string& name) = 0;
+  /// Removes `name`; nothing when it does not exist. True when something was removed
+  /// (an object store: unless it answered that `name` does not exist).
+  virtual bool remove(const std::string& name) = 0;
   /// Stores the local file `local_path` as `name` (see above).
   virtual void upload(const std::string& local_path, const std::string& name) = 0;
   virtual void flush() = 0;

@@ -154,8 +154,7 @@ size_t DatasetWriter::discard() noexcept {
   }
   for (const ShardEntry& s : manifest_.shards) {
     try {
-      store_->remove(s.name);
-      ++removed;
+      if (store_->remove(s.name)) ++removed;
     } catch (const Error&) {
       // Left for `stoker commit --clean` to list and remove.
     }

@@ -71,9 +71,9 @@ class LocalDirStore final : public DatasetStore {
     return true;
   }
 
-  void remove(const std::string& name) override {
+  bool remove(const std::string& name) override {
     std::error_code ec;
-    fs::remove(dir_ + "/" + name, ec);
+    return fs::remove(dir_ + "/" + name, ec);
   }
 
   void upload(const std::string& local_path, const std::string& name) override {

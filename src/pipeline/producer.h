@@ -244,6 +244,11 @@ class RecordWork {
   virtual std::unique_ptr<Worker> worker() const = 0;
   /// About how many records a batch reads (sizes the IO slab).
   virtual uint64_t records_per_batch() const = 0;
+
+ protected:
+  /// plan_locked of a work that reads one record per sample (images, clips): the
+  /// order's samples of batch job.k, each its own use.
+  static void plan_record_per_sample(const Run& run, Job& job, std::vector<Use>& uses);
 };
 
 std::unique_ptr<Producer> make_record_producer(const Context& ctx, std::unique_ptr<RecordWork> work);

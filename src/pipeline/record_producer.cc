@@ -314,6 +314,13 @@ void RecordProducer::decode_main(unsigned id) {
 
 }  // namespace
 
+void RecordWork::plan_record_per_sample(const Run& run, Job& job, std::vector<Use>& uses) {
+  for (uint64_t j = 0; j < job.samples.size(); ++j) {
+    job.samples[j] = run.order->at(run.sched->position(job.k, j));
+    uses.push_back(Use{static_cast<uint32_t>(j), job.samples[j], 0});
+  }
+}
+
 std::unique_ptr<Producer> make_record_producer(const Context& ctx, std::unique_ptr<RecordWork> work) {
   return std::make_unique<RecordProducer>(ctx, std::move(work));
 }

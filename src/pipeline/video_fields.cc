@@ -115,10 +115,7 @@ class VideoWork final : public RecordWork {
  public:
   VideoWork(const Context& ctx, const ImageFacts& img, const VideoFacts& vid) : ctx_(ctx), img_(img), vid_(vid) {}
   void plan_locked(const Run& run, Job& job, std::vector<Use>& uses) const override {
-    for (uint64_t j = 0; j < job.samples.size(); ++j) {
-      job.samples[j] = run.order->at(run.sched->position(job.k, j));
-      uses.push_back(Use{static_cast<uint32_t>(j), job.samples[j], 0});
-    }
+    plan_record_per_sample(run, job, uses);
   }
   std::unique_ptr<Worker> worker() const override { return std::make_unique<VideoWorker>(*this); }
   uint64_t records_per_batch() const override { return ctx_.opt->batch_size; }

@@ -44,12 +44,18 @@ std::map<std::string, std::string> ini_section(const std::string& path, const st
   return parse_ini_section(text, section);
 }
 
-// Percent-encodes an S3 key prefix, keeping '/' as the separator.
-std::string encode_key(const std::string& key) {
+std::string strip_slashes(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::string percent_encode(std::string_view text, bool keep_slash) {
   std::string out;
-  for (unsigned char c : key) {
+  for (unsigned char c : text) {
     if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~' || c == '/') {
+        c == '.' || c == '~' || (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       char b[4];
@@ -59,13 +65,6 @@ std::string encode_key(const std::string& key) {
   }
   return out;
 }
-
-std::string strip_slashes(std::string s) {
-  while (!s.empty() && s.back() == '/') s.pop_back();
-  return s;
-}
-
-}  // namespace
 
 std::map<std::string, std::string> parse_ini_section(std::string_view text, const std::string& section) {
   std::map<std::string, std::string> out;
@@ -154,7 +153,7 @@ void parse_s3(const std::string& url, const std::string& profile_opt, Location& 
   std::string endpoint = env("AWS_ENDPOINT_URL_S3");
   if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
   if (endpoint.empty() && config.count("endpoint_url")) endpoint = config["endpoint_url"];
-  const std::string key_part = prefix.empty() ? "" : "/" + encode_key(prefix);
+  const std::string key_part = prefix.empty() ? "" : "/" + percent_encode(prefix, true);
   if (!endpoint.empty()) {
     if (endpoint.rfind("http://", 0) != 0 && endpoint.rfind("https://", 0) != 0)
       throw_error(ErrorCode::kInvalidArgument, "S3 endpoint '" + redact_url(endpoint) + "' is not an http(s):// URL");

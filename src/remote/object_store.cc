@@ -34,23 +34,6 @@ using internal::Location;
 // staging directory holds at most 2 * kUploaders + 1 finished shards.
 constexpr unsigned kUploaders = 2;
 
-// Percent-encoding of a query value (RFC 3986 unreserved characters kept), as SigV4's
-// canonical query string has it.
-std::string query_encode(const std::string& v) {
-  std::string out;
-  for (unsigned char c : v) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char b[4];
-      std::snprintf(b, sizeof b, "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
-}
-
 std::string xml_unescape(std::string s) {
   static const std::pair<const char*, const char*> kEntities[] = {
       {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&amp;", "&"}};
@@ -129,8 +112,8 @@ class S3Store final : public DatasetStore {
     std::vector<std::string> names;
     std::string token;
     for (;;) {
-      std::string url = loc_.bucket_url + "/?list-type=2&prefix=" + query_encode(prefix);
-      if (!token.empty()) url += "&continuation-token=" + query_encode(token);
+      std::string url = loc_.bucket_url + "/?list-type=2&prefix=" + internal::percent_encode(prefix, false);
+      if (!token.empty()) url += "&continuation-token=" + internal::percent_encode(token, false);
       const Response r = request("GET", url, "list " + loc_.display, {});
       if (r.status != 200) fail("GET", "list " + loc_.display, r);
       for (const std::string& key : xml_values(r.body, "Key")) {
@@ -162,9 +145,10 @@ class S3Store final : public DatasetStore {
     return true;
   }
 
-  void remove(const std::string& name) override {
+  bool remove(const std::string& name) override {
     const Response r = request("DELETE", object(name), name, {});
     if (r.status != 204 && r.status != 200 && r.status != 404) fail("DELETE", name, r);
+    return r.status != 404;
   }
 
   void upload(const std::string& local_path, const std::string& name) override {
@@ -329,7 +313,7 @@ class S3Store final : public DatasetStore {
     const Response init = request("POST", object(name) + "?uploads", name, {});
     const std::vector<std::string> ids = xml_values(init.body, "UploadId");
     if (init.status != 200 || ids.empty()) fail("POST", name + " (create multipart upload)", init);
-    const std::string id = "uploadId=" + query_encode(ids[0]);
+    const std::string id = "uploadId=" + internal::percent_encode(ids[0], false);
     try {
       std::string done = "<CompleteMultipartUpload>";
       for (uint64_t off = 0, n = 1; off < size; off += part_bytes, ++n) {

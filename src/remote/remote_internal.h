@@ -58,6 +58,10 @@ struct Location {
 /// ~/.aws files, profile `profile` or $AWS_PROFILE or "default"). kInvalidArgument.
 Location parse_location(const std::string& url, const std::string& profile);
 
+/// Percent-encodes `text` as SigV4 canonicalises it: RFC 3986 unreserved characters
+/// kept, and '/' too when `keep_slash` (an object key in a path; a query value encodes it).
+std::string percent_encode(std::string_view text, bool keep_slash);
+
 /// Key/value pairs of section `section` of an AWS ini text (credentials/config file).
 std::map<std::string, std::string> parse_ini_section(std::string_view text, const std::string& section);
 
