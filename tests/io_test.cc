@@ -64,30 +64,6 @@ size_t open_fd_count() {
   return n - 1;  // the directory stream's own descriptor
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 std::unique_ptr<IoEngine> make_engine(IoEngineKind kind, unsigned qd, bool direct,
                                       size_t slab = 16u << 20) {
   IoOptions o;
@@ -691,7 +667,7 @@ TEST(IoOptionsTest, OutOfRangeOptionsAreInvalidArgument) {
 }
 
 TEST(EngineSelection, ForcedPreadIsUsedWithoutAFallbackReason) {
-  ScopedEnv env("STOKER_IO", nullptr);
+  testing::ScopedEnv env("STOKER_IO", std::nullopt);
   auto e = make_engine(IoEngineKind::kPread, 8, true);
   EXPECT_EQ(e->stats().engine, "pread");
   EXPECT_EQ(e->stats().fallback_reason, "");
@@ -699,7 +675,7 @@ TEST(EngineSelection, ForcedPreadIsUsedWithoutAFallbackReason) {
 
 TEST(EngineSelection, EnvironmentOverridesAuto) {
   {
-    ScopedEnv env("STOKER_IO", "pread");
+    testing::ScopedEnv env("STOKER_IO", "pread");
     EXPECT_EQ(make_engine(IoEngineKind::kAuto, 8, true)->stats().engine, "pread");
     // An explicit engine wins over the environment.
     if (uring_refusal().empty()) {
@@ -707,11 +683,11 @@ TEST(EngineSelection, EnvironmentOverridesAuto) {
     }
   }
   if (uring_refusal().empty()) {
-    ScopedEnv env("STOKER_IO", "uring");
+    testing::ScopedEnv env("STOKER_IO", "uring");
     EXPECT_EQ(make_engine(IoEngineKind::kAuto, 8, true)->stats().engine, "uring");
   }
   {
-    ScopedEnv env("STOKER_IO", "mmap");
+    testing::ScopedEnv env("STOKER_IO", "mmap");
     try {
       make_engine(IoEngineKind::kAuto, 8, true);
       FAIL() << "STOKER_IO=mmap accepted";
@@ -750,7 +726,7 @@ TEST_P(RefusedUring, AutoFallsBackToPreadWithTheReason) {
   TempDir dir;
   const auto bytes = testing::random_bytes(10000, 9);
   testing::write_file(dir.str("f"), bytes);
-  ScopedEnv env("STOKER_IO", nullptr);
+  testing::ScopedEnv env("STOKER_IO", std::nullopt);
   std::string report;
   const int code = in_child(
       [&](std::string& r) {

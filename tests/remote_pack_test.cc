@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <list>
 #include <optional>
 #include <random>
 
@@ -23,21 +24,9 @@ namespace {
 using testing::Child;
 using testing::free_port;
 using testing::Proxy;
+using testing::ScopedEnv;
 using testing::TempDir;
 using testing::wait_port;
-
-struct EnvVar {
-  std::string name;
-  std::optional<std::string> old;
-  EnvVar(std::string n, const std::string& v) : name(std::move(n)) {
-    if (const char* o = std::getenv(name.c_str())) old = o;
-    ::setenv(name.c_str(), v.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
 
 // Record i: "data" = `size(i)` bytes seeded by i, "label" = i.
 std::vector<uint8_t> record_bytes(int i, size_t size) {
@@ -74,12 +63,19 @@ class S3Pack : public ::testing::Test {
     env_.emplace_back("AWS_SECRET_ACCESS_KEY", "S3RVER");
     env_.emplace_back("AWS_REGION", "us-east-1");
     env_.emplace_back("AWS_SESSION_TOKEN", "");
+    env_.emplace_back("AWS_ENDPOINT_URL", std::nullopt);  // restored at the end
     endpoint("http://127.0.0.1:" + std::to_string(port_));
   }
-  void endpoint(const std::string& url) {
-    ::setenv("AWS_ENDPOINT_URL", url.c_str(), 1);
+  void endpoint(const std::string& url) { ::setenv("AWS_ENDPOINT_URL", url.c_str(), 1); }
+
+  // A writer's options into `url`: shards of `shard_size`, part `part` when given.
+  static DatasetWriterOptions into(const std::string& url, uint64_t shard_size, PartSpec part = {}) {
+    DatasetWriterOptions o;
+    o.shard_size = shard_size;
+    o.part = part;
+    o.store = open_dataset_store(url, fast());
+    return o;
   }
-  void TearDown() override { ::unsetenv("AWS_ENDPOINT_URL"); }
 
   static RemoteOptions fast() {
     RemoteOptions o;
@@ -121,16 +117,13 @@ class S3Pack : public ::testing::Test {
   TempDir data_;
   int port_ = 0;
   Child s3_;
-  std::vector<EnvVar> env_;
+  std::list<ScopedEnv> env_;  // a list: ScopedEnv does not move
 };
 
 TEST_F(S3Pack, PartsUploadedAndCommittedReadBackAsOneDataset) {
   const std::string url = "s3://stoker-bucket/packs/ds";
   for (uint32_t p = 0; p < 3; ++p) {
-    DatasetWriterOptions o;
-    o.shard_size = 64 << 10;
-    o.part = PartSpec{p, 3};
-    o.store = open_dataset_store(url, fast());
+    DatasetWriterOptions o = into(url, 64 << 10, PartSpec{p, 3});
     DatasetWriter w("unused", bytes_schema(), o);
     add_records(w, static_cast<int>(p) * 40, static_cast<int>(p + 1) * 40);
     w.finish();
@@ -148,9 +141,7 @@ TEST_F(S3Pack, PartsUploadedAndCommittedReadBackAsOneDataset) {
 
 TEST_F(S3Pack, LargeShardsGoAsMultipartUploads) {
   const std::string url = "s3://stoker-bucket/big";
-  DatasetWriterOptions o;
-  o.shard_size = 12ull << 20;  // 5 MiB parts: three of them per full shard
-  o.store = open_dataset_store(url, fast());
+  DatasetWriterOptions o = into(url, 12ull << 20);  // 5 MiB parts: three of them per full shard
   DatasetWriter w("unused", bytes_schema(), o);
   add_records(w, 0, 200, 60000);  // ~12 MB
   const Manifest m = w.finish();
@@ -165,9 +156,7 @@ TEST_F(S3Pack, UploadFaultsAreRetriedAndAPersistentOneFailsThePartWithoutAManife
   endpoint("http://127.0.0.1:" + std::to_string(proxy.port));
   const std::string url = "s3://stoker-bucket/faulty";
   {
-    DatasetWriterOptions o;
-    o.shard_size = 64 << 10;
-    o.store = open_dataset_store(url, fast());
+    DatasetWriterOptions o = into(url, 64 << 10);
     DatasetWriter w("unused", bytes_schema(), o);
     add_records(w, 0, 60);
     w.finish();
@@ -178,10 +167,7 @@ TEST_F(S3Pack, UploadFaultsAreRetriedAndAPersistentOneFailsThePartWithoutAManife
   ASSERT_TRUE(broken.start("http://127.0.0.1:" + std::to_string(port_), {"--always", "503"}));
   endpoint("http://127.0.0.1:" + std::to_string(broken.port));
   const std::string url2 = "s3://stoker-bucket/broken";
-  DatasetWriterOptions o;
-  o.shard_size = 64 << 10;
-  o.part = PartSpec{0, 2};
-  o.store = open_dataset_store(url2, fast());
+  DatasetWriterOptions o = into(url2, 64 << 10, PartSpec{0, 2});
   DatasetWriter w("unused", bytes_schema(), o);
   add_records(w, 0, 60);
   std::string msg;
@@ -197,10 +183,7 @@ TEST_F(S3Pack, UploadFaultsAreRetriedAndAPersistentOneFailsThePartWithoutAManife
 TEST_F(S3Pack, AKilledPartIsNamedByCommitUntilItIsRunAgain) {
   const std::string url = "s3://stoker-bucket/killed";
   auto write_part = [&](uint32_t p, bool die) {
-    DatasetWriterOptions o;
-    o.shard_size = 32 << 10;
-    o.part = PartSpec{p, 2};
-    o.store = open_dataset_store(url, fast());
+    DatasetWriterOptions o = into(url, 32 << 10, PartSpec{p, 2});
     DatasetWriter w("unused", bytes_schema(), o);
     add_records(w, static_cast<int>(p) * 50, static_cast<int>(p + 1) * 50);
     if (die) {
@@ -242,16 +225,12 @@ TEST_F(S3Pack, AKilledPartIsNamedByCommitUntilItIsRunAgain) {
 TEST_F(S3Pack, AppendAddsAGenerationAndAnHttpOutputIsRefused) {
   const std::string url = "s3://stoker-bucket/grow";
   {
-    DatasetWriterOptions o;
-    o.shard_size = 64 << 10;
-    o.store = open_dataset_store(url, fast());
+    DatasetWriterOptions o = into(url, 64 << 10);
     DatasetWriter w("unused", bytes_schema(), o);
     add_records(w, 0, 30);
     w.finish();
   }
-  DatasetWriterOptions o;
-  o.shard_size = 64 << 10;
-  o.store = open_dataset_store(url, fast());
+  DatasetWriterOptions o = into(url, 64 << 10);
   EXPECT_EQ(testing::error_code_of([&] { DatasetWriter("unused", bytes_schema(), o); }), ErrorCode::kInvalidArgument)
       << "a second pack into a committed prefix must be refused";
   o.append = true;

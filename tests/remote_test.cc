@@ -534,18 +534,7 @@ TEST_F(RemoteHttp, UserinfoInAURLNeverAppearsInErrors) {
 
 // ---- S3 ------------------------------------------------------------------------------
 
-struct EnvVar {
-  std::string name;
-  std::optional<std::string> old;
-  EnvVar(std::string n, const std::string& v) : name(std::move(n)) {
-    if (const char* o = std::getenv(name.c_str())) old = o;
-    ::setenv(name.c_str(), v.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
+using testing::ScopedEnv;
 
 class RemoteS3 : public ::testing::Test {
  protected:
@@ -574,7 +563,7 @@ class RemoteS3 : public ::testing::Test {
 };
 
 TEST_F(RemoteS3, SignedRequestsFetchTheDatasetFromEnvironmentCredentials) {
-  EnvVar a("AWS_ACCESS_KEY_ID", key_), b("AWS_SECRET_ACCESS_KEY", secret_), c("AWS_ENDPOINT_URL", endpoint()),
+  ScopedEnv a("AWS_ACCESS_KEY_ID", key_), b("AWS_SECRET_ACCESS_KEY", secret_), c("AWS_ENDPOINT_URL", endpoint()),
       d("AWS_REGION", "us-east-1"), e("AWS_SESSION_TOKEN", "");
   auto store = RemoteStore::open("s3://stoker-bucket/train/ds", fast_options());
   EXPECT_EQ(store->display_url(), "s3://stoker-bucket/train/ds");
@@ -596,7 +585,7 @@ TEST_F(RemoteS3, CredentialsComeFromTheProfileFiles) {
                                               << "[train]\naws_access_key_id = " << key_ << "\naws_secret_access_key = "
                                               << secret_ << "\n";
   std::ofstream(home.str(".aws/config")) << "[profile train]\nregion = us-east-1\nendpoint_url = " << endpoint() << "\n";
-  EnvVar h("HOME", home.str()), p("AWS_PROFILE", "train");
+  ScopedEnv h("HOME", home.str()), p("AWS_PROFILE", "train");
   ::unsetenv("AWS_ACCESS_KEY_ID");
   ::unsetenv("AWS_SECRET_ACCESS_KEY");
   ::unsetenv("AWS_ENDPOINT_URL");
@@ -611,7 +600,7 @@ TEST_F(RemoteS3, AnUnknownKeyIsAnErrorThatNamesNoCredential) {
   const std::string bad_key = "AKIAEXAMPLEUNKNOWNKEY";
   const std::string bad_secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYzzzzSECRET";
   const std::string token = "FwoGZXIvYXdzEXAMPLESESSIONTOKEN";
-  EnvVar a("AWS_ACCESS_KEY_ID", bad_key), b("AWS_SECRET_ACCESS_KEY", bad_secret), c("AWS_ENDPOINT_URL", endpoint()),
+  ScopedEnv a("AWS_ACCESS_KEY_ID", bad_key), b("AWS_SECRET_ACCESS_KEY", bad_secret), c("AWS_ENDPOINT_URL", endpoint()),
       d("AWS_SESSION_TOKEN", token);
   auto store = RemoteStore::open("s3://stoker-bucket/train/ds", fast_options());
   std::string message;
@@ -634,7 +623,7 @@ TEST_F(RemoteS3, TheLoadersStatsAndReportsNameNoCredential) {
   // s3rver checks the access key only: the secret and the token may be anything, and
   // are told apart from every other text.
   const std::string secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYLOADERSECRET", token = "FwoGZXIvYXdzLOADERSESSIONTOKEN";
-  EnvVar a("AWS_ACCESS_KEY_ID", key_), b("AWS_SECRET_ACCESS_KEY", secret), c("AWS_ENDPOINT_URL", endpoint()),
+  ScopedEnv a("AWS_ACCESS_KEY_ID", key_), b("AWS_SECRET_ACCESS_KEY", secret), c("AWS_ENDPOINT_URL", endpoint()),
       d("AWS_REGION", "us-east-1"), e("AWS_SESSION_TOKEN", token);
   for (bool json : {false, true}) {
     SCOPED_TRACE(json ? "JSON reports, whole shards" : "text reports, records by ranged GET");
@@ -693,7 +682,7 @@ TEST(RemoteLocation, TheSchemeGivesTheKindAndOnlyS3IsSigned) {
   EXPECT_EQ(h.display, "https://***@host/a/ds");
   EXPECT_EQ(h.secret, "pw");
 
-  EnvVar key("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), secret("AWS_SECRET_ACCESS_KEY", "s3cr3tvalue"),
+  ScopedEnv key("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"), secret("AWS_SECRET_ACCESS_KEY", "s3cr3tvalue"),
       region("AWS_REGION", "eu-west-1"), endpoint("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9/"),
       config("AWS_CONFIG_FILE", "/nonexistent"), creds("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent");
   const internal::Location s = internal::parse_location("s3://bucket/pre/fix", "");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +29,20 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+/// Sets (or, with nullopt, unsets) an environment variable for one scope; the old
+/// value comes back at its end.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, std::optional<std::string> value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
 };
 
 /// The code of the stoker::Error `f` throws (its message into `message`). A test failure,
