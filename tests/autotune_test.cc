@@ -33,13 +33,15 @@ using testing::TempDir;
 // loader's counters would.
 struct Model {
   double per_thread = 100, cpu_cap = 1e9, per_slot = 1e9, consumer = 1e9;
+  double per_depth = 1e9;  // storage rate per read the IO queue lets in flight
   double noise = 0;  // relative, uniform
   std::mt19937 rng{7};
   FeedFigures cum;
   uint64_t batches = 0;
 
-  FeedFigures step(unsigned threads, unsigned slots, double dt = 0.5) {
-    const double dec = per_thread * std::min<double>(threads, cpu_cap), io = per_slot * slots;
+  FeedFigures step(unsigned threads, unsigned slots, unsigned depth = 1, double dt = 0.5) {
+    const double dec = per_thread * std::min<double>(threads, cpu_cap);
+    const double io = std::min(per_slot * slots, per_depth * depth);
     double rate = std::min({dec, io, consumer});
     if (noise > 0) rate *= 1 + std::uniform_real_distribution<double>(-noise, noise)(rng);
     cum.wall_s += dt;
@@ -53,6 +55,11 @@ struct Model {
     cum.io_engine_busy_s += dt * std::min(1.0, rate / io);
     cum.consumer_wait_s += dt * std::max(0.0, 1 - rate / consumer);
     cum.slots = slots;
+    // A read per sample; when the queue's depth is what holds the storage back, most of
+    // them wait for room in it.
+    const uint64_t reads = static_cast<uint64_t>(rate * dt);
+    cum.io_requests += reads;
+    if (per_depth * depth < per_slot * slots) cum.io_queued_waits += reads / 2;
     return cum;
   }
 };
@@ -61,7 +68,7 @@ struct Model {
 int drive(AutoTuner& t, Model& m, int max_intervals = 200) {
   for (int i = 0; i < max_intervals; ++i) {
     if (t.settled()) return i;
-    t.update(m.step(t.threads().value, t.slots().value), m.batches);
+    t.update(m.step(t.threads().value, t.slots().value, t.queue_depth().value), m.batches);
   }
   return max_intervals;
 }
@@ -97,11 +104,53 @@ TEST(AutoTune, StorageBoundAddsSlotsNotThreads) {
   m.per_thread = 10000;
   m.per_slot = 50;
   AutoTuner t(TuneKnob{1, 1, 8, true}, TuneKnob{4, 4, 9, true});
+  t.set_queue_depth(TuneKnob{16, 4, 256, true, true});
   drive(t, m);
   EXPECT_TRUE(t.settled());
   EXPECT_EQ(t.threads().value, 1u);
   EXPECT_EQ(t.slots().value, 9u);  // up to what the memory allows
+  EXPECT_EQ(t.queue_depth().value, 16u);  // no read waited for room in the queue
   for (const auto& c : t.history()) EXPECT_EQ(c.knob, "slots") << c.to_string();
+}
+
+// Storage bound with reads waiting for room in the IO queue: the depth is the knob, and
+// it doubles up to its max; the ring and the threads stay.
+TEST(AutoTune, ReadsWaitingForQueueRoomDoubleTheQueueDepth) {
+  Model m;
+  m.per_thread = 100000;
+  m.per_depth = 10;
+  AutoTuner t(TuneKnob{1, 1, 8, true}, TuneKnob{4, 4, 16, true});
+  t.set_queue_depth(TuneKnob{16, 4, 256, true, true});
+  drive(t, m);
+  EXPECT_TRUE(t.settled());
+  EXPECT_EQ(t.queue_depth().value, 256u);
+  EXPECT_EQ(t.slots().value, 4u);
+  EXPECT_EQ(t.threads().value, 1u);
+  ASSERT_EQ(t.history().size(), 4u);  // 16 -> 32 -> 64 -> 128 -> 256
+  for (const auto& c : t.history()) {
+    EXPECT_EQ(c.knob, "queue_depth") << c.to_string();
+    EXPECT_EQ(c.to, 2 * c.from) << c.to_string();
+    EXPECT_NE(c.reason.find("waited for room in the IO queue"), std::string::npos) << c.reason;
+  }
+}
+
+// A mixture's sources: their tuners draw decode threads from one budget, so together
+// they never run more than it, and every thread of it ends up at work.
+TEST(AutoTune, TunersSharingABudgetStayWithinItTogether) {
+  auto budget = std::make_shared<internal::TuneThreadBudget>();
+  Model ma, mb;
+  ma.per_thread = mb.per_thread = 100;
+  AutoTuner a(TuneKnob{1, 1, 3, true}, TuneKnob{4, 4, 4, false});
+  AutoTuner b(TuneKnob{1, 1, 3, true}, TuneKnob{4, 4, 4, false});
+  a.share_threads(budget);
+  b.share_threads(budget);
+  for (int i = 0; i < 200 && !(a.settled() && b.settled()); ++i) {
+    a.update(ma.step(a.threads().value, a.slots().value), ma.batches);
+    b.update(mb.step(b.threads().value, b.slots().value), mb.batches);
+    ASSERT_LE(a.threads().value + b.threads().value, 3u) << i;
+  }
+  EXPECT_TRUE(a.settled() && b.settled());
+  EXPECT_EQ(a.threads().value + b.threads().value, 3u);
 }
 
 TEST(AutoTune, AMoveThatDoesNotRaiseTheRateIsUndoneForGood) {
@@ -293,6 +342,11 @@ TEST(AutoTune, LiveLoaderTunesOnlyWhenAuto) {
     EXPECT_GE(s.tune.slots, 1u);
     EXPECT_LE(s.tune.slots, s.tune.slots_max);
     EXPECT_EQ(s.slots, s.tune.slots);
+    // The IO queue: opened at its most, tuned from a small start.
+    EXPECT_EQ(l.options().io.queue_depth, LoaderOptions::kAutoQueueDepthMax);
+    EXPECT_EQ(s.tune.queue_depth_max, LoaderOptions::kAutoQueueDepthMax);
+    EXPECT_GE(s.tune.queue_depth, LoaderOptions::kAutoQueueDepthStart);
+    EXPECT_EQ(s.io_engine.queue_limit, s.tune.queue_depth);
     EXPECT_NE(s.to_json().find("\"tune\":{"), std::string::npos) << s.to_json();
     EXPECT_NE(s.to_json().find("\"history\":["), std::string::npos) << s.to_json();
   }
@@ -307,6 +361,59 @@ TEST(AutoTune, LiveLoaderTunesOnlyWhenAuto) {
   EXPECT_EQ(s.slots, 5u);
   EXPECT_TRUE(s.tune.changes.empty());
   EXPECT_EQ(l.options().threads, 2u);
+  EXPECT_EQ(l.options().io.queue_depth, IoOptions{}.queue_depth);  // untuned: as before
+  EXPECT_EQ(s.io_engine.queue_limit, IoOptions{}.queue_depth);
+}
+
+// Under auto, an explicit IO queue depth is the user's: never tuned.
+TEST(AutoTune, ExplicitQueueDepthIsKept) {
+  TempDir dir;
+  testing::write_image_dataset(dir.str(), {.count = 80});
+  LoaderOptions o = testing::image_options(dir.str());
+  o.threads = LoaderOptions::kAutoThreads;
+  o.io.queue_depth = 24;
+  Loader l(o);
+  for (uint64_t e = 0; e < 2; ++e) {
+    l.set_epoch(e);
+    while (auto b = l.next()) {
+    }
+  }
+  const LoaderStats s = l.stats();
+  EXPECT_TRUE(s.tune.enabled);
+  EXPECT_EQ(s.tune.queue_depth, 24u);
+  EXPECT_EQ(s.tune.queue_depth_max, 24u);
+  EXPECT_EQ(s.io_engine.queue_limit, 24u);
+  EXPECT_EQ(l.options().io.queue_depth, 24u);
+  for (const auto& c : s.tune.changes) EXPECT_EQ(c.find("queue_depth"), std::string::npos) << c;
+}
+
+// A mixture under auto: its sources' tuners share one CPU budget and split the memory
+// budget; stats() sums their knobs and names each change's source.
+TEST(AutoTune, MixtureSourcesShareTheBudgets) {
+  TempDir a, b;
+  testing::write_image_dataset(a.str(), {.count = 120});
+  testing::write_image_dataset(b.str(), {.count = 90});
+  LoaderOptions o = testing::image_options(a.str());
+  o.path.clear();
+  o.sources = {a.str(), b.str()};
+  o.weights = {1, 1};
+  o.threads = LoaderOptions::kAutoThreads;
+  o.memory_limit = 64u << 20;
+  Loader l(o);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  uint64_t e = 0;
+  do {
+    l.set_epoch(e++);
+    while (auto batch = l.next()) {
+    }
+  } while (l.stats().tune.changes.empty() && std::chrono::steady_clock::now() < end);
+  const LoaderStats s = l.stats();
+  ASSERT_TRUE(s.tune.enabled);
+  EXPECT_GE(s.tune.threads, 2u);  // each source runs one at least
+  EXPECT_LE(s.tune.threads, std::max(2u, s.tune.threads_max));
+  EXPECT_EQ(s.tune.memory_budget, 64u << 20);  // split between the two, summed back
+  EXPECT_EQ(s.decode.threads, s.tune.threads);
+  for (const auto& c : s.tune.changes) EXPECT_EQ(c.rfind("mixture source ", 0), 0u) << c;
 }
 
 // reserve_cores: the loader's threads leave the first next()'s CPU to the consumer, and

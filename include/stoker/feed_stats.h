@@ -116,6 +116,7 @@ struct TuneStats {
   bool settled = false;         ///< the tuner made its last move
   unsigned threads = 0, threads_max = 0;  ///< decode threads at work, and the CPU budget
   unsigned slots = 0, slots_max = 0;      ///< ring slots in use, and what the memory budget holds
+  unsigned queue_depth = 0, queue_depth_max = 0;  ///< IO reads in flight at most, and the engine's depth
   uint64_t memory_budget = 0;   ///< bytes the ring may take
   double noise = 0;             ///< the relative rate change a move must beat
   double last_change_s = 0;     ///< seconds of feed (tuned intervals) at the last change; 0: none
@@ -123,7 +124,8 @@ struct TuneStats {
   /// the undoing of a trial included. JSON (to_json) and Python's stats() list them;
   /// visit() gives their count and the last one.
   std::vector<std::string> changes;
-  /// enabled, settled, threads, threads_max, slots, slots_max, memory_budget_bytes, noise,
+  /// enabled, settled, threads, threads_max, slots, slots_max, queue_depth,
+  /// queue_depth_max, memory_budget_bytes, noise,
   /// changes (the count), last_change_s, last_change ("" before any).
   void visit(StatsVisitor& v) const;
 };

@@ -114,6 +114,11 @@ struct IoStats {
   bool fixed_buffers = false;   ///< uring: the slab is registered
   bool registered_files = false;  ///< uring: files are registered
   unsigned queue_depth = 0;
+  unsigned queue_limit = 0;     ///< reads allowed in flight now (set_queue_limit), <= queue_depth
+  /// Requests that found queue_limit reads in flight when submitted, and so waited in the
+  /// engine: a share of `requests` well above zero says the limit, not the storage,
+  /// holds the reads back (the tuner of threads="auto" raises it then).
+  uint64_t queued_waits = 0;
   std::string fallback_reason;  ///< why something slower is used; empty when nothing is
 };
 
@@ -182,6 +187,12 @@ class IoEngine {
   virtual void cancel_all() = 0;
   /// Requests submitted and not yet reaped.
   virtual size_t inflight() const = 0;
+  /// Lets at most `n` reads be in flight from now on (clamped to 1..queue_depth; the
+  /// pread engine: also to pread_threads): reads beyond it wait in the engine, as they
+  /// do beyond queue_depth. Lowering it lets the reads already in flight finish. Returns
+  /// the limit in force (IoStats::queue_limit). The default, for an engine that cannot
+  /// change it, changes nothing and returns 0; a wrapping engine forwards the call.
+  virtual unsigned set_queue_limit(unsigned n);
   virtual IoStats stats() const = 0;
   /// True when files are read with O_DIRECT: callers should send aligned ranges.
   virtual bool direct() const = 0;

@@ -260,15 +260,16 @@ struct LoaderOptions {
   /// threads == kAutoThreads (the default): the loader tunes itself (threads="auto"). It
   /// starts with one decode thread and the slots below, and every few batches moves one
   /// knob by one step, the one of the stage the verdict (verdict.h) names as the bound:
-  /// decode threads (decode bound), ring slots (storage bound: more reads ahead), or a
-  /// decode thread fewer once the consumer no longer waits. A move is kept only when the
+  /// decode threads (decode bound); ring slots (storage bound: more reads ahead), or the
+  /// IO queue depth when reads wait for room in the queue (storage or network bound); or
+  /// a decode thread fewer once the consumer no longer waits. A move is kept only when the
   /// feed rate rose by more than its measured noise (a step back: unless it fell), else
   /// undone; the climb is bounded and settles (src/figures/autotune.h). It stays within
   /// a CPU budget (the CPU plan's count: affinity and cgroup quota, minus reserve_cores)
   /// and a memory budget (memory_limit) for the ring. Each change is logged (log.h, info)
   /// with its reason and listed in stats().tune. Slots are tuned only when `slots` is 0
   /// and the data is records (token data sizes its ring by shuffle windows); the IO
-  /// queue depth is not tuned (the engine fixes it when it opens). An explicit
+  /// queue depth likewise, when io.queue_depth is kAutoQueueDepth (see `io`). An explicit
   /// `threads` (0: the CPU plan's count, as before) or `slots` is never changed.
   static constexpr unsigned kAutoThreads = 0xffffffffu;
   unsigned threads = kAutoThreads;  ///< decode threads; 0: from the CPU plan (NUMA node, affinity, cgroup quota)
@@ -296,7 +297,15 @@ struct LoaderOptions {
   /// it. Memory then grows with what the consumer keeps, or with the bad run. false:
   /// kResourceExhausted saying which.
   bool grow_when_held = true;
-  IoOptions io;               ///< engine, queue depth, O_DIRECT
+  /// The IO engine: which, queue depth, O_DIRECT. io.queue_depth == kAutoQueueDepth (the
+  /// Loader's default): 64 reads in flight at most, and under threads="auto", for datasets
+  /// of records, a knob of the tuner: it starts at kAutoQueueDepthStart (64 for records
+  /// read by ranged GET, each a network round trip) and doubles when
+  /// the verdict is storage (or network) bound while reads wait for room in the queue
+  /// (IoStats::queued_waits), up to 256. Token data keeps 64: how much it reads ahead is
+  /// set by its shuffle windows. An explicit queue depth is never changed.
+  static constexpr unsigned kAutoQueueDepth = 0, kAutoQueueDepthStart = 16, kAutoQueueDepthMax = 256;
+  IoOptions io = IoOptions{.queue_depth = kAutoQueueDepth};
   /// Extension point: wraps the IO engine the loader makes, once, when its first run
   /// opens it (to count, delay, throttle or fail reads). The wrapper must keep
   /// IoEngine's contract (io.h), threading included.

@@ -64,7 +64,7 @@ struct FeedArgs {
   std::string threads = "auto", memory_limit;
   int64_t reserve_cores = -1;
   double consumer_burn_ms = 0;
-  int64_t batch = 64, size = 224, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 64,
+  int64_t batch = 64, size = 224, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 0,
           epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
   double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
@@ -444,7 +444,9 @@ void setup(CLI::App& tool) {
       ->check(CLI::Range(0, 1 << 16))->capture_default_str();
   c->add_option("--engine", a->engine, "IO engine")->check(named_by(io_engine_kind_from_name, "auto|uring|pread"))
       ->capture_default_str();
-  c->add_option("--qd", a->qd, "IO queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
+  c->add_option("--qd", a->qd, "IO queue depth; 0: 64, or tuned under --threads auto (records)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   c->add_flag("--no-direct", a->no_direct, "buffered reads (no O_DIRECT)");
   c->add_option("--io-limit-mbps", a->io_limit_mbps, "throttle reads to this many MB/s (rehearses slow storage)")
       ->check(non_negative());

@@ -152,6 +152,7 @@ std::string render_loader(int id, const LoaderView& now, const LoaderView* befor
   if (now.at("stoker_tune_enabled") > 0) {
     o += "  auto      " + fmt("threads %.0f", now.at("stoker_tune_threads")) + fmt(" of %.0f", now.at("stoker_tune_threads_max")) +
          fmt(" · slots %.0f", now.at("stoker_tune_slots")) + fmt(" of %.0f", now.at("stoker_tune_slots_max")) +
+         fmt(" · io queue %.0f", now.at("stoker_tune_queue_depth")) + fmt(" of %.0f", now.at("stoker_tune_queue_depth_max")) +
          (now.at("stoker_tune_settled") > 0 ? " · settled" : " · tuning") +
          fmt(" · %.0f changes\n", now.at("stoker_tune_changes_total"));
     const std::string last = now.text("tune_last_change");

@@ -44,13 +44,45 @@ std::string TuneChange::to_string() const {
   return head + knob + " " + std::to_string(from) + " -> " + std::to_string(to) + " (" + reason + ")";
 }
 
+bool TuneThreadBudget::take() noexcept {
+  int left = left_.load();
+  while (left > 0)
+    if (left_.compare_exchange_weak(left, left - 1)) return true;
+  return false;
+}
+
+namespace {
+void clamp_knob(TuneKnob& k) {
+  k.min = std::max(1u, std::min(k.min, k.max));
+  k.value = std::clamp(k.value, k.min, std::max(k.min, k.max));
+}
+}  // namespace
+
 AutoTuner::AutoTuner(TuneKnob threads, TuneKnob slots, AutoTuneOptions options, DiagnoseOptions diagnose)
     : threads_(threads), slots_(slots), opt_(options), dopt_(diagnose) {
-  for (TuneKnob* k : {&threads_, &slots_}) {
-    k->min = std::max(1u, std::min(k->min, k->max));
-    k->value = std::clamp(k->value, k->min, std::max(k->min, k->max));
-  }
+  clamp_knob(threads_);
+  clamp_knob(slots_);
   settled_ = !threads_.tuned && !slots_.tuned;
+}
+
+void AutoTuner::set_queue_depth(TuneKnob depth) {
+  depth_ = depth;
+  clamp_knob(depth_);
+  settled_ = !threads_.tuned && !slots_.tuned && !depth_.tuned;
+}
+
+void AutoTuner::share_threads(std::shared_ptr<TuneThreadBudget> budget) {
+  budget_ = std::move(budget);
+  if (!budget_) return;
+  budget_->offer(threads_.max);
+  budget_->hold(threads_.value);
+}
+
+bool AutoTuner::draw(const TuneKnob& k, unsigned from, unsigned to) {
+  if (!budget_ || &k != &threads_ || to == from) return true;
+  if (to > from) return budget_->take();
+  budget_->give();
+  return true;
 }
 
 namespace {
@@ -133,6 +165,12 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
       c.reason = "undone: " + rate_text(t.base_rate) + " -> " + rate_text(trial_rate) + " (" +
                  percent(trial_rate / t.base_rate - 1) +
                  (t.dir == kUp ? ", not above" : ", below") + " the noise of " + percent(threshold).substr(1) + ")";
+      // Back where it was: a step up's thread returns to a shared budget, a step down's is
+      // held again (overdrawing it if another source took it meanwhile).
+      if (budget_ && t.knob == &threads_) {
+        if (t.from < t.knob->value) budget_->give();
+        else budget_->hold(t.from - t.knob->value);
+      }
       t.knob->value = t.from;
       history_.push_back(c);
       return c;
@@ -164,7 +202,16 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
       c = move(threads_, "threads", kUp, base, batches, why);
       break;
     case Bottleneck::kStorage:
-      c = move(slots_, "slots", kUp, base, batches, why);
+    case Bottleneck::kNetwork:
+      // Reads waiting in the engine for room in its queue: the depth holds them back, and
+      // more reads ahead (slots) would only wait too.
+      if (depth_.tuned && f.io_requests > 0 &&
+          static_cast<double>(f.io_queued_waits) >= opt_.queued_waits * static_cast<double>(f.io_requests))
+        c = move(depth_, "queue_depth", kUp, base, batches,
+                 std::to_string(f.io_queued_waits) + " of " + std::to_string(f.io_requests) +
+                     " reads waited for room in the IO queue: " + why);
+      else if (verdict_.raw == Bottleneck::kStorage)
+        c = move(slots_, "slots", kUp, base, batches, why);
       break;
     case Bottleneck::kConsumerStarved:
       c = move(threads_, "threads", kDown, base, batches, why);
@@ -189,12 +236,15 @@ std::optional<TuneChange> AutoTuner::move(TuneKnob& k, const char* name, Dir dir
                                           uint64_t batches, std::string reason) {
   if (!k.tuned || undos(k, dir) >= opt_.max_undos) return std::nullopt;
   if (dir == kUp ? k.value >= k.max : k.value <= k.min) return std::nullopt;
+  const unsigned to = k.doubles ? (dir == kUp ? std::min(k.max, 2 * k.value) : std::max(k.min, k.value / 2))
+                                : (dir == kUp ? k.value + 1 : k.value - 1);
+  if (!draw(k, k.value, to)) return std::nullopt;  // the other sources hold the shared budget
   TuneChange c;
   c.batch = batches;
   c.at_s = feed_s_;
   c.knob = name;
   c.from = k.value;
-  c.to = dir == kUp ? k.value + 1 : k.value - 1;
+  c.to = to;
   c.reason = std::move(reason);
   trial_ = Trial{&k, name, dir, k.value, f.samples_per_s()};
   k.value = c.to;

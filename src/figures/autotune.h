@@ -1,11 +1,16 @@
 // The autotuner of threads="auto": a hill climb over the feed's knobs, driven by the
 // bottleneck verdict of each interval (verdict.h).
 //
-// Knobs: decode threads and ring slots. Each interval (AutoTuneOptions: at least
-// `interval_batches` batches and `interval_s` seconds of feed) the tuner reads the
-// interval's figures and, when no trial is pending, moves at most one knob by one step:
-//   decode bound   threads + 1 (up to the CPU budget);
-//   storage bound  slots + 1 (more reads ahead; up to the memory budget);
+// Knobs: decode threads, ring slots and the IO queue depth. Each interval
+// (AutoTuneOptions: at least `interval_batches` batches and `interval_s` seconds of feed)
+// the tuner reads the interval's figures and, when no trial is pending, moves at most one
+// knob by one step:
+//   decode bound   threads + 1 (up to the CPU budget, and what a shared budget has left:
+//                  the sources of a mixture draw on one);
+//   storage or network bound, with reads waiting for room in the IO queue (at least
+//                  `queued_waits` of them): queue depth × 2 (up to its max);
+//   storage bound  otherwise (or with the depth untuned) slots + 1 (more reads ahead;
+//                  up to the memory budget);
 //   consumer bound and the consumer waited (almost) not at all, or consumer starved
 //                  of CPU: threads - 1 (extra threads only take the trainer's cores).
 // The `trial_intervals` intervals after a move are its trial, judged against the rate of
@@ -22,7 +27,9 @@
 // update().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,18 +59,41 @@ struct AutoTuneOptions {
   unsigned trial_intervals = 2;   ///< intervals a move is measured over before it is judged
   unsigned max_undos = 2;         ///< undone trials that close a knob's direction for good
   unsigned max_moves = 24;        ///< moves (kept or undone) after which the tuner stops
+  double queued_waits = 0.1;      ///< share of an interval's reads that waited for queue room: the depth binds
 };
 
 /// A knob's range and whether it is tuned at all (a user's explicit value is not).
 struct TuneKnob {
   unsigned value = 1, min = 1, max = 1;
   bool tuned = false;
+  bool doubles = false;  ///< a step doubles or halves the value (the queue depth), else ±1
+};
+
+/// Decode threads shared by the tuners of a mixture's sources: each holds the threads it
+/// runs, and a tuner moves its threads up only while the budget has one left.
+/// Thread-safe (each source's tuner runs on the thread that feeds from that source).
+class TuneThreadBudget {
+ public:
+  /// The budget's size: the first call sets it (the sharers have one CPU plan, so each
+  /// offers the same count).
+  void offer(unsigned threads) noexcept {
+    bool sized = false;
+    if (sized_.compare_exchange_strong(sized, true)) left_.fetch_add(static_cast<int>(threads));
+  }
+  bool take() noexcept;
+  void give() noexcept { left_.fetch_add(1); }
+  /// Held from the start (may overdraw: every source runs at least one thread).
+  void hold(unsigned n) noexcept { left_.fetch_sub(static_cast<int>(n)); }
+
+ private:
+  std::atomic<int> left_{0};
+  std::atomic<bool> sized_{false};
 };
 
 struct TuneChange {
   uint64_t batch = 0;  ///< batches delivered when it was made
   double at_s = 0;     ///< seconds of feed (the sum of the intervals seen) when it was made
-  std::string knob;    ///< "threads" | "slots"
+  std::string knob;    ///< "threads" | "slots" | "queue_depth"
   unsigned from = 0, to = 0;
   std::string reason;  ///< the verdict and figures behind it, or why a trial was undone
   /// "batch 40 (2.1 s): threads 1 -> 2 (decode bound: ...)"
@@ -73,12 +103,19 @@ struct TuneChange {
 class AutoTuner {
  public:
   AutoTuner(TuneKnob threads, TuneKnob slots, AutoTuneOptions options = {}, DiagnoseOptions diagnose = {});
+  /// Before the first update: the IO queue depth is a knob too (untuned until then).
+  void set_queue_depth(TuneKnob depth);
+  /// Before the first update: threads are drawn from `budget`, shared with other tuners
+  /// (offered the threads' max as its size); the threads this tuner starts with are held
+  /// from it now.
+  void share_threads(std::shared_ptr<TuneThreadBudget> budget);
   /// Called after a batch with the cumulative figures of the run and its batches
   /// delivered so far (a new run — counters that went back — carries the last one's
   /// over); at an interval's end returns the change to apply, if any.
   std::optional<TuneChange> update(const FeedFigures& run_cumulative, uint64_t run_batches);
   const TuneKnob& threads() const noexcept { return threads_; }
   const TuneKnob& slots() const noexcept { return slots_; }
+  const TuneKnob& queue_depth() const noexcept { return depth_; }
   bool settled() const noexcept { return settled_; }
   double noise() const noexcept { return noise_; }
   const std::vector<TuneChange>& history() const noexcept { return history_; }
@@ -100,9 +137,14 @@ class AutoTuner {
   std::optional<TuneChange> move(TuneKnob& k, const char* name, Dir dir, const FeedFigures& f, uint64_t batches,
                                  std::string reason);
   // Trials of a knob's direction undone so far (closed at AutoTuneOptions::max_undos).
-  unsigned& undos(const TuneKnob& k, Dir d) { return (&k == &threads_ ? undos_threads_ : undos_slots_)[d]; }
+  unsigned& undos(const TuneKnob& k, Dir d) {
+    return (&k == &threads_ ? undos_threads_ : &k == &slots_ ? undos_slots_ : undos_depth_)[d];
+  }
+  // The shared budget's side of a change of `k` from `from` to `to` (threads only).
+  bool draw(const TuneKnob& k, unsigned from, unsigned to);
 
-  TuneKnob threads_, slots_;
+  TuneKnob threads_, slots_, depth_;
+  std::shared_ptr<TuneThreadBudget> budget_;  // null: the threads' max is the budget
   AutoTuneOptions opt_;
   DiagnoseOptions dopt_;
   std::optional<FeedFigures> run_last_;  // the current run's latest figures
@@ -116,7 +158,7 @@ class AutoTuner {
   double noise_ = 0;
   double rate_ = 0;                  // the rate of the settings in force
   std::optional<Trial> trial_;
-  unsigned undos_threads_[2] = {0, 0}, undos_slots_[2] = {0, 0};
+  unsigned undos_threads_[2] = {0, 0}, undos_slots_[2] = {0, 0}, undos_depth_[2] = {0, 0};
   double prev_samples_ = 0, prev_wall_s_ = 0;  // the interval before, at the same settings (0: none)
   unsigned quiet_ = 0, moves_ = 0;
   bool settled_ = false;

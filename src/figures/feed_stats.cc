@@ -134,6 +134,8 @@ void TuneStats::visit(StatsVisitor& v) const {
   v.count("threads_max", threads_max);
   v.count("slots", slots);
   v.count("slots_max", slots_max);
+  v.count("queue_depth", queue_depth);
+  v.count("queue_depth_max", queue_depth_max);
   v.count("memory_budget_bytes", memory_budget);
   v.figure("noise", noise);
   v.count("changes", changes.size());

@@ -20,6 +20,8 @@ namespace stoker {
 
 IoEngine::~IoEngine() = default;
 
+unsigned IoEngine::set_queue_limit(unsigned) { return 0; }
+
 namespace {
 // "io_uring" is accepted as well as "uring".
 constexpr internal::EnumName<IoEngineKind> kIoEngineNames[] = {{IoEngineKind::kAuto, "auto"},

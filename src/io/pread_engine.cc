@@ -23,6 +23,7 @@ class PreadEngine final : public IoEngine {
       : opts_(o), files_(o.direct), fallback_reason_(std::move(fallback_reason)) {
     if (opts_.slab_bytes) slab_ = std::make_shared<SlabAllocator>(opts_.slab_bytes);
     const unsigned n = std::max(1u, opts_.pread_threads);
+    limit_ = n;
     workers_.reserve(n);
     for (unsigned t = 0; t < n; ++t) workers_.emplace_back([this, t] { work(t); });
   }
@@ -69,6 +70,9 @@ class PreadEngine final : public IoEngine {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.unaligned_reads += unaligned_count;
       for (auto& j : batch) jobs_.push_back(j);
+      // Of these, the ones no free worker takes at once.
+      const size_t room = limit_ > running_ ? limit_ - running_ : 0;
+      stats_.queued_waits += jobs_.size() > room ? std::min(jobs_.size() - room, batch.size()) : 0;
       update_inflight_locked();
     }
     if (batch.size() == 1) {
@@ -119,6 +123,15 @@ class PreadEngine final : public IoEngine {
     return jobs_.size() + running_ + done_.size();
   }
 
+  unsigned set_queue_limit(unsigned n) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      limit_ = std::clamp(n, 1u, static_cast<unsigned>(workers_.size()));
+    }
+    work_cv_.notify_all();
+    return limit_;
+  }
+
   IoStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
     IoStats s = stats_;
@@ -126,6 +139,7 @@ class PreadEngine final : public IoEngine {
     s.engine = "pread";
     s.direct = files_.direct();
     s.queue_depth = opts_.queue_depth;
+    s.queue_limit = limit_;
     s.fallback_reason = fallback_reason_;
     if (!files_.reasons().empty()) {
       if (!s.fallback_reason.empty()) s.fallback_reason += "; ";
@@ -157,7 +171,7 @@ class PreadEngine final : public IoEngine {
     pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      work_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      work_cv_.wait(lock, [&] { return stop_ || (!jobs_.empty() && running_ < limit_); });
       if (stop_) return;
       Job j = jobs_.front();
       jobs_.pop_front();
@@ -225,6 +239,7 @@ class PreadEngine final : public IoEngine {
   std::deque<Job> jobs_;
   std::vector<ReadCompletion> done_;
   size_t running_ = 0;
+  unsigned limit_ = 1;  // workers reading at once (set_queue_limit; all of them until then)
   bool stop_ = false;
   IoStats stats_;
   BusyClock busy_;

@@ -72,6 +72,7 @@ class ThrottledEngine final : public IoEngine {
 
   size_t inflight() const override { return inner_->inflight() + queue_.size() + ready_.size(); }
   IoStats stats() const override { return inner_->stats(); }
+  unsigned set_queue_limit(unsigned n) override { return inner_->set_queue_limit(n); }
   bool direct() const override { return inner_->direct(); }
   IoBuffer alloc(size_t bytes) override { return inner_->alloc(bytes); }
 

@@ -77,6 +77,7 @@ class UringEngine final : public IoEngine {
   int init() {
     if (opts_.slab_bytes) slab_ = std::make_shared<SlabAllocator>(opts_.slab_bytes);
     ops_.resize(opts_.queue_depth);
+    limit_ = opts_.queue_depth;
     for (unsigned i = opts_.queue_depth; i-- > 0;) free_ops_.push_back(i);
     int r = ring_.init(opts_.queue_depth);
     if (r < 0) return r;
@@ -188,6 +189,13 @@ class UringEngine final : public IoEngine {
     }
     for (const ReadRequest& r : reqs) queued_.push_back(r);
     pump();
+    stats_.queued_waits += std::min(queued_.size(), reqs.size());  // of these, the ones left waiting
+  }
+
+  unsigned set_queue_limit(unsigned n) override {
+    limit_ = std::clamp(n, 1u, opts_.queue_depth);
+    pump();
+    return limit_;
   }
 
   size_t reap(std::vector<ReadCompletion>& out, size_t min_complete,
@@ -250,6 +258,7 @@ class UringEngine final : public IoEngine {
     s.fixed_buffers = fixed_buffers_;
     s.registered_files = file_slots_ > 0;
     s.queue_depth = opts_.queue_depth;
+    s.queue_limit = limit_;
     s.fallback_reason = files_.reasons();
     return s;
   }
@@ -326,7 +335,7 @@ class UringEngine final : public IoEngine {
         prep(i, sqe);
         continue;
       }
-      if (queued_.empty() || free_ops_.empty()) break;
+      if (queued_.empty() || free_ops_.empty() || in_kernel_ >= limit_) break;
       const ReadRequest r = queued_.front();
       if (r.length == 0) {
         queued_.pop_front();
@@ -450,6 +459,7 @@ class UringEngine final : public IoEngine {
   std::deque<uint32_t> resubmit_;
   std::vector<ReadCompletion> ready_;
   unsigned in_kernel_ = 0;
+  unsigned limit_ = 0;  // reads in the kernel at most (set_queue_limit; queue_depth until then)
   unsigned cancels_in_kernel_ = 0;  // cancel and nop SQEs whose CQEs are still due
   unsigned prepared_ = 0;           // SQEs prepared, not yet submitted
   IoStats stats_;

@@ -28,7 +28,7 @@ namespace {
 
 class DatasetFeed final : public Feed {
  public:
-  DatasetFeed(const LoaderOptions& options, RankInfo rank);
+  DatasetFeed(const LoaderOptions& options, RankInfo rank, std::shared_ptr<TuneThreadBudget> shared_threads);
   ~DatasetFeed() override { stop_run(); }
   DatasetFeed(const DatasetFeed&) = delete;
   DatasetFeed& operator=(const DatasetFeed&) = delete;
@@ -122,7 +122,8 @@ class DatasetFeed final : public Feed {
   }
 };
 
-DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(options) {
+DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::shared_ptr<TuneThreadBudget> shared_threads)
+    : opt(options) {
   ctx.opt = &opt;
   ctx.rank = rank;
   ShardReaderOptions ro;
@@ -196,6 +197,10 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
   // The CPU budget: the plan's count (affinity, cgroup quota) less the reserved cores.
   const unsigned budget = tune_thread_budget(ctx.cpu, reserve_);
   ctx.threads = auto_threads || opt.threads == 0 ? budget : opt.threads;
+  // The IO queue depth: tuned with the threads for records (loader.h, `io`).
+  const bool auto_depth = auto_threads && opt.io.queue_depth == LoaderOptions::kAutoQueueDepth && !tokens;
+  if (opt.io.queue_depth == LoaderOptions::kAutoQueueDepth)
+    opt.io.queue_depth = auto_depth ? LoaderOptions::kAutoQueueDepthMax : IoOptions{}.queue_depth;
 
   ImageFacts img;
   VideoFacts vid;
@@ -255,15 +260,24 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank) : opt(opti
     dopt.cpus_available = ctx.threads;
     tuner = std::make_unique<AutoTuner>(TuneKnob{1, 1, ctx.threads, true}, TuneKnob{opt.slots, opt.slots, slots_max, auto_slots},
                                         AutoTuneOptions{}, dopt);
+    // Records by ranged GET start where an untuned loader is: each read waits a round trip.
+    const unsigned depth = !auto_depth ? opt.io.queue_depth
+                           : ctx.record_reads() ? IoOptions{}.queue_depth
+                                                : LoaderOptions::kAutoQueueDepthStart;
+    tuner->set_queue_depth(TuneKnob{depth, std::min(depth, 4u), opt.io.queue_depth, auto_depth, true});
+    tuner->share_threads(std::move(shared_threads));
     {
       std::lock_guard<std::mutex> lock(ring->mu);
       producer->set_active_locked(tuner->threads().value);
     }
+    if (auto_depth) producer->set_io_limit(depth);
     tune_stats.enabled = true;
     tune_stats.threads = tuner->threads().value;
     tune_stats.threads_max = ctx.threads;
     tune_stats.slots = opt.slots;
     tune_stats.slots_max = slots_max;
+    tune_stats.queue_depth = depth;
+    tune_stats.queue_depth_max = opt.io.queue_depth;
     tune_stats.memory_budget = memory_budget;
   }
 }
@@ -298,6 +312,7 @@ void DatasetFeed::tune_step() {
   std::lock_guard<std::mutex> lock(tune_mu);
   tune_stats.threads = tuner->threads().value;
   tune_stats.slots = tuner->slots().value;
+  tune_stats.queue_depth = tuner->queue_depth().value;
   tune_stats.settled = tuner->settled();
   tune_stats.noise = tuner->noise();
   if (c) {
@@ -311,6 +326,8 @@ void DatasetFeed::apply(const TuneChange& c) {
     std::lock_guard<std::mutex> lock(ring->mu);
     if (c.knob == "threads") {
       producer->set_active_locked(c.to);
+    } else if (c.knob == "queue_depth") {
+      producer->set_io_limit(c.to);
     } else {
       if (c.to > ring->slots.size()) {
         const size_t before = ring->slots.size();
@@ -706,8 +723,9 @@ LoaderStats DatasetFeed::stats() const {
 
 }  // namespace
 
-std::unique_ptr<Feed> open_dataset_feed(const LoaderOptions& opt, RankInfo rank) {
-  return std::make_unique<DatasetFeed>(opt, rank);
+std::unique_ptr<Feed> open_dataset_feed(const LoaderOptions& opt, RankInfo rank,
+                                        std::shared_ptr<TuneThreadBudget> threads) {
+  return std::make_unique<DatasetFeed>(opt, rank, std::move(threads));
 }
 
 }  // namespace stoker::internal

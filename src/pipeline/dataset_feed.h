@@ -15,6 +15,7 @@
 
 #include <memory>
 
+#include "figures/autotune.h"
 #include "pipeline/feed.h"
 
 namespace stoker::internal {
@@ -22,6 +23,9 @@ namespace stoker::internal {
 /// Opens opt.path's dataset for `rank` (options already checked: check_options).
 /// Throws what opening the dataset throws, and kInvalidArgument for an option the
 /// dataset cannot take (naming it).
-std::unique_ptr<Feed> open_dataset_feed(const LoaderOptions& opt, RankInfo rank);
+/// `threads`: under threads="auto", the decode threads this feed's tuner draws on,
+/// shared with other feeds (a mixture's sources); null: its own CPU budget.
+std::unique_ptr<Feed> open_dataset_feed(const LoaderOptions& opt, RankInfo rank,
+                                        std::shared_ptr<TuneThreadBudget> threads = nullptr);
 
 }  // namespace stoker::internal

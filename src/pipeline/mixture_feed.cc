@@ -48,6 +48,28 @@ std::string describe(const Output& o) {
   return d;
 }
 
+// A source's tuner figures added to the mixture's: knobs and budgets summed (the threads'
+// budget is one, shared), its changes named by source. The source with the latest change
+// goes last, so the list ends with the mixture's last change.
+void add_tune(TuneStats& m, const TuneStats& t, const std::string& source) {
+  if (!t.enabled) return;
+  m.settled = m.enabled ? m.settled && t.settled : t.settled;
+  m.enabled = true;
+  m.threads += t.threads;
+  m.threads_max = std::max(m.threads_max, t.threads_max);
+  m.slots += t.slots;
+  m.slots_max += t.slots_max;
+  m.queue_depth += t.queue_depth;
+  m.queue_depth_max += t.queue_depth_max;
+  m.memory_budget += t.memory_budget;
+  m.noise = std::max(m.noise, t.noise);
+  std::vector<std::string> named;
+  for (const std::string& c : t.changes) named.push_back(source + ": " + c);
+  const bool latest = t.last_change_s >= m.last_change_s;
+  m.changes.insert(latest ? m.changes.end() : m.changes.begin(), named.begin(), named.end());
+  if (latest) m.last_change_s = t.last_change_s;
+}
+
 class MixtureFeed final : public Feed {
  public:
   MixtureFeed(const LoaderOptions& options, RankInfo rank);
@@ -87,6 +109,7 @@ class MixtureFeed final : public Feed {
     }
   };
   std::vector<Source> src;
+  std::shared_ptr<TuneThreadBudget> shared_threads;  // threads="auto": the sources' one CPU budget
   uint64_t epoch_ = 0, start_consumed = 0;
   std::unique_ptr<MixtureOrder> order;
   std::unique_ptr<RankSchedule> sched;
@@ -257,9 +280,15 @@ MixtureFeed::MixtureFeed(const LoaderOptions& options, RankInfo r) : opt(options
     // The sources share the threads asked for (their decoders would otherwise contend
     // for the same CPUs, each source with the full count).
     if (opt.threads && opt.threads != LoaderOptions::kAutoThreads) so.threads = std::max<unsigned>(1, opt.threads / static_cast<unsigned>(opt.sources.size()));
+    // threads="auto": their tuners draw decode threads from one CPU budget, and split the
+    // memory budget of the ring.
+    if (opt.threads == LoaderOptions::kAutoThreads) {
+      if (!shared_threads) shared_threads = std::make_shared<TuneThreadBudget>();
+      so.memory_limit = std::max<uint64_t>(1, tune_memory_budget(opt.memory_limit) / opt.sources.size());
+    }
     Source x;
     try {
-      x.feed = open_dataset_feed(so, RankInfo{0, 1});
+      x.feed = open_dataset_feed(so, RankInfo{0, 1}, shared_threads);
     } catch (const Error& e) {
       // Which source an option does not fit (a field it lacks, ...).
       throw Error(e.code(), source_name(s) + ": " + e.what());
@@ -397,6 +426,7 @@ LoaderStats MixtureFeed::stats() const {
     s.io.busy_s += t.io.busy_s;
     s.io.wait_s += t.io.wait_s;
     s.io.items += t.io.items;
+    add_tune(s.tune, t.tune, source_name(&x - src.data()));
     // Remote sources: the fetches of all of them, each through its own cache.
     s.network.add_counts(t.network);
     s.network.requests_in_flight += t.network.requests_in_flight;

@@ -125,9 +125,14 @@ class Producer {
   /// mutex held, then wake().
   void set_active_locked(unsigned n) noexcept { active_ = std::max(1u, n); }
   unsigned active() const noexcept { return active_; }
+  /// Reads in flight at most (the IO queue depth knob of threads="auto"): the reader
+  /// thread applies it at its next turn (IoEngine::set_queue_limit). 0: as the engine opened.
+  void set_io_limit(unsigned n) noexcept { io_limit_ = n; }
+  unsigned io_limit() const noexcept { return io_limit_; }
 
  protected:
   std::atomic<unsigned> active_{UINT32_MAX};
+  std::atomic<unsigned> io_limit_{0};
 };
 
 /// Token data's facts, from the schema and the shard indexes.

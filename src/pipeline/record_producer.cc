@@ -216,6 +216,7 @@ void RecordProducer::io_main() {
     while (!run.stop) {
       auto t0 = Clock::now();
       bool progressed = false;
+      reads_.follow_queue_limit(io_limit());
       // Start the next batch when a slot is free.
       if (run.next_start < nb) {  // this thread is the only writer: reading it unlocked is safe
         size_t slot = 0;

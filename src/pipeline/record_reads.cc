@@ -16,6 +16,7 @@ bool RecordReads::open(Run& run) {
       engine_ = ctx_.record_reads() ? limit_io_rate(ctx_.cached->make_record_engine(io.queue_depth), io)
                                     : make_io_engine(io);
       if (ctx_.opt->wrap_io) engine_ = ctx_.opt->wrap_io(std::move(engine_));
+      limit_ = 0;
       file_ids_.assign(ctx_.dataset->shard_count(), -1);
     }
     return true;

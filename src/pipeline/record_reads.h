@@ -26,6 +26,12 @@ class RecordReads {
   /// Opens the engine if it is not open; a failure goes to run.fail (returns false).
   bool open(Run& run);
   IoEngine& engine() { return *engine_; }
+  /// Sets the engine's queue limit to `n` unless it is 0 or already in force.
+  void follow_queue_limit(unsigned n) {
+    if (n == 0 || n == limit_) return;
+    limit_ = n;
+    engine_->set_queue_limit(n);
+  }
   /// The record's range in the engine's terms (opens the shard lazily, checking it
   /// against the manifest: a missing or replaced shard throws, naming it).
   /// A remote dataset's shard is held from here until done(shard) (CachedShards::use):
@@ -50,6 +56,7 @@ class RecordReads {
   const Context& ctx_;
   uint64_t slab_need_;
   std::unique_ptr<IoEngine> engine_;
+  unsigned limit_ = 0;  // the queue limit last set on engine_ (0: as it opened)
   void close_shard(size_t shard);  // CachedShards' close callback
   std::vector<int64_t> file_ids_;  // shard -> engine file id
   CachedShards::CloseFn close_;

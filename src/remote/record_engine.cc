@@ -24,11 +24,9 @@ class RemoteRecordEngine final : public IoEngine {
       : store_(std::move(store)), sizes_(std::move(sizes)), wait_ns_(std::move(wait_ns)) {
     if (queue_depth < 1 || queue_depth > 4096)
       throw_error(ErrorCode::kInvalidArgument, "queue_depth " + std::to_string(queue_depth) + " is not in 1..4096");
-    // A few batches in flight at once: a batch ends with its slowest request, and the
-    // others keep the connections busy meanwhile.
     const unsigned workers = std::min(4u, queue_depth);
-    batch_ = std::max(1u, std::min(queue_depth / workers, store_->options().connections));
     queue_depth_ = queue_depth;
+    set_limit_locked(queue_depth, workers);
     for (unsigned i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
   }
 
@@ -82,6 +80,9 @@ class RemoteRecordEngine final : public IoEngine {
       }
       for (const ReadRequest& r : reqs) queue_.push_back(Pending{r, files_[r.file].name, files_[r.file].size});
       outstanding_ += reqs.size();
+      // Of these, the ones beyond what the workers take at once.
+      const size_t room = limit_ > in_flight_ ? limit_ - in_flight_ : 0;
+      stats_.queued_waits += queue_.size() > room ? std::min(queue_.size() - room, reqs.size()) : 0;
     }
     work_cv_.notify_all();
   }
@@ -119,12 +120,19 @@ class RemoteRecordEngine final : public IoEngine {
     return outstanding_;
   }
 
+  unsigned set_queue_limit(unsigned n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_limit_locked(n, static_cast<unsigned>(workers_.size()));
+    return limit_;
+  }
+
   IoStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
     IoStats s = stats_;
     s.busy_s = busy_s_ + (in_flight_ > 0 ? std::chrono::duration<double>(Clock::now() - busy_since_).count() : 0);
     s.engine = "remote";
     s.queue_depth = queue_depth_;
+    s.queue_limit = limit_;
     return s;
   }
 
@@ -142,6 +150,14 @@ class RemoteRecordEngine final : public IoEngine {
     std::string name;
     uint64_t size = 0;
   };
+
+  // A few batches in flight at once: a batch ends with its slowest request, and the
+  // others keep the connections busy meanwhile. Each worker's batch is its share of the
+  // limit (within the store's connections).
+  void set_limit_locked(unsigned n, unsigned workers) {
+    limit_ = std::clamp(n, 1u, queue_depth_);
+    batch_ = std::max(1u, std::min(limit_ / std::max(1u, workers), store_->options().connections));
+  }
 
   void check_file_locked(uint32_t file) const {
     if (file >= files_.size() || !files_[file].open)
@@ -232,8 +248,8 @@ class RemoteRecordEngine final : public IoEngine {
   std::shared_ptr<RemoteStore> store_;
   const std::map<std::string, uint64_t> sizes_;
   std::shared_ptr<std::atomic<uint64_t>> wait_ns_;
-  unsigned batch_ = 1;
-  unsigned queue_depth_ = 0;
+  unsigned batch_ = 1;  // mu_
+  unsigned queue_depth_ = 0, limit_ = 0;
   mutable std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<Pending> queue_;

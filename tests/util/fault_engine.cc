@@ -102,6 +102,7 @@ class FaultyEngine final : public IoEngine {
     return inner_->inflight() + ready_.size() + delayed_.size();
   }
   IoStats stats() const override { return inner_->stats(); }
+  unsigned set_queue_limit(unsigned n) override { return inner_->set_queue_limit(n); }
   bool direct() const override { return inner_->direct(); }
   IoBuffer alloc(size_t bytes) override { return inner_->alloc(bytes); }
 
