@@ -52,10 +52,7 @@ struct Result {
 };
 
 // The tool built with this test; STOKER_TEST_TOOL runs the suite against another build.
-std::string tool() {
-  const char* e = std::getenv("STOKER_TEST_TOOL");
-  return e && *e ? e : STOKER_TOOL;
-}
+std::string tool() { return testing::test_tool(STOKER_TOOL); }
 
 // Runs `stoker ARGS` (ARGS as shell words) and captures what it printed where.
 Result stoker(const std::string& args) {

@@ -24,10 +24,7 @@ namespace {
 
 using testing::TempDir;
 
-std::string tool() {
-  const char* e = std::getenv("STOKER_TEST_TOOL");
-  return e && *e ? e : STOKER_TOOL;
-}
+std::string tool() { return testing::test_tool(STOKER_TOOL); }
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);

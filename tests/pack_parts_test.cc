@@ -366,7 +366,7 @@ TEST(CommitParts, CliPacksPartsAndCommits) {
   TempDir d;
   const std::string src = tiny_folder(d, 3);
   auto run = [&](const std::string& args, std::string* out) {
-    const std::string cmd = std::string(STOKER_TOOL) + " " + args + " >" + d.str("log") + " 2>&1";
+    const std::string cmd = testing::test_tool(STOKER_TOOL) + " " + args + " >" + d.str("log") + " 2>&1";
     const int status = std::system(cmd.c_str());
     *out = testing::read_file_text(d.str("log"));
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -108,7 +108,9 @@ TRIXIE_PKGS=(build-essential cmake ninja-build pkg-config liburing-dev libturboj
   libjpeg62-turbo-dev libspng-dev libwebp-dev libzstd-dev libnuma-dev libarchive-dev
   libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
-  python3-pil curl nginx-light patchelf python3-venv python3-pip python3-setuptools python3-wheel)
+  python3-pil curl nginx-light patchelf python3-venv python3-pip python3-setuptools python3-wheel
+  libpcre2-dev libsentencepiece-dev python3-sentencepiece libavformat-dev libavcodec-dev
+  libswscale-dev libswresample-dev libavutil-dev ffmpeg python3-av)
 
 trixie_root() {
   local root="$CACHE/trixie"

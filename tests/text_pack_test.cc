@@ -198,8 +198,7 @@ TEST(TextPack, ToolPacksAndNamesTheBadLine) {
   TempDir dir;
   write_inputs(dir);
   const TextPackOptions o = options_for(dir);
-  const char* env = std::getenv("STOKER_TEST_TOOL");
-  const std::string tool = env && *env ? env : STOKER_CLI_PATH;
+  const std::string tool = testing::test_tool(STOKER_CLI_PATH);
   auto run = [&](const std::string& args, std::string* out) {
     const std::string cmd = tool + " " + args + " >" + dir.str("log") + " 2>&1 </dev/null";
     const int status = std::system(cmd.c_str());

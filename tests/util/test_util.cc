@@ -102,6 +102,11 @@ std::string read_file_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+std::string test_tool(const std::string& built) {
+  const char* e = std::getenv("STOKER_TEST_TOOL");
+  return e && *e ? e : built;
+}
+
 void put(const TempDir& root, const std::string& path, const std::string& text) {
   const std::filesystem::path p = root.path() / path.substr(path.rfind('/', 0) == 0 ? 1 : 0);
   std::filesystem::create_directories(p.parent_path());

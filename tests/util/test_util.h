@@ -76,6 +76,10 @@ std::vector<uint8_t> read_file(const std::string& path);
 /// The whole file as text, "" when it cannot be read (/proc and /sys files too).
 std::string read_file_text(const std::string& path);
 
+/// The `stoker` command a test runs: STOKER_TEST_TOOL when set (another build, or the
+/// tool through an emulator: tests/portability.sh), else `built` (the test's own build).
+std::string test_tool(const std::string& built);
+
 /// Writes `text` at `root` + `path` (an absolute path such as "/sys/..."), creating the
 /// directories: builds the fixture sysfs/procfs trees the platform readers are fed.
 void put(const TempDir& root, const std::string& path, const std::string& text);
