@@ -53,7 +53,7 @@ for name, lengths in dists.items():
                   f"{delivered} rows, efficiency {eff:.4f}")
     # max_tokens=: padded batches under a token budget (length-grouped), the padding's share.
     for max_tokens in (8192, 16384):
-        for window in (256, 1024):
+        for window in (1024, 8192):  # samples, and at least 128 batches' worth
             l = stoker.Loader(d, max_tokens=max_tokens, pack_window=window, long_samples="truncate", numpy=True)
             positions = sum(b["tokens"].size for b in l)
             s = l.stats()

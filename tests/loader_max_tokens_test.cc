@@ -62,7 +62,8 @@ std::vector<std::vector<int64_t>> batches_of(Loader& l, uint64_t stop_after = UI
 
 TEST(TokenBatchPlan, EverySampleOnceUnderTheBudgetLongestFirstAndSeedDecided) {
   const auto len = lognormal_lengths(5000, 400, 1);
-  const internal::PackingRules rules{0, 256, LongSamples::kError, 5};
+  // A window of 1 sample: the plan widens it to 128 batches' worth.
+  const internal::PackingRules rules{0, 1, LongSamples::kError, 5};
   auto name = [](uint64_t i) { return std::to_string(i); };
   const auto plan = internal::plan_token_batches(len, 1024, rules, name);
   std::vector<int> seen(len.size(), 0);
@@ -79,8 +80,7 @@ TEST(TokenBatchPlan, EverySampleOnceUnderTheBudgetLongestFirstAndSeedDecided) {
   }
   for (int s : seen) ASSERT_EQ(s, 1);
   EXPECT_EQ(plan.positions, positions);
-  // Sorting within windows of 256 keeps padding small for these lengths.
-  EXPECT_GT(plan.efficiency(), 0.85);
+  EXPECT_GT(plan.efficiency(), 0.95) << "sorting within wide windows keeps padding small";
   const auto again = internal::plan_token_batches(len, 1024, rules, name);
   EXPECT_EQ(again.samples, plan.samples);
   EXPECT_EQ(again.begin, plan.begin);

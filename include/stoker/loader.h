@@ -238,8 +238,9 @@ struct LoaderOptions {
   /// stats().padding_tokens. doc_ids and cu_seqlens are kInvalidArgument (a row is one
   /// sample: attention_mask says where it ends). Which samples share a batch is fixed
   /// per seed when the Loader opens, from the shard indexes alone: a seed-keyed shuffle
-  /// of the samples is cut into windows of pack_window samples, each window sorted
-  /// longest first and cut into batches greedily (length grouping). The batches are then
+  /// of the samples is cut into windows of pack_window samples (at least 128 batches'
+  /// worth: 128 x max_tokens / the mean length), each window sorted longest first and
+  /// cut into batches greedily (length grouping). The batches are then
   /// the epoch order's units: shuffled per (seed, epoch), the same global sequence for
   /// every world size, and rank r of W takes global batches r, r + W, r + 2W, ... Every
   /// rank gets the same batch count: a final step of fewer than W batches is dropped
@@ -251,7 +252,7 @@ struct LoaderOptions {
   /// The Stager sizes its device slots for max_tokens (StagerOptions::max_batch_samples
   /// is then not used).
   uint64_t max_tokens = 0;
-  uint64_t pack_window = 1024;  ///< samples per best-fit window (max_tokens: per sorting window), >= 1
+  uint64_t pack_window = 1024;  ///< samples per best-fit window (max_tokens: per sorting window, at least), >= 1
   LongSamples long_samples = LongSamples::kError;
   int64_t pad_id = 0;           ///< token and target value of padding positions
   // Text tokenised in the loader: with `tokenizer` (a file open_tokenizer reads:

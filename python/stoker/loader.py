@@ -303,8 +303,8 @@ class Loader:
             (the samples' records) and, as asked, "targets", "loss_mask" (as above) and
             "position_ids" (0.. along the sample); padding holds pad_id (stats():
             padding_tokens). Which samples share a batch is fixed per seed (a shuffle cut
-            into windows of pack_window samples, each sorted by length and cut under the
-            budget); the batches are shuffled each epoch, the same global sequence for
+            into windows of pack_window samples, at least 128 batches' worth, each sorted
+            by length and cut under the budget); the batches are shuffled each epoch, the same global sequence for
             every world size: rank r takes batches r, r + W, ... Every rank gets the same
             count: a final step of fewer than W batches is dropped (drop_last) or
             completed with the epoch's first batches. long_samples: "error" (default)
@@ -740,7 +740,8 @@ class Loader:
 
     def __repr__(self):
         o = self._options
-        return (f"stoker.Loader({o.path!r}, batch_size={o.batch_size}, order={o.order!r}, "
+        size = f"max_tokens={o.max_tokens}" if o.max_tokens else f"batch_size={o.batch_size}"
+        return (f"stoker.Loader({o.path!r}, {size}, order={o.order!r}, "
                 f"seed={o.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
 
     # --- helpers ---------------------------------------------------------------------

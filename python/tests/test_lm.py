@@ -256,7 +256,7 @@ def test_max_tokens_batches_pad_to_the_longest_under_the_budget_over_ranks_and_r
         assert (mask == (att & ~last & (k + 1 >= lengths[idx][:, None] // 2))).all()
         assert (b["position_ids"].numpy()[att] == np.broadcast_to(k, att.shape)[att]).all()
         padding += int((~att).sum())
-    assert (seen == 1).all() and len(loader) == len(batches)
+    assert (seen == 1).all() and len(loader) == len(batches) and "max_tokens=1024" in repr(loader)
     assert loader.stats()["padding_tokens"] == padding
 
     ranks = [[b["index"].numpy().copy() for b in make(rank=r, world_size=2)] for r in range(2)]

@@ -135,10 +135,20 @@ TokenBatchPlan plan_token_batches(std::span<const uint32_t> lengths, uint64_t ma
   // The rows' shuffle: the same samples share a window in either mode.
   const Permutation shuffle(n, mix64(rules.seed ^ kPackingKey));
   const uint32_t cap = static_cast<uint32_t>(std::min<uint64_t>(max_tokens, UINT32_MAX));
+  // A window of kWindowBatches batches or more: sorting fewer samples leaves the lengths
+  // within a batch far apart (more padding) when a batch holds many of them.
+  double total = 0;
+  uint64_t nonempty = 0;
+  for (uint32_t L : lengths) {
+    total += std::min(L, cap);
+    nonempty += L > 0;
+  }
+  const double per_batch = total > 0 ? static_cast<double>(max_tokens) * static_cast<double>(nonempty) / total : 1;
+  const uint64_t window = std::max<uint64_t>(rules.window, static_cast<uint64_t>(kWindowBatches * per_batch));
   std::vector<std::pair<uint32_t, uint64_t>> items;  // (delivered length, sample)
-  for (uint64_t w0 = 0; w0 < n; w0 += rules.window) {
+  for (uint64_t w0 = 0; w0 < n; w0 += window) {
     items.clear();
-    for (uint64_t q = w0; q < std::min(n, w0 + rules.window); ++q) {
+    for (uint64_t q = w0; q < std::min(n, w0 + window); ++q) {
       const uint64_t s = shuffle(q);
       const uint32_t L = lengths[s];
       if (L == 0) {

@@ -69,10 +69,12 @@ PackPlan plan_packing(std::span<const uint32_t> lengths, const PackingRules& rul
                       const std::function<std::string(uint64_t)>& name);
 
 /// LoaderOptions::max_tokens: which samples share each padded batch. Made as the rows
-/// are (the same seed-keyed shuffle, windows of `window` samples), then each window is
-/// sorted longest first (ties in the shuffle's order) and cut greedily: a batch takes
-/// the next samples while its count times its first (longest) length stays within
-/// max_tokens. A pure function of the lengths and the rules.
+/// are (the same seed-keyed shuffle, cut into windows), then each window is sorted
+/// longest first (ties in the shuffle's order) and cut greedily: a batch takes the next
+/// samples while its count times its first (longest) length stays within max_tokens.
+/// A window is `window` samples, or kWindowBatches batches' worth when more (that many
+/// times max_tokens over the mean length). A pure function of the lengths and the rules.
+inline constexpr uint64_t kWindowBatches = 128;
 struct TokenBatchPlan {
   uint64_t max_tokens = 0;
   std::vector<uint64_t> begin{0};  ///< batches() + 1 offsets into samples / lengths
