@@ -314,8 +314,10 @@ class Loader:
             field) is tokenised on the loader's threads, each document as [bos] + ids +
             [eos] (bos/eos: an id, or a token's text such as "<|endoftext|>"), and the
             documents are packed into rows of seq_len as above, each row starting at a
-            document's start unless a longer one continues there. Opening the Loader
-            tokenises the dataset once to plan the rows. The verdict names the stage
+            document's start unless a longer one continues there (or, with max_tokens=,
+            batched as samples are). Opening the Loader tokenises the dataset once to
+            plan the rows; a URL dataset's shards come into cache_dir one at a time for
+            that pass. The verdict names the stage
             "tokenize" when it bounds the feed. tokenizer_options: for a .tiktoken file
             of no known encoding, {"pattern": its split pattern, "special_tokens":
             {text: id}}, as stoker.Tokenizer takes them.
