@@ -56,7 +56,7 @@ class DatasetFeed final : public Feed {
   Context ctx;
   std::vector<Output> outputs_;  // ctx.tensors, then ctx.vars
   bool tokens = false;
-  bool packed = false;  // samples of varying length packed into rows (LoaderOptions::seq_len)
+  bool packed = false;  // samples of varying length: packed into rows (seq_len) or padded (max_tokens)
   std::shared_ptr<const PackPlan> plan_;  // packed: which samples each row holds
   // max_tokens: padded batches, each one unit of the order (opt.batch_size is 1 here).
   std::optional<PaddedFacts> padded_;
