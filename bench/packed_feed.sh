@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Samples of varying length packed into rows, and text tokenised in the loader, in one run:
 #   1. packing efficiency (non-padding share of the rows' positions) on held-out length
-#      distributions: log-normal lengths, and the token counts of real documents;
+#      distributions: log-normal lengths, and the token counts of real documents; and
+#      the same share of max_tokens= batches (padded to their longest sample);
 #   2. the in-loader tokenising feed (cl100k_base over real prose) against its own
 #      in-memory limit (the same tokenise + write over the texts in RAM, same threads),
 #      1 and 2 threads;
@@ -50,6 +51,17 @@ for name, lengths in dists.items():
                          "rows": delivered, "efficiency": round(eff, 4)})
             print(f"packing {name} (mean {lengths.mean():.0f}), seq_len {seq_len}, window {window}: "
                   f"{delivered} rows, efficiency {eff:.4f}")
+    # max_tokens=: padded batches under a token budget (length-grouped), the padding's share.
+    for max_tokens in (8192, 16384):
+        for window in (1024, 8192):  # samples, and at least 128 batches' worth
+            l = stoker.Loader(d, max_tokens=max_tokens, pack_window=window, long_samples="truncate", numpy=True)
+            positions = sum(b["tokens"].size for b in l)
+            s = l.stats()
+            eff = 1 - s["padding_tokens"] / positions
+            rows.append({"lengths": name, "mean": float(lengths.mean()), "max_tokens": max_tokens,
+                         "window": window, "batches": s["batches"], "efficiency": round(eff, 4)})
+            print(f"max_tokens {name} (mean {lengths.mean():.0f}), max_tokens {max_tokens}, window {window}: "
+                  f"{s['batches']} batches, efficiency {eff:.4f}")
     if name.startswith("lognormal(5.5"):
         os.replace(d, f"{out}/sft") if not os.path.exists(f"{out}/sft") else shutil.rmtree(d)
     else:

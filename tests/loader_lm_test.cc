@@ -15,10 +15,13 @@
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "pipeline/sample_packing.h"
+#include "util/datasets.h"
 #include "util/test_util.h"
 
 using namespace stoker;
+using stoker::testing::lognormal_lengths;
 using stoker::testing::TempDir;
+using stoker::testing::write_sample_dataset;
 using stoker::testing::write_file;
 using stoker::internal::PackingRules;
 
@@ -429,38 +432,6 @@ TEST(PackTokensDocs, ResumeOnAnotherWorldSizeKeepsTheOutputs) {
 
 namespace {
 
-// Sample i holds tokens i * 1000 + k, k < its length, and a stored mask (k % 3 != 0):
-// every delivered token says which sample and place it is.
-std::vector<uint32_t> sample_lengths(size_t n, uint32_t max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::lognormal_distribution<double> d(4.0, 0.8);
-  std::vector<uint32_t> len(n);
-  for (auto& x : len) x = std::clamp<uint32_t>(static_cast<uint32_t>(d(rng)), 1, max_len);
-  return len;
-}
-
-void write_samples(const std::string& dir, const std::vector<uint32_t>& lengths, bool with_mask) {
-  Schema schema{{Field{"__key__", FieldKind::kText}, Field{"tokens", FieldKind::kVarArray, DType::kUint32, 0, {}}}};
-  if (with_mask) schema.fields.push_back(Field{"loss_mask", FieldKind::kVarArray, DType::kUint8, 0, {}});
-  DatasetWriterOptions wo;
-  wo.shard_size = 64 << 10;  // several shards
-  DatasetWriter w(dir, schema, wo);
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    std::vector<uint32_t> t(lengths[i]);
-    std::vector<uint8_t> m(lengths[i]);
-    for (uint32_t k = 0; k < lengths[i]; ++k) {
-      t[k] = static_cast<uint32_t>(i * 1000 + k);
-      m[k] = k % 3 != 0;
-    }
-    const std::string key = "conv/" + std::to_string(i);
-    std::span<const uint8_t> tb(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
-    std::vector<std::span<const uint8_t>> f{{reinterpret_cast<const uint8_t*>(key.data()), key.size()}, tb};
-    if (with_mask) f.push_back(m);
-    w.add(f);
-  }
-  w.finish();
-}
-
 LoaderOptions packed_options(const std::string& dir, uint32_t seq_len) {
   LoaderOptions o = lm_options(dir);
   o.seq_len = seq_len;
@@ -479,7 +450,7 @@ const TensorView& view(const Batch& b, const std::string& name) {
 }  // namespace
 
 TEST(SamplePacking, PlanPlacesEverySampleOnceWithinItsRowsAndPacksTight) {
-  const auto len = sample_lengths(20000, 2048, 1);
+  const auto len = lognormal_lengths(20000, 2048, 1);
   const PackingRules rules{2048, 1024, LongSamples::kError, 5};
   const auto plan = internal::plan_packing(len, rules, [](uint64_t i) { return std::to_string(i); });
   std::vector<int> seen(len.size(), 0);
@@ -538,9 +509,9 @@ TEST(SamplePacking, LongSamplesAreRefusedTruncatedOrSplit) {
 
 TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) {
   TempDir dir;
-  auto len = sample_lengths(400, 300, 2);
+  auto len = lognormal_lengths(400, 300, 2);
   len[5] = 700;  // split over rows
-  write_samples(dir.str("ds"), len, true);
+  write_sample_dataset(dir.str("ds"), len, true);
   auto o = packed_options(dir.str("ds"), 256);
   o.long_samples = LongSamples::kSplit;
   Loader l(o);
@@ -607,7 +578,7 @@ TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) {
 
 TEST(PackedSamples, RowsAreTheSameSequenceForAnyWorldSizeAndResumeExactly) {
   TempDir dir;
-  write_samples(dir.str("ds"), sample_lengths(600, 128, 3), false);
+  write_sample_dataset(dir.str("ds"), lognormal_lengths(600, 128, 3), false);
   auto rows_of = [&](int rank, int world, std::optional<OrderState> from, uint64_t stop_after,
                      OrderState* at = nullptr) {
     auto o = packed_options(dir.str("ds"), 128);
@@ -649,7 +620,7 @@ TEST(PackedSamples, RowsAreTheSameSequenceForAnyWorldSizeAndResumeExactly) {
 
 TEST(PackedSamples, BadOptionsAreRefusedNamingWhy) {
   TempDir dir;
-  write_samples(dir.str("ds"), {5, 400, 3}, false);
+  write_sample_dataset(dir.str("ds"), {5, 400, 3}, false);
   try {
     Loader l(packed_options(dir.str("ds"), 256));
     FAIL() << "a sample longer than a row was accepted";

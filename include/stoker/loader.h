@@ -228,7 +228,31 @@ struct LoaderOptions {
   /// (long_samples). Samples with no tokens are left out and counted (empty_samples).
   /// 0: the field comes as stored, values + offsets.
   uint32_t seq_len = 0;
-  uint64_t pack_window = 1024;  ///< samples per best-fit window, >= 1: more packs tighter
+  /// > 0 (instead of seq_len): the same records go out unpacked, one sample per row, in
+  /// batches of a varying number B of samples padded to the longest one's length L,
+  /// with B x L <= max_tokens (the padded size, what attention costs). batch_size is not
+  /// used. Outputs: tokens [B, L], "attention_mask" uint8 [B, L] (1 on the sample's
+  /// tokens, 0 on padding), "index" int64 [B] (the samples' records), and as asked
+  /// targets, loss_mask (as for packed rows) and position_ids (0.. along the sample, 0 on
+  /// padding); padding is pad_id in tokens and targets, 0 in the masks, counted in
+  /// stats().padding_tokens. doc_ids and cu_seqlens are kInvalidArgument (a row is one
+  /// sample: attention_mask says where it ends). Which samples share a batch is fixed
+  /// per seed when the Loader opens, from the shard indexes alone: a seed-keyed shuffle
+  /// of the samples is cut into windows of pack_window samples (at least 128 batches'
+  /// worth: 128 x max_tokens / the mean length), each window sorted longest first and
+  /// cut into batches greedily (length grouping). The batches are then
+  /// the epoch order's units: shuffled per (seed, epoch), the same global sequence for
+  /// every world size, and rank r of W takes global batches r, r + W, r + 2W, ... Every
+  /// rank gets the same batch count: a final step of fewer than W batches is dropped
+  /// under drop_last, else completed with the epoch order's first batches (repeats).
+  /// state() resumes exactly (on any world size). A sample longer than max_tokens is
+  /// kInvalidArgument naming its record and `__key__` (LongSamples::kError), or cut to
+  /// its first max_tokens tokens (kTruncate; kSplit is kInvalidArgument). Works with
+  /// `tokenizer` too (documents as samples). Not with mixtures nor OnError::kSkip.
+  /// The Stager sizes its device slots for max_tokens (StagerOptions::max_batch_samples
+  /// is then not used).
+  uint64_t max_tokens = 0;
+  uint64_t pack_window = 1024;  ///< samples per best-fit window (max_tokens: per sorting window, at least), >= 1
   LongSamples long_samples = LongSamples::kError;
   int64_t pad_id = 0;           ///< token and target value of padding positions
   // Text tokenised in the loader: with `tokenizer` (a file open_tokenizer reads:
@@ -239,7 +263,10 @@ struct LoaderOptions {
   // what pretraining text needs; kError refuses it). Planning needs every document's
   // length, so opening the Loader tokenises the dataset once on `threads` threads (kept
   // for the Loader's life: epochs do not repeat it). Special tokens' text in the data is
-  // ordinary text. The verdict names the stage "tokenize". Local datasets only.
+  // ordinary text. The verdict names the stage "tokenize". A URL dataset's shards come
+  // into the cache (cache_dir) one at a time for that pass, then are read as any
+  // dataset's records are. With max_tokens instead of seq_len, the documents are
+  // batched as samples are (no kSplit).
   std::string tokenizer;
   TokenizerOptions tokenizer_options;  ///< a tiktoken file of no known encoding: its pattern and specials
   std::string text_field;            ///< "": the records' one text field besides `__key__`

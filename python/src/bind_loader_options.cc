@@ -142,6 +142,9 @@ void init_loader_options(py::module_& m) {
           "seq_len", [](const PyLoaderOptions& x) { return x.o.seq_len; },
           [](PyLoaderOptions& x, uint32_t v) { x.o.seq_len = v; })
       .def_property(
+          "max_tokens", [](const PyLoaderOptions& x) { return x.o.max_tokens; },
+          [](PyLoaderOptions& x, uint64_t v) { x.o.max_tokens = v; })
+      .def_property(
           "pack_window", [](const PyLoaderOptions& x) { return x.o.pack_window; },
           [](PyLoaderOptions& x, uint64_t v) { x.o.pack_window = v; })
       .def_property(

@@ -209,7 +209,7 @@ class Loader:
             A directory can also be an ``http(s)://`` or ``s3://`` URL of one: its shards
             are then downloaded (parallel ranged GETs, every record's CRC checked) into
             `cache_dir` ahead of use and read from there.
-        batch_size: samples per batch on this rank.
+        batch_size: samples per batch on this rank (not with max_tokens=).
         transform: "train", "eval", None (no decode) or transform objects
             (``stoker.transforms``) or an ``ImageTransform``: the first image field's,
             unless `fields` names it.
@@ -296,13 +296,28 @@ class Loader:
             padding_tokens). long_samples: a sample longer than a row is an "error" when
             the Loader opens, or is "truncate"d, or "split" over rows (None: "error",
             with a tokenizer "split").
+        max_tokens: the same records (instead of seq_len) unpacked, one sample per row,
+            in batches of a varying number B of samples padded to the longest one's
+            length L, B x L <= max_tokens (batch_size is not used): "tokens" [B, L],
+            "attention_mask" uint8 [B, L] (1 on the sample's tokens), "index" int64 [B]
+            (the samples' records) and, as asked, "targets", "loss_mask" (as above) and
+            "position_ids" (0.. along the sample); padding holds pad_id (stats():
+            padding_tokens). Which samples share a batch is fixed per seed (a shuffle cut
+            into windows of pack_window samples, at least 128 batches' worth, each sorted
+            by length and cut under the budget); the batches are shuffled each epoch, the same global sequence for
+            every world size: rank r takes batches r, r + W, ... Every rank gets the same
+            count: a final step of fewer than W batches is dropped (drop_last) or
+            completed with the epoch's first batches. long_samples: "error" (default)
+            or "truncate" to max_tokens. Works with tokenizer= (documents as samples).
         tokenizer: a tokenizer file (as stoker.Tokenizer opens: .tiktoken, tokenizer.json,
             SentencePiece .model): the dataset's text field (text_field, or its one text
             field) is tokenised on the loader's threads, each document as [bos] + ids +
             [eos] (bos/eos: an id, or a token's text such as "<|endoftext|>"), and the
             documents are packed into rows of seq_len as above, each row starting at a
-            document's start unless a longer one continues there. Opening the Loader
-            tokenises the dataset once to plan the rows. The verdict names the stage
+            document's start unless a longer one continues there (or, with max_tokens=,
+            batched as samples are). Opening the Loader tokenises the dataset once to
+            plan the rows; a URL dataset's shards come into cache_dir one at a time for
+            that pass. The verdict names the stage
             "tokenize" when it bounds the feed. tokenizer_options: for a .tiktoken file
             of no known encoding, {"pattern": its split pattern, "special_tokens":
             {text: id}}, as stoker.Tokenizer takes them.
@@ -374,7 +389,7 @@ class Loader:
     ring grows and one ``stoker.HeldBatchesWarning`` says so.
     """
 
-    def __init__(self, path, batch_size, transform="train", size=224, shuffle=True, seed=0,
+    def __init__(self, path, batch_size=None, transform="train", size=224, shuffle=True, seed=0,
                  drop_last=False, device="cpu", threads="auto", rank=None, world_size=None,
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
@@ -384,7 +399,7 @@ class Loader:
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
                  source_fields=None, metrics_port=None, memory_limit=None, reserve_cores=None, seq_len=None,
-                 pack_window=1024, long_samples=None, pad_id=0, tokenizer=None, tokenizer_options=None,
+                 pack_window=1024, long_samples=None, pad_id=0, max_tokens=None, tokenizer=None, tokenizer_options=None,
                  text_field=None, bos=None, eos=None, buckets=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
@@ -413,7 +428,13 @@ class Loader:
             o.samples_per_epoch = int(samples_per_epoch or 0)
             if source_fields is not None:
                 o.source_fields = [{str(k): str(v) for k, v in m.items()} for m in source_fields]
-        o.batch_size = _integer("batch_size", batch_size, 1)
+        if max_tokens is None:
+            if batch_size is None:
+                raise TypeError("stoker.Loader needs batch_size= (or max_tokens= for batches under a token budget)")
+            o.batch_size = _integer("batch_size", batch_size, 1)
+        elif batch_size is not None:
+            raise ValueError("batch_size= and max_tokens=: a max_tokens batch holds as many samples as the budget "
+                             "allows; give one of them")
         o.transform = to_image_transform(transform, _integer("size", size, 1, 8192))
         field_specs = {}
         if fields is not None:
@@ -448,8 +469,9 @@ class Loader:
         o.doc_ids, o.cu_seqlens = bool(doc_ids), bool(cu_seqlens)
         if tokenizer is not None:
             o.tokenizer = os.fspath(tokenizer)
-            if seq_len is None:
-                raise ValueError("tokenizer= packs the tokenised documents into rows: give seq_len=")
+            if seq_len is None and max_tokens is None:
+                raise ValueError("tokenizer= packs the tokenised documents into rows of seq_len= or pads them "
+                                 "into batches of max_tokens=: give one")
             if text_field is not None:
                 o.text_field = str(text_field)
             topt = dict(tokenizer_options or {})
@@ -461,11 +483,19 @@ class Loader:
             o.bos, o.eos = _token_id("bos", bos, o.tokenizer, topt), _token_id("eos", eos, o.tokenizer, topt)
         elif text_field is not None or bos is not None or eos is not None or tokenizer_options is not None:
             raise ValueError("text_field=, tokenizer_options=, bos= and eos= go with tokenizer=")
+        if seq_len is not None and max_tokens is not None:
+            raise ValueError("seq_len= packs samples into rows, max_tokens= pads them into batches under a "
+                             "token budget: give one of them")
         if seq_len is not None:
             o.seq_len = _integer("seq_len", seq_len, 1, 1 << 24)
-            o.pack_window = _integer("pack_window", pack_window, 1)
             if long_samples is None:
                 long_samples = "split" if tokenizer is not None else "error"
+        if max_tokens is not None:
+            o.max_tokens = _integer("max_tokens", max_tokens, 1, 1 << 40)
+            if long_samples is None:
+                long_samples = "error"
+        if seq_len is not None or max_tokens is not None:
+            o.pack_window = _integer("pack_window", pack_window, 1)
             o.long_samples = _choice("long_samples", long_samples, ("error", "truncate", "split"))
             o.pad_id = _integer("pad_id", pad_id, -2**63, 2**63 - 1)
         if token_dtype is None:
@@ -712,7 +742,8 @@ class Loader:
 
     def __repr__(self):
         o = self._options
-        return (f"stoker.Loader({o.path!r}, batch_size={o.batch_size}, order={o.order!r}, "
+        size = f"max_tokens={o.max_tokens}" if o.max_tokens else f"batch_size={o.batch_size}"
+        return (f"stoker.Loader({o.path!r}, {size}, order={o.order!r}, "
                 f"seed={o.seed}, rank={self.rank}/{self.world_size}, epoch={self.epoch})")
 
     # --- helpers ---------------------------------------------------------------------

@@ -214,3 +214,79 @@ def test_packed_samples_mix_and_text_resumes(tmp_path):
     again.load_state_dict(first.state_dict())
     rest = [b["index"].copy() for b in again]
     assert len(rest) == len(whole) - 5 and all((x == y).all() for x, y in zip(rest, whole[5:]))
+
+
+def test_max_tokens_batches_pad_to_the_longest_under_the_budget_over_ranks_and_resume(tmp_path):
+    """max_tokens=: batches of a varying number of whole samples, padded to the longest,
+    B x L within the budget, an attention mask on the real tokens; every sample once per
+    epoch; two ranks take the one sequence's batches in turn, as many each; a resumed
+    loader delivers the rest exactly; text tokenised in the loader batches the same way."""
+    rng = np.random.default_rng(8)
+    lengths = np.clip(rng.lognormal(3.5, 0.8, size=400).astype(int), 1, 200)
+    with stoker.Writer(str(tmp_path / "sft"), fields={"tokens": ("vararray", "int32", ()),
+                                                    "loss_mask": ("vararray", "uint8", ()),
+                                                    "txt": "text"}) as w:
+        for i, n in enumerate(lengths):
+            k = np.arange(n)
+            w.write({"tokens": (i * 1000 + k).astype(np.int32), "loss_mask": (k >= n // 2).astype(np.uint8),
+                     "txt": "ab " * int(n)})
+
+    def make(**kw):
+        return stoker.Loader(str(tmp_path / "sft"), max_tokens=1024, seed=5, targets=True, loss_mask=True,
+                             position_ids=True, pad_id=-1, pack_window=128, **kw)
+
+    loader = make()
+    seen = np.zeros(len(lengths), dtype=int)
+    batches = []
+    padding = 0
+    for b in loader:
+        B, L = b["tokens"].shape
+        assert B * L <= 1024 and b["index"].shape == (B,) and b["attention_mask"].dtype == torch.uint8
+        idx = b["index"].numpy()
+        batches.append(idx.copy())
+        seen[idx] += 1
+        assert L == lengths[idx].max()
+        att = b["attention_mask"].numpy().astype(bool)
+        assert (att == (np.arange(L)[None, :] < lengths[idx][:, None])).all()
+        tok, tgt, mask = b["tokens"].numpy(), b["targets"].numpy(), b["loss_mask"].numpy()
+        k = np.arange(L)[None, :]
+        assert (tok[att] == (idx[:, None] * 1000 + k)[att]).all() and (tok[~att] == -1).all()
+        last = k + 1 == lengths[idx][:, None]
+        assert (tgt[att & ~last] == tok[att & ~last] + 1).all() and (tgt[last | ~att] == -1).all()
+        assert (mask == (att & ~last & (k + 1 >= lengths[idx][:, None] // 2))).all()
+        assert (b["position_ids"].numpy()[att] == np.broadcast_to(k, att.shape)[att]).all()
+        padding += int((~att).sum())
+    assert (seen == 1).all() and len(loader) == len(batches) and "max_tokens=1024" in repr(loader)
+    assert loader.stats()["padding_tokens"] == padding
+
+    ranks = [[b["index"].numpy().copy() for b in make(rank=r, world_size=2)] for r in range(2)]
+    steps = (len(batches) + 1) // 2
+    assert len(ranks[0]) == len(ranks[1]) == steps
+    for k in range(steps):
+        for r in range(2):
+            assert (ranks[r][k] == batches[(2 * k + r) % len(batches)]).all()
+
+    first = make()
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    again = make()
+    again.load_state_dict(first.state_dict())
+    rest = [b["index"].numpy().copy() for b in again]
+    assert len(rest) + 3 == len(batches) and all((x == y).all() for x, y in zip(rest, batches[3:]))
+
+    ranks_file = tmp_path / "r.tiktoken"
+    import base64
+    ranks_file.write_text("".join(f"{base64.b64encode(bytes([c])).decode()} {c}\n" for c in range(256)))
+    text = stoker.Loader(str(tmp_path / "sft"), max_tokens=2048, tokenizer=str(ranks_file), text_field="txt",
+                         tokenizer_options={"pattern": r"\S+|\s+"}, numpy=True, seed=1)
+    docs = 0
+    for b in text:
+        B, L = b["tokens"].shape
+        assert B * L <= 2048
+        # "ab " per stored token, one id per byte: 3 n ids.
+        assert (b["attention_mask"].sum(axis=1) == 3 * lengths[b["index"]]).all()
+        docs += B
+    assert docs == len(lengths)
+    with pytest.raises(ValueError, match="give one of them"):
+        stoker.Loader(str(tmp_path / "sft"), batch_size=4, max_tokens=1024)

@@ -11,6 +11,7 @@
 #include "pipeline/bucket_plan.h"
 #include "pipeline/loader_report.h"
 #include "pipeline/packed_samples.h"
+#include "pipeline/padded_batches.h"
 #include "pipeline/video_fields.h"
 #include "pipeline/producer.h"
 #include "pipeline/skip_compaction.h"
@@ -55,12 +56,17 @@ class DatasetFeed final : public Feed {
   Context ctx;
   std::vector<Output> outputs_;  // ctx.tensors, then ctx.vars
   bool tokens = false;
-  bool packed = false;  // samples of varying length packed into rows (LoaderOptions::seq_len)
+  bool packed = false;  // samples of varying length: packed into rows (seq_len) or padded (max_tokens)
   std::shared_ptr<const PackPlan> plan_;  // packed: which samples each row holds
+  // max_tokens: padded batches, each one unit of the order (opt.batch_size is 1 here).
+  std::optional<PaddedFacts> padded_;
   bool fast_crop = false;  // manifest meta "fast_crop" (LoaderStats::fast_crop)
   // Token data trims the final step to a multiple of the world size instead of padding it
   // (order.h TailPolicy): padding would need the first window decompressed again.
-  TailPolicy tail_policy() const noexcept { return tokens || packed ? TailPolicy::kTrim : TailPolicy::kPad; }
+  // Padded batches repeat whole planned batches, read again like any record.
+  TailPolicy tail_policy() const noexcept {
+    return (tokens || packed) && !padded_ ? TailPolicy::kTrim : TailPolicy::kPad;
+  }
   // LoaderOptions::max_skipped as a count of this run's samples.
   uint64_t skip_budget(const RankSchedule& s) const {
     const uint64_t nb = s.num_batches();
@@ -115,6 +121,20 @@ class DatasetFeed final : public Feed {
   void stop_run();
   Batch make_batch(const std::shared_ptr<Job>& job, uint64_t n, std::shared_ptr<RingLease> lease);
   LoaderStats snapshot() const;
+  // Packed rows and padded batches: the records each unit of the order reads.
+  CachedShards::UnitRecords unit_records() const {
+    if (padded_) {
+      return [p = padded_->plan](uint64_t u, const std::function<void(uint64_t)>& fn) {
+        for (uint64_t x = p->begin[u]; x < p->begin[u + 1]; ++x) fn(p->samples[x]);
+      };
+    }
+    if (plan_) {
+      return [p = plan_](uint64_t u, const std::function<void(uint64_t)>& fn) {
+        for (const PackedPiece& piece : p->row(u)) fn(piece.sample);
+      };
+    }
+    return nullptr;
+  }
   // Positions in an epoch's order: the records, or the bucketed order's (buckets.h).
   uint64_t order_units() const {
     return ctx.buckets ? BucketOrder::epoch_size(ctx.buckets->counts, ctx.buckets->group, ctx.buckets->fill)
@@ -124,6 +144,7 @@ class DatasetFeed final : public Feed {
 
 DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::shared_ptr<TuneThreadBudget> shared_threads)
     : opt(options) {
+  if (opt.max_tokens > 0) opt.batch_size = 1;  // a batch is one planned batch (padded_batches.h)
   ctx.opt = &opt;
   ctx.rank = rank;
   ShardReaderOptions ro;
@@ -138,7 +159,11 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
   TokenFacts tok;
   tok.field = tokens_field(schema);
   tokens = tok.field >= 0;
-  packed = !tokens && opt.seq_len > 0;
+  packed = !tokens && (opt.seq_len > 0 || opt.max_tokens > 0);
+  if (tokens && opt.max_tokens > 0)
+    throw_error(ErrorCode::kInvalidArgument, "max_tokens: " + opt.path + " holds token rows of one length (" +
+                                                 schema.to_string() + "); max_tokens batches samples of varying "
+                                                 "length (a var-array 'tokens' field)");
   if (tokens && opt.seq_len > 0)
     throw_error(ErrorCode::kInvalidArgument, "seq_len: " + opt.path + " holds token rows of the seq_len they were "
                                                  "packed with (" + schema.to_string() + "); seq_len packs samples of "
@@ -159,7 +184,15 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
   ctx.order_opt = opt.order;
   std::vector<uint64_t> groups;
   PackedFacts pack;
-  if (packed) {
+  if (packed && opt.max_tokens > 0) {
+    padded_ = plan_padded_batches(opt, ctx);
+    groups.assign(padded_->plan->batches(), 1);
+    if (ctx.order_opt.kind != OrderKind::kSequential) {
+      ctx.order_opt.kind = OrderKind::kShuffled;
+      ctx.order_opt.chunk_size = 1;
+      ctx.order_opt.window_chunks = 1;
+    }
+  } else if (packed) {
     pack = plan_packed_samples(opt, ctx);
     plan_ = pack.plan;
     groups = pack.plan->group_rows;
@@ -252,6 +285,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
   run->warn = opt.warning_sink;
   for (auto& slot : ring->slots) slot->var_offsets.assign(ctx.vars.size() * (B + 1), 0);
   if (tokens) producer = make_token_producer(ctx, tok);
+  else if (padded_) producer = make_record_producer(ctx, make_padded_work(ctx, *padded_));
   else if (packed) producer = make_record_producer(ctx, make_packed_work(ctx, pack));
   else if (!vid.empty()) producer = make_record_producer(ctx, make_video_work(ctx, img, vid));
   else producer = make_record_producer(ctx, make_image_work(ctx, img));
@@ -354,7 +388,7 @@ void DatasetFeed::start_run() {
     if (!first_run) net_base = ctx.cached->stats();
     first_run = false;
   }
-  if (ctx.cached) ctx.cached->prefetch_run(*r.order, *r.sched, *ctx.dataset, tokens);
+  if (ctx.cached) ctx.cached->prefetch_run(*r.order, *r.sched, *ctx.dataset, tokens, unit_records());
   r.stop = false;
   r.next_start = 0;
   r.jobs.clear();
@@ -513,6 +547,7 @@ Batch DatasetFeed::make_batch(const std::shared_ptr<Job>& job, uint64_t n,
     views.push_back(std::move(v));
   }
   if (ctx.buckets && n > 0) shape_bucket_views(*ctx.buckets, batch_bucket(*ctx.buckets, job->samples[0]), n, views);
+  if (padded_ && n > 0) n = shape_padded_views(*padded_, job->samples[0], views);
   if (!ctx.vars.empty()) {
     // Variable-size outputs: each one's samples back to back in the slot's own buffer
     // (leased with it), and B + 1 offsets.
@@ -601,6 +636,10 @@ LoaderStats DatasetFeed::snapshot() const {
   if (plan_) {
     s.truncated_tokens = plan_->truncated_tokens;
     s.empty_samples = plan_->empty_samples;
+  }
+  if (padded_) {
+    s.truncated_tokens = padded_->plan->truncated_tokens;
+    s.empty_samples = padded_->plan->empty_samples;
   }
   s.tokens = tokens;
   s.fast_crop = fast_crop;

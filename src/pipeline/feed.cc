@@ -27,14 +27,23 @@ void check_options(const LoaderOptions& opt) {
                   "mixtures take on_error 'error' only (a skipped sample would shift a source's positions)");
   }
   if (opt.batch_size == 0) throw_error(ErrorCode::kInvalidArgument, "batch_size must be >= 1");
-  if (!opt.tokenizer.empty() && opt.seq_len == 0)
+  if (opt.seq_len > 0 && opt.max_tokens > 0)
+    throw_error(ErrorCode::kInvalidArgument, "seq_len packs samples into rows, max_tokens pads them into batches "
+                                             "under a token budget: give one of them");
+  if (opt.max_tokens > 0 && !opt.sources.empty())
+    throw_error(ErrorCode::kInvalidArgument, "max_tokens: a mixture cannot be batched by tokens yet; batch one dataset");
+  if (!opt.tokenizer.empty() && opt.seq_len == 0 && opt.max_tokens == 0)
     throw_error(ErrorCode::kInvalidArgument, "tokenizer: text tokenised in the loader is packed into rows of seq_len "
-                                             "tokens: give seq_len");
-  if (opt.seq_len > 0 && opt.pack_window == 0) throw_error(ErrorCode::kInvalidArgument, "pack_window must be >= 1");
+                                             "tokens or padded into batches of max_tokens: give one of them");
+  if ((opt.seq_len > 0 || opt.max_tokens > 0) && opt.pack_window == 0)
+    throw_error(ErrorCode::kInvalidArgument, "pack_window must be >= 1");
   if (opt.seq_len > 0 && opt.on_error != OnError::kError)
     throw_error(ErrorCode::kInvalidArgument,
                 "packed samples (seq_len) take on_error 'error' only: a dropped sample would leave a hole in a row "
                 "whose other samples are planned around it");
+  if (opt.max_tokens > 0 && opt.on_error != OnError::kError)
+    throw_error(ErrorCode::kInvalidArgument,
+                "max_tokens batches take on_error 'error' only: a dropped sample would change a planned batch");
   if (opt.max_skipped && !(*opt.max_skipped >= 0))
     throw_error(ErrorCode::kInvalidArgument, "max_skipped = " + std::to_string(*opt.max_skipped) +
                                                  " is not a fraction in [0, 1), a count >= 1 or infinity");

@@ -50,20 +50,20 @@ int text_field(const LoaderOptions& opt, const Schema& schema) {
   return found;
 }
 
-// Every document's token count, tokenising the dataset once on `threads` threads.
-std::vector<uint32_t> text_lengths(const Context& ctx, const PackedFacts& f) {
+// The token counts of documents [begin, end) into lengths[begin, end), tokenised on
+// `threads` threads.
+void tokenise_range(const Context& ctx, const PackedFacts& f, uint64_t begin, uint64_t end,
+                    std::vector<uint32_t>& lengths) {
   const Dataset& dataset = *ctx.dataset;
-  const uint64_t n = dataset.record_count();
-  std::vector<uint32_t> lengths(n);
-  std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> next{begin};
   std::mutex mu;
   std::exception_ptr failed;
   auto work = [&] {
     std::vector<uint32_t> ids;
     constexpr uint64_t kChunk = 64;
     try {
-      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < n;) {
-        for (uint64_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
+      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < end;) {
+        for (uint64_t i = i0; i < std::min(end, i0 + kChunk); ++i) {
           const Record r = dataset.read(i);
           ids.clear();
           document_ids(f, r.fields[static_cast<size_t>(f.text_field)], ids);
@@ -73,14 +73,40 @@ std::vector<uint32_t> text_lengths(const Context& ctx, const PackedFacts& f) {
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       if (!failed) failed = std::current_exception();
-      next = n;
+      next = end;
     }
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < std::max(1u, ctx.threads); ++t) pool.emplace_back(work);
+  const uint64_t chunks = (end - begin + 63) / 64;
+  for (unsigned t = 1; t < std::min<uint64_t>(std::max(1u, ctx.threads), chunks); ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
   if (failed) std::rethrow_exception(failed);
+}
+
+// Every document's token count, tokenising the dataset once. A remote dataset's shards
+// come into the cache one at a time, each pinned while its documents are tokenised (its
+// reader closed before the pin goes, as for_each_record_location does).
+std::vector<uint32_t> text_lengths(const Context& ctx, const PackedFacts& f) {
+  const Dataset& dataset = *ctx.dataset;
+  std::vector<uint32_t> lengths(dataset.record_count());
+  if (!ctx.cached) {
+    tokenise_range(ctx, f, 0, lengths.size(), lengths);
+    return lengths;
+  }
+  uint64_t first = 0;
+  for (size_t s = 0; s < dataset.shard_count(); ++s) {
+    const uint64_t n = dataset.manifest().shards[s].records;
+    ShardCache::Pin pin = ctx.cached->pin(s);
+    try {
+      tokenise_range(ctx, f, first, first + n, lengths);
+    } catch (...) {
+      dataset.close_shard(s);
+      throw;
+    }
+    dataset.close_shard(s);
+    first += n;
+  }
   return lengths;
 }
 
@@ -121,7 +147,8 @@ PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema) {
       f.tokens_field >= 0 ? elem_type_of(schema.fields[static_cast<size_t>(f.tokens_field)].dtype) : std::nullopt;
   if (!stored || !is_token_type(*stored))
     throw_error(ErrorCode::kInvalidArgument,
-                "seq_len: packing samples into rows needs records with a 1-D var-array field 'tokens' of uint16, "
+                std::string(opt.max_tokens ? "max_tokens: padded batches of samples need" : "seq_len: packing samples into rows needs") +
+                " records with a 1-D var-array field 'tokens' of uint16, "
                 "uint32, int32 or int64 (or text and a tokenizer), and " + opt.path + " has schema " +
                     schema.to_string());
   f.stored_type = *stored;
@@ -136,12 +163,8 @@ PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema) {
   return f;
 }
 
-PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
+std::vector<uint32_t> sample_lengths(const Context& ctx, const PackedFacts& f) {
   const Dataset& dataset = *ctx.dataset;
-  if (!opt.tokenizer.empty() && ctx.cached)
-    throw_error(ErrorCode::kInvalidArgument, "tokenizer: tokenising in the loader reads local datasets, and " +
-                                                 opt.path + " is a URL; tokenise at pack time (`stoker pack text`)");
-  PackedFacts f = packed_facts(opt, dataset.schema());
   std::vector<uint32_t> lengths;
   if (f.tokenizer) {
     lengths = text_lengths(ctx, f);
@@ -158,6 +181,13 @@ PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
       lengths.push_back(static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX)));
     });
   }
+  return lengths;
+}
+
+PackedFacts plan_packed_samples(const LoaderOptions& opt, Context& ctx) {
+  const Dataset& dataset = *ctx.dataset;
+  PackedFacts f = packed_facts(opt, dataset.schema());
+  const std::vector<uint32_t> lengths = sample_lengths(ctx, f);
   PackingRules rules{opt.seq_len, opt.pack_window, opt.long_samples, opt.order.seed};
   f.plan = std::make_shared<const PackPlan>(plan_packing(lengths, rules, [&](uint64_t i) {
     auto [s, r] = dataset.locate(i);

@@ -48,6 +48,12 @@ struct PackedFacts {
 /// bad bos/eos; what open_tokenizer throws.
 PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema);
 
+/// Every sample's token count, in record order: from the shard indexes, or for text by
+/// tokenising the dataset once (on ctx.threads threads; a URL dataset's shards fetched
+/// into the cache one at a time). kDataLoss: a stored loss_mask whose length is not
+/// the tokens'.
+std::vector<uint32_t> sample_lengths(const Context& ctx, const PackedFacts& f);
+
 /// The schema's fields for packing, the plan (kInvalidArgument: no usable `tokens`
 /// field, a sample too long under LongSamples::kError, naming it) and the outputs,
 /// added to `ctx`.

@@ -121,4 +121,62 @@ PackPlan plan_packing(std::span<const uint32_t> lengths, const PackingRules& rul
   return plan;
 }
 
+TokenBatchPlan plan_token_batches(std::span<const uint32_t> lengths, uint64_t max_tokens, const PackingRules& rules,
+                                  const std::function<std::string(uint64_t)>& name) {
+  if (max_tokens == 0 || rules.window == 0)
+    throw_error(ErrorCode::kInvalidArgument, "max_tokens batches need max_tokens >= 1 and a window of >= 1 samples");
+  if (rules.long_samples == LongSamples::kSplit)
+    throw_error(ErrorCode::kInvalidArgument, "max_tokens: long_samples 'split' cuts samples over packed rows; a "
+                                             "padded batch holds whole samples ('error' or 'truncate')");
+  TokenBatchPlan plan;
+  plan.max_tokens = max_tokens;
+  const uint64_t n = lengths.size();
+  if (n == 0) return plan;
+  // The rows' shuffle: the same samples share a window in either mode.
+  const Permutation shuffle(n, mix64(rules.seed ^ kPackingKey));
+  const uint32_t cap = static_cast<uint32_t>(std::min<uint64_t>(max_tokens, UINT32_MAX));
+  // A window of kWindowBatches batches or more: sorting fewer samples leaves the lengths
+  // within a batch far apart (more padding) when a batch holds many of them.
+  double total = 0;
+  uint64_t nonempty = 0;
+  for (uint32_t L : lengths) {
+    total += std::min(L, cap);
+    nonempty += L > 0;
+  }
+  const double per_batch = total > 0 ? static_cast<double>(max_tokens) * static_cast<double>(nonempty) / total : 1;
+  const uint64_t window = std::max<uint64_t>(rules.window, static_cast<uint64_t>(kWindowBatches * per_batch));
+  std::vector<std::pair<uint32_t, uint64_t>> items;  // (delivered length, sample)
+  for (uint64_t w0 = 0; w0 < n; w0 += window) {
+    items.clear();
+    for (uint64_t q = w0; q < std::min(n, w0 + window); ++q) {
+      const uint64_t s = shuffle(q);
+      const uint32_t L = lengths[s];
+      if (L == 0) {
+        plan.empty_samples++;
+        continue;
+      }
+      if (L > max_tokens && rules.long_samples == LongSamples::kError)
+        throw_error(ErrorCode::kInvalidArgument,
+                    name(s) + ": a sample of " + std::to_string(L) + " tokens is longer than max_tokens (" +
+                        std::to_string(max_tokens) + "); pass long_samples='truncate' or a larger max_tokens");
+      if (L > cap) plan.truncated_tokens += L - cap;
+      items.emplace_back(std::min(L, cap), s);
+    }
+    std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t i = 0; i < items.size();) {
+      const uint64_t L = items[i].first;
+      const size_t take = std::min<uint64_t>(items.size() - i, max_tokens / L);
+      for (size_t x = i; x < i + take; ++x) {
+        plan.samples.push_back(items[x].second);
+        plan.lengths.push_back(items[x].first);
+        plan.tokens += items[x].first;
+      }
+      plan.positions += take * L;
+      plan.begin.push_back(plan.samples.size());
+      i += take;
+    }
+  }
+  return plan;
+}
+
 }  // namespace stoker::internal

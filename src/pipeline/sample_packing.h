@@ -68,4 +68,36 @@ struct PackPlan {
 PackPlan plan_packing(std::span<const uint32_t> lengths, const PackingRules& rules,
                       const std::function<std::string(uint64_t)>& name);
 
+/// LoaderOptions::max_tokens: which samples share each padded batch. Made as the rows
+/// are (the same seed-keyed shuffle, cut into windows), then each window is sorted
+/// longest first (ties in the shuffle's order) and cut greedily: a batch takes the next
+/// samples while its count times its first (longest) length stays within max_tokens.
+/// A window is `window` samples, or kWindowBatches batches' worth when more (that many
+/// times max_tokens over the mean length). A pure function of the lengths and the rules.
+inline constexpr uint64_t kWindowBatches = 128;
+struct TokenBatchPlan {
+  uint64_t max_tokens = 0;
+  std::vector<uint64_t> begin{0};  ///< batches() + 1 offsets into samples / lengths
+  std::vector<uint64_t> samples;   ///< global record indexes, batch by batch, longest first
+  std::vector<uint32_t> lengths;   ///< each one's delivered length (truncated: max_tokens)
+  uint64_t tokens = 0;            ///< tokens delivered (non-padding positions)
+  uint64_t positions = 0;         ///< sum over batches of B x L
+  uint64_t empty_samples = 0;     ///< samples with no tokens, left out
+  uint64_t truncated_tokens = 0;  ///< LongSamples::kTruncate: tokens cut off
+
+  uint64_t batches() const noexcept { return begin.size() - 1; }
+  uint64_t size(uint64_t b) const noexcept { return begin[b + 1] - begin[b]; }
+  uint32_t width(uint64_t b) const noexcept { return lengths[begin[b]]; }  ///< L: the longest
+  /// Non-padding share of the batches' positions, in [0, 1].
+  double efficiency() const noexcept {
+    return positions ? static_cast<double>(tokens) / static_cast<double>(positions) : 1.0;
+  }
+};
+
+/// The padded batches for samples of `lengths` tokens. rules.seq_len is not used;
+/// kInvalidArgument for max_tokens 0, LongSamples::kSplit, or a sample longer than
+/// max_tokens under kError, naming it with `name(i)`.
+TokenBatchPlan plan_token_batches(std::span<const uint32_t> lengths, uint64_t max_tokens, const PackingRules& rules,
+                                  const std::function<std::string(uint64_t)>& name);
+
 }  // namespace stoker::internal

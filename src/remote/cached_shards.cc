@@ -137,7 +137,7 @@ std::unique_ptr<IoEngine> CachedShards::make_record_engine(unsigned queue_depth)
 }
 
 void CachedShards::prefetch_run(const EpochOrder& order, const RankSchedule& sched, const Dataset& dataset,
-                                bool rows_of_records) {
+                                bool rows_of_records, const UnitRecords& records_of) {
   if (records_) return;  // no shard is fetched whole
   const size_t shards = dataset.shard_count();
   // When every shard fits, nothing read is evicted: each shard is listed once, in the
@@ -177,7 +177,10 @@ void CachedShards::prefetch_run(const EpochOrder& order, const RankSchedule& sch
       const uint64_t n = sched.batch_length(k);
       units.resize(n);
       order.at_strided(sched.position(k, 0), sched.world_size(), n, units.data());
-      for (uint64_t u : units) visit(order.layout().locate(u).first);  // groups are shards
+      for (uint64_t u : units) {
+        if (records_of) records_of(u, [&](uint64_t record) { visit(dataset.locate(record).first); });
+        else visit(order.layout().locate(u).first);  // groups are shards
+      }
     }
   }
   {

@@ -94,10 +94,15 @@ class CachedShards {
   /// Shard s as errors name it: its URL.
   std::string shard_url(size_t s) const { return store_->object_url(cache_->manifest().shards.at(s).name); }
 
+  /// fn(record) for each record a unit of the order reads.
+  using UnitRecords = std::function<void(uint64_t unit, const std::function<void(uint64_t record)>& fn)>;
   /// Tells the cache this rank's shards in the order the run reads them (a shard read
   /// again after others have been read since is listed again). `rows_of_records`: the
-  /// order's units are rows of records (token data) rather than records.
-  void prefetch_run(const EpochOrder& order, const RankSchedule& sched, const Dataset& dataset, bool rows_of_records);
+  /// order's units are rows of records (token data) rather than records. `records_of`
+  /// (when set): the units are made of records from anywhere (packed rows, padded
+  /// batches), each unit's records as it says.
+  void prefetch_run(const EpochOrder& order, const RankSchedule& sched, const Dataset& dataset, bool rows_of_records,
+                    const UnitRecords& records_of = nullptr);
 
   /// At open, outside any run: shard s in place and pinned while the Pin lives (close
   /// the Dataset's reader of it before letting the Pin go).

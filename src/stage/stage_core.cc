@@ -21,13 +21,15 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 StageCore::StageCore(std::unique_ptr<CopyBackend> backend, StageSource source, StagerOptions opt,
-                     uint64_t default_samples, std::string host_memory, std::vector<BucketSize> buckets)
+                     uint64_t default_samples, std::string host_memory, std::vector<BucketSize> buckets,
+                     uint64_t max_tokens)
     : backend_(std::move(backend)),
       source_(std::move(source)),
       opt_(opt),
       default_samples_(default_samples),
       host_memory_(std::move(host_memory)),
-      buckets_(std::move(buckets)) {
+      buckets_(std::move(buckets)),
+      max_tokens_(max_tokens) {
   slots_.resize(opt_.device_slots);
   for (size_t i = 0; i < slots_.size(); ++i) {
     slots_[i].copy_ev = backend_->make_event();
@@ -366,6 +368,10 @@ void StageCore::make_plan(const Batch& hb) {
       }
       p.sample_bytes = per;
       p.capacity = per * samples;
+      if (max_tokens_) {
+        p.varying = true;
+        p.capacity = elem_size(t.dtype) * max_tokens_;
+      }
     } else {
       p.sample_bytes = p.capacity = elem_size(t.dtype);
     }

@@ -65,9 +65,11 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
   /// shared_ptr (leases keep it alive); threads start on the first next().
   /// `buckets`: the owned Loader's resolved buckets (LoaderOptions::buckets), whose
   /// image tensors change sample shape from batch to batch: their slots are sized for
-  /// the largest bucket.
+  /// the largest bucket. `max_tokens`: the owned Loader's LoaderOptions::max_tokens,
+  /// whose batches are [B, L] (and [B]) with B x L <= max_tokens: every dense tensor's
+  /// slot holds max_tokens elements, whatever the batch's shape.
   StageCore(std::unique_ptr<CopyBackend> backend, StageSource source, StagerOptions opt, uint64_t default_samples,
-            std::string host_memory, std::vector<BucketSize> buckets = {});
+            std::string host_memory, std::vector<BucketSize> buckets = {}, uint64_t max_tokens = 0);
   /// shutdown(), then waits for every event of every slot before freeing its memory.
   ~StageCore();
   StageCore(const StageCore&) = delete;
@@ -111,7 +113,7 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
     // from batch to batch, and the device has no use for strings. The device batch keeps
     // a copy of them.
     bool host = false;
-    bool varying = false;  // a bucket-shaped tensor: any sample shape of its rank within capacity
+    bool varying = false;  // a bucket-shaped or max_tokens tensor: any sample shape of its rank within capacity
   };
   struct Slot {
     void* mem = nullptr;
@@ -156,6 +158,7 @@ class StageCore : public std::enable_shared_from_this<StageCore> {
   const uint64_t default_samples_;
   const std::string host_memory_;
   const std::vector<BucketSize> buckets_;
+  const uint64_t max_tokens_;
 
   std::vector<Slot> slots_;       // fixed size; mem set once by make_plan
   std::vector<TensorPlan> plan_;  // written once by stoker-h2d before any batch exists

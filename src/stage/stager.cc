@@ -163,6 +163,7 @@ Stager::Stager(LoaderOptions lo, StagerOptions o) {
                 "(LoaderOptions::pixel_format = kU8HWC)");
   const std::string host_memory = lo.slot_allocator ? lo.slot_allocator->name() : host_slot_allocator()->name();
   const uint64_t samples = lo.batch_size;
+  const uint64_t max_tokens = lo.max_tokens;
   std::vector<BucketSize> buckets = resolve_buckets(lo.buckets);
   loader_ = std::make_unique<Loader>(std::move(lo));
   pos_ = std::make_unique<Position>();
@@ -184,7 +185,7 @@ Stager::Stager(LoaderOptions lo, StagerOptions o) {
                     else l->set_epoch(e);
                   }};
   core_ = std::make_shared<internal::StageCore>(internal::make_backend(b, dev), std::move(src), o, samples, host_memory,
-                                                std::move(buckets));
+                                                std::move(buckets), max_tokens);
   run_restarted();  // no thread runs yet
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -65,6 +66,36 @@ Manifest write_bytes_dataset(const std::string& dir, const BytesDatasetSpec& spe
     w.add(f);
   }
   return w.finish();
+}
+
+std::vector<uint32_t> lognormal_lengths(size_t n, uint32_t max_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::lognormal_distribution<double> d(4.0, 0.8);
+  std::vector<uint32_t> len(n);
+  for (auto& x : len) x = std::clamp<uint32_t>(static_cast<uint32_t>(d(rng)), 1, max_len);
+  return len;
+}
+
+void write_sample_dataset(const std::string& dir, const std::vector<uint32_t>& lengths, bool with_mask) {
+  Schema schema{{Field{"__key__", FieldKind::kText}, Field{"tokens", FieldKind::kVarArray, DType::kUint32, 0, {}}}};
+  if (with_mask) schema.fields.push_back(Field{"loss_mask", FieldKind::kVarArray, DType::kUint8, 0, {}});
+  DatasetWriterOptions wo;
+  wo.shard_size = 64 << 10;  // several shards
+  DatasetWriter w(dir, schema, wo);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    std::vector<uint32_t> t(lengths[i]);
+    std::vector<uint8_t> m(lengths[i]);
+    for (uint32_t k = 0; k < lengths[i]; ++k) {
+      t[k] = static_cast<uint32_t>(i * 1000 + k);
+      m[k] = k % 3 != 0;
+    }
+    const std::string key = "conv/" + std::to_string(i);
+    std::span<const uint8_t> tb(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
+    std::vector<std::span<const uint8_t>> f{{reinterpret_cast<const uint8_t*>(key.data()), key.size()}, tb};
+    if (with_mask) f.push_back(m);
+    w.add(f);
+  }
+  w.finish();
 }
 
 }  // namespace stoker::testing

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "stoker/dataset.h"
 
@@ -48,5 +49,14 @@ struct BytesDatasetSpec {
 /// Fields "data" (kBytes, random) and "label" (int64 i), shards not fsynced: the opaque
 /// records the remote and cache tests move around. Returns the manifest written.
 Manifest write_bytes_dataset(const std::string& dir, const BytesDatasetSpec& spec);
+
+/// n sample lengths drawn log-normal (mu 4, sigma 0.8: median ~55 tokens) from `seed`,
+/// clamped to [1, max_len].
+std::vector<uint32_t> lognormal_lengths(size_t n, uint32_t max_len, uint32_t seed);
+
+/// Samples of varying length: "__key__" ("conv/i"), a uint32 var-array "tokens" (sample
+/// i holds i * 1000 + k, k < lengths[i]: every delivered token says which sample and
+/// place it is) and with `with_mask` a uint8 "loss_mask" (k % 3 != 0); several shards.
+void write_sample_dataset(const std::string& dir, const std::vector<uint32_t>& lengths, bool with_mask);
 
 }  // namespace stoker::testing
