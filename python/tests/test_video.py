@@ -250,3 +250,46 @@ def test_audio_windows_and_whole_tracks(tmp_path):
         np.testing.assert_array_equal(b["flac"][j, 0].numpy(), want[s:s + 2000])
         assert np.abs(b["mp3"][j].numpy()).max() > 0.1  # sound, on both channels
         np.testing.assert_allclose(b["mp3"][j, 0].numpy(), b["mp3"][j, 1].numpy())
+
+
+def test_reencode_video_is_short_gop_cfr_and_close_to_the_source(videos):
+    # The VFR file at 25 fps: every frame 40 ms after the last, a keyframe every 6.
+    out = stoker.reencode_video(videos["vfr"], gop=6, fps=25)
+    info = _stoker.probe_media(out)
+    assert info["codec"] == "h264"
+    frames = [k[2] for k in info["keyframes"]] + [info["frames"]]
+    assert max(np.diff(frames)) <= 6
+    with av.open(io.BytesIO(out)) as c:
+        times = [float(f.time) for f in c.decode(video=0)]
+    np.testing.assert_allclose(np.diff(times), 0.04, atol=1e-6)
+    # Each output frame is the source frame shown at its time (lossy: within a tolerance).
+    ref = pyav_frames(videos["vfr"])
+    src_times = np.array(sorted(ref))
+    got = pyav_frames(out)
+    for t in (0.0, 0.44, 1.0, 2.36):
+        want = src_times[src_times <= t + 1e-9].max()
+        diff = np.abs(got[min(got, key=lambda x: abs(x - t))].astype(int) - ref[float(want)].astype(int)).mean()
+        assert diff < 6, (t, diff)
+    small = _stoker.probe_media(stoker.reencode_video(videos["h264"], gop=4, max_side=32))
+    assert (small["width"], small["height"]) == (32, 24)
+    with pytest.raises(stoker.InvalidArgumentError):
+        stoker.reencode_video(videos["h264"], gop=0)
+
+
+def test_pack_wds_and_writer_reencode_videos(tmp_path, videos):
+    tar = write_tar(tmp_path / "a.tar", [("s0", {"mp4": videos["h264"]}), ("s1", {"mp4": videos["vp9"]})])
+    spec = {"gop": 5, "max_side": 32}
+    s = stoker.pack_wds([tar], str(tmp_path / "wds"), video_reencode=spec)
+    assert s["records"] == 2 and any("re-encoded 2 videos" in n for n in s["notes"])
+    with stoker.Writer(str(tmp_path / "w"), fields={"mp4": "video"}, video_reencode=spec) as w:
+        w.write({"__key__": "a", "mp4": videos["vp9"]})
+    for ds in ("wds", "w"):
+        assert stoker.read_manifest(str(tmp_path / ds))["meta"]["video_reencode"] == \
+            "libx264 gop=5 crf=23 max_side=32 fps=source"
+        loader = stoker.Loader(str(tmp_path / ds), batch_size=1, shuffle=False,
+                               fields={"mp4": stoker.VideoClip(frames=8, stride=1, size=(24, 32), crop="none")})
+        b = next(iter(loader))
+        assert b["mp4"].shape == (1, 8, 24, 32, 3)
+        np.testing.assert_allclose(np.diff(b["mp4.pts"][0].numpy()), 0.04, atol=1e-6)
+    with pytest.raises(ValueError):
+        stoker.pack_wds([tar], str(tmp_path / "bad"), video_reencode={"gop": 5, "size": 3})
