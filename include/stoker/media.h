@@ -157,6 +157,12 @@ struct VideoClipSpec {
   float scale_min = 0.08f, scale_max = 1.0f;        ///< kRandom: area fraction bounds
   float ratio_min = 3.f / 4, ratio_max = 4.f / 3;   ///< kRandom: aspect bounds
   float flip_prob = 0.5f;  ///< kRandom: horizontal flip probability (one per clip)
+  /// > 0 (fps mode only): NAME.audio, the file's audio track over each clip's span
+  /// [t0, t0 + frames / fps), resampled by libswresample to this rate: float32
+  /// [B, C, n] ([B, clips, C, n]), n = round(frames / fps * audio_rate), zeros where the
+  /// track has no samples. A video without an audio track is a kDataLoss error. 0: none.
+  int audio_rate = 0;
+  bool audio_mono = true;  ///< audio_rate > 0: 1 channel; false: 2
 };
 
 /// How the loader cuts audio from an audio field (FieldTransform::Kind::kAudioClip):

@@ -41,6 +41,8 @@ void init_media(py::module_& m) {
       .def_readwrite("ratio_min", &VideoClipSpec::ratio_min)
       .def_readwrite("ratio_max", &VideoClipSpec::ratio_max)
       .def_readwrite("flip_prob", &VideoClipSpec::flip_prob)
+      .def_readwrite("audio_rate", &VideoClipSpec::audio_rate)
+      .def_readwrite("audio_mono", &VideoClipSpec::audio_mono)
       .def_property(
           "crop",
           [](const VideoClipSpec& s) {

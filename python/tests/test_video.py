@@ -293,3 +293,32 @@ def test_pack_wds_and_writer_reencode_videos(tmp_path, videos):
         np.testing.assert_allclose(np.diff(b["mp4.pts"][0].numpy()), 0.04, atol=1e-6)
     with pytest.raises(ValueError):
         stoker.pack_wds([tar], str(tmp_path / "bad"), video_reencode={"gop": 5, "size": 3})
+
+
+def test_audio_follows_the_clip_span(tmp_path, videos):
+    # The audio track is a ramp: the sample at time t is t / 10 (PCM, 8 kHz, as stored),
+    # so a window tells where it starts.
+    data = ffmpeg(tmp_path / "ramp.mkv", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25:duration=2",
+                  "-f", "lavfi", "-i", "aevalsrc=t/10:s=8000:d=2", *H264, "-c:a", "pcm_s16le")
+    with stoker.Writer(str(tmp_path / "ds"), fields={"mkv": "video"}) as w:
+        for k in range(4):
+            w.write({"__key__": f"v{k}", "mkv": data})
+        w.write({"__key__": "silent", "mkv": videos["h264"]})
+    clip = stoker.VideoClip(frames=8, fps=10, size=32, clips=2, audio=stoker.AudioClip(8000))
+    loader = stoker.Loader(str(tmp_path / "ds"), batch_size=4, shuffle=False, seed=3, fields={"mkv": clip})
+    b = next(iter(loader))
+    audio, pts = b["mkv.audio"].numpy(), b["mkv.pts"].numpy()
+    assert audio.shape == (4, 2, 1, 6400)  # 8 frames at 10 fps: 0.8 s at 8 kHz
+    for j in range(4):
+        for c in range(2):
+            a = audio[j, c, 0]
+            t0 = a[0] * 10
+            # t0 lies between the first frame shown and the next frame (25 fps source).
+            assert pts[j, c, 0] - 1e-3 <= t0 < pts[j, c, 0] + 0.04 + 1e-3, (t0, pts[j, c, 0])
+            live = a[: int((2.0 - t0) * 8000) - 8]  # the ramp, up to the track's end
+            np.testing.assert_allclose(live, t0 / 10 + np.arange(len(live)) / 80000, atol=2e-4)
+    with pytest.raises(ValueError):
+        stoker.VideoClip(frames=8, audio=stoker.AudioClip(8000))  # needs fps
+    bad = stoker.Loader(str(tmp_path / "ds"), batch_size=5, shuffle=False, fields={"mkv": clip})
+    with pytest.raises(stoker.DataLossError, match="no audio track"):
+        next(iter(bad))
