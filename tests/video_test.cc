@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "decode/clip_plan.h"
@@ -330,6 +331,33 @@ TEST(ClipPlan, DrawsAreAFunctionOfTheSeedAndStayInTheStream) {
   m.frames = 5;
   s.clips = 1;
   EXPECT_EQ(internal::plan_video_clips(m, s, 1)[0].at.back(), 4);
+}
+
+// VideoClipSpec::audio_rate: each clip's span of the file's audio track. The track is a
+// ramp (the sample at t is t / 10, PCM at 8 kHz), so a window tells where it starts.
+TEST_F(VideoTest, AudioFollowsTheClipSpan) {
+  std::filesystem::create_directories(dir_.str("src/a"));
+  make_video(dir_, "src/a/ramp.mkv", "-f lavfi -i testsrc=size=64x48:rate=25:duration=2 -f lavfi -i aevalsrc=t/10:s=8000:d=2 "
+                                     "-c:v libx264 -g 10 -pix_fmt yuv420p -c:a pcm_s16le");
+  pack_videofolder(dir_.str("src"), dir_.str("ds"));
+  LoaderOptions lo = stoker::testing::default_options(dir_.str("ds"), 1);
+  FieldTransform& f = lo.fields["video"];
+  f.kind = FieldTransform::Kind::kVideoClip;
+  f.video.frames = 8, f.video.fps = 10, f.video.clips = 3, f.video.height = f.video.width = 16;
+  f.video.audio_rate = 8000;
+  Loader loader(lo);
+  auto b = loader.next();
+  ASSERT_TRUE(b);
+  ASSERT_EQ((*b)["video.audio"].shape, (std::vector<int64_t>{1, 3, 1, 6400}));  // 0.8 s at 8 kHz
+  const auto* audio = static_cast<const float*>((*b)["video.audio"].data);
+  const auto* pts = static_cast<const double*>((*b)["video.pts"].data);
+  for (int c = 0; c < 3; ++c) {
+    const float* a = audio + c * 6400;
+    const double t0 = a[0] * 10.0;
+    EXPECT_GE(t0, pts[c * 8] - 1e-3) << c;  // between the first frame shown and the next
+    EXPECT_LT(t0, pts[c * 8] + 0.04 + 1e-3) << c;
+    for (int i = 0; i < 6400 && t0 + i / 8000.0 < 1.99; i += 97) EXPECT_NEAR(a[i], (t0 + i / 8000.0) / 10, 2e-4) << c << " " << i;
+  }
 }
 
 }  // namespace
