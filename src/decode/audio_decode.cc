@@ -77,7 +77,8 @@ struct AudioDecoder::Impl {
       if (!swr) {
         if (!f) return;
         SwrContext* s = nullptr;
-        AVChannelLayout out_layout, in_layout;
+        // Zeroed: av_channel_layout_copy uninits its destination first (a custom layout's map is freed).
+        AVChannelLayout out_layout{}, in_layout{};
         av_channel_layout_default(&out_layout, channels);
         // libswresample 4 takes the layouts by non-const pointer.
         if (av_channel_layout_copy(&in_layout, &f->ch_layout) < 0) refuse("the frame's channel layout cannot be read");
