@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "decode/clip_plan.h"
@@ -20,6 +21,7 @@
 #include "stoker/verify.h"
 #include "util/loader_util.h"
 #include "util/test_util.h"
+#include "util/video_util.h"
 
 namespace stoker {
 namespace {
@@ -28,44 +30,11 @@ using internal::ClipPlan;
 using internal::VideoDecoder;
 using stoker::testing::TempDir;
 
-bool have_ffmpeg() { return std::system("ffmpeg -hide_banner -version > /dev/null 2>&1") == 0; }
-
-// `ffmpeg ARGS OUT` into dir; the file's bytes.
-std::vector<uint8_t> make_video(const TempDir& dir, const std::string& name, const std::string& args) {
-  const std::string out = dir.str(name);
-  const std::string cmd = "ffmpeg -hide_banner -loglevel error -y " + args + " " + out + " 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return stoker::testing::read_file(out);
-}
-
-// 50 frames (2 s at 25 fps) of grey 16 + 4N, 64x48.
-// `then`: more filters after it.
-std::string grey(const std::string& then = "") {
-  return "-f lavfi -i \"nullsrc=s=64x48:r=25:d=2,geq=lum='16+4*N':cb=128:cr=128" + then + "\"";
-}
-
-// The frame index a decoded grey RGB frame shows (BT.601 limited range: Y = 16 + R * 219 / 255).
-int grey_index(const uint8_t* rgb, size_t pixels) {
-  double sum = 0;
-  for (size_t i = 0; i < pixels * 3; ++i) sum += rgb[i];
-  const double y = 16 + sum / (pixels * 3) * 219.0 / 255.0;
-  return static_cast<int>(std::lround((y - 16) / 4));
-}
-
-// An mp4 with its first track's matrix set to a clockwise quarter turn (a, b, c, d =
-// 0, 1, -1, 0 in 16.16, as ffmpeg writes rotate=90).
-std::vector<uint8_t> rotate_mp4(std::vector<uint8_t> f) {
-  const uint8_t tag[] = {'t', 'k', 'h', 'd'};
-  const auto it = std::search(f.begin(), f.end(), std::begin(tag), std::end(tag));
-  EXPECT_NE(it, f.end());
-  const size_t t = static_cast<size_t>(it - f.begin());
-  const size_t m = t + (f[t + 4] == 1 ? 56 : 44);
-  const uint32_t vals[4] = {0, 0x10000, 0, 0xFFFF0000u};  // a, b, u, c
-  for (int i = 0; i < 4; ++i)
-    for (int b = 0; b < 4; ++b) f[m + i * 4 + b] = static_cast<uint8_t>(vals[i] >> (24 - 8 * b));
-  for (int b = 0; b < 4; ++b) f[m + 16 + b] = 0;  // d
-  return f;
-}
+using stoker::testing::grey;
+using stoker::testing::grey_index;
+using stoker::testing::have_ffmpeg;
+using stoker::testing::make_video;
+using stoker::testing::rotate_mp4;
 
 class VideoTest : public ::testing::Test {
  protected:
@@ -362,6 +331,33 @@ TEST(ClipPlan, DrawsAreAFunctionOfTheSeedAndStayInTheStream) {
   m.frames = 5;
   s.clips = 1;
   EXPECT_EQ(internal::plan_video_clips(m, s, 1)[0].at.back(), 4);
+}
+
+// VideoClipSpec::audio_rate: each clip's span of the file's audio track. The track is a
+// ramp (the sample at t is t / 10, PCM at 8 kHz), so a window tells where it starts.
+TEST_F(VideoTest, AudioFollowsTheClipSpan) {
+  std::filesystem::create_directories(dir_.str("src/a"));
+  make_video(dir_, "src/a/ramp.mkv", "-f lavfi -i testsrc=size=64x48:rate=25:duration=2 -f lavfi -i aevalsrc=t/10:s=8000:d=2 "
+                                     "-c:v libx264 -g 10 -pix_fmt yuv420p -c:a pcm_s16le");
+  pack_videofolder(dir_.str("src"), dir_.str("ds"));
+  LoaderOptions lo = stoker::testing::default_options(dir_.str("ds"), 1);
+  FieldTransform& f = lo.fields["video"];
+  f.kind = FieldTransform::Kind::kVideoClip;
+  f.video.frames = 8, f.video.fps = 10, f.video.clips = 3, f.video.height = f.video.width = 16;
+  f.video.audio_rate = 8000;
+  Loader loader(lo);
+  auto b = loader.next();
+  ASSERT_TRUE(b);
+  ASSERT_EQ((*b)["video.audio"].shape, (std::vector<int64_t>{1, 3, 1, 6400}));  // 0.8 s at 8 kHz
+  const auto* audio = static_cast<const float*>((*b)["video.audio"].data);
+  const auto* pts = static_cast<const double*>((*b)["video.pts"].data);
+  for (int c = 0; c < 3; ++c) {
+    const float* a = audio + c * 6400;
+    const double t0 = a[0] * 10.0;
+    EXPECT_GE(t0, pts[c * 8] - 1e-3) << c;  // between the first frame shown and the next
+    EXPECT_LT(t0, pts[c * 8] + 0.04 + 1e-3) << c;
+    for (int i = 0; i < 6400 && t0 + i / 8000.0 < 1.99; i += 97) EXPECT_NEAR(a[i], (t0 + i / 8000.0) / 10, 2e-4) << c << " " << i;
+  }
 }
 
 }  // namespace

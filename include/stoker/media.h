@@ -89,6 +89,50 @@ std::vector<uint8_t> pack_media_value(std::span<const uint8_t> file, MediaKind k
 /// Whether this build can probe and decode media (it was built with libav).
 bool media_available() noexcept;
 
+/// A pack-time re-encode of video fields (PackOptions::video_reencode), the video
+/// counterpart of --fast-crop: a short, fixed GOP and a constant frame rate, so that a
+/// clip starting anywhere decodes at most gop - 1 frames it does not deliver.
+///
+/// The encoder is libx264 by default (GPL-2+, as Debian's libavcodec is built with it):
+/// H.264 is what libavcodec decodes fastest on a CPU, and tune=fastdecode drops CABAC,
+/// the deblocking filter and weighted prediction, the costliest decode steps; no
+/// B-frames, so frames leave the decoder as soon as their packet is in. "mpeg4"
+/// (libavcodec's own MPEG-4 Part 2, LGPL) is the fallback for a libavcodec without
+/// libx264: larger files at the same quality.
+struct VideoReencodeSpec {
+  int gop = 0;           ///< a keyframe every `gop` frames, 1..1000; 0: store files as they are
+  int max_side = 0;      ///< > 0: scaled so the longer side is at most this; 0: source size
+  double fps = 0;        ///< output frame rate (0.1..1000); 0: the source's average rate
+  int crf = 23;          ///< libx264 constant rate factor, 0..51 (lower: larger, closer)
+  std::string encoder = "libx264";  ///< "libx264" or "mpeg4"
+  bool enabled() const noexcept { return gop > 0; }
+  /// kInvalidArgument naming the value out of range; kUnavailable when this build
+  /// (its libavcodec) has no such encoder.
+  void check() const;
+  /// "libx264 gop=16 crf=23 max_side=320 fps=source": the manifest's meta "video_reencode".
+  std::string describe() const;
+};
+
+/// Re-encodes `file` (its bytes) in memory to an MP4 (Matroska when its audio codec
+/// has no MP4 mapping) holding:
+/// - the best video stream, decoded and encoded again at a constant frame rate: output
+///   frame k shows the source frame presented at t0 + k / fps (the last whose pts is at
+///   or before it; t0 the first frame's time, kept, so the timeline and the audio stay
+///   in sync), up to the source's end, so a variable frame rate comes out constant;
+/// - turned upright (the source's rotation applied; the output has none), scaled so its
+///   longer side is at most max_side (both sizes rounded to even: 4:2:0 chroma),
+///   limited-range yuv420p with the source's colour matrix tags;
+/// - the best audio stream copied packet for packet (not re-encoded); other streams dropped.
+/// Throws kDataLoss naming the reason when the source cannot be demuxed or decoded, or
+/// the encoder fails; kUnavailable when this libavcodec lacks the encoder (or libav);
+/// kInvalidArgument for a spec out of range.
+std::vector<uint8_t> reencode_video(std::span<const uint8_t> file, const VideoReencodeSpec& spec);
+
+/// reencode_video, then probe_media of the result (the index describes the bytes
+/// stored), checked to keep its promise: keyframes at most spec.gop frames apart.
+std::vector<uint8_t> pack_reencoded_video_value(std::span<const uint8_t> file, const VideoReencodeSpec& spec,
+                                                const MediaProbeOptions& options = {});
+
 /// How the loader cuts clips from a video field (FieldTransform::Kind::kVideoClip).
 ///
 /// A sample's `clips` clips of `frames` frames each, decoded (from the keyframe at or
@@ -113,6 +157,12 @@ struct VideoClipSpec {
   float scale_min = 0.08f, scale_max = 1.0f;        ///< kRandom: area fraction bounds
   float ratio_min = 3.f / 4, ratio_max = 4.f / 3;   ///< kRandom: aspect bounds
   float flip_prob = 0.5f;  ///< kRandom: horizontal flip probability (one per clip)
+  /// > 0 (fps mode only): NAME.audio, the file's audio track over each clip's span
+  /// [t0, t0 + frames / fps), resampled by libswresample to this rate: float32
+  /// [B, C, n] ([B, clips, C, n]), n = round(frames / fps * audio_rate), zeros where the
+  /// track has no samples. A video without an audio track is a kDataLoss error. 0: none.
+  int audio_rate = 0;
+  bool audio_mono = true;  ///< audio_rate > 0: 1 channel; false: 2
 };
 
 /// How the loader cuts audio from an audio field (FieldTransform::Kind::kAudioClip):

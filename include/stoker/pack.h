@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "stoker/media.h"
+
 #include "stoker/dataset.h"
 #include "stoker/shard.h"
 #include "stoker/tokenizer.h"
@@ -87,6 +89,13 @@ struct PackOptions {
   /// dataset, or kInvalidArgument; a Loader already open keeps reading the generation it
   /// opened. Not with `part` or `overwrite`.
   bool append = false;
+  /// Video fields (pack_videofolder, pack_wds): re-encode every video before it is
+  /// probed and stored (stoker/media.h, reencode_video: a keyframe every gop frames, a
+  /// constant frame rate, optionally scaled), so that a clip decodes at most one GOP of
+  /// frames it does not use. Off while gop == 0. A video that fails to re-encode is
+  /// kDataLoss naming it and the reason (skipped with skip_bad). Manifest meta
+  /// "video_reencode" = its describe(); summary.notes gives the sizes before and after.
+  VideoReencodeSpec video_reencode;
 };
 
 /// Options of the packers that store images (ImageFolder, WebDataset).

@@ -144,6 +144,9 @@ A pack that would write 0 records raises.
 fast_crop: rewrite JPEGs losslessly for fast training crops (as pack_imagefolder).
 exif_transpose: turn JPEGs upright by their EXIF orientation (as pack_imagefolder).
 class_names: names stored in the manifest; labels must be below their count.
+video_reencode: None, or {"gop": N, "max_side": S, "fps": F, "crf": Q, "encoder": "libx264"|"mpeg4"}:
+re-encode video members to a keyframe every N frames at a constant frame rate (as `stoker pack wds
+--video-gop N`; see stoker.reencode_video).
 overwrite=True replaces a dataset at out, kept whole until the new one is complete.)";
 
 constexpr const char* kPackTextDoc = R"(Tokenises text into a token dataset of rows with document boundaries; returns the summary.
@@ -282,9 +285,10 @@ void init_pack(py::module_& m) {
       [](const std::vector<std::string>& tars, const std::string& out, uint64_t shard_size, uint32_t align,
          int threads, bool skip_bad, bool skip_incomplete, bool overwrite, bool progress,
          const std::vector<std::string>& class_names, bool fast_crop, bool check, bool exif_transpose,
-         const std::string& part) {
+         const std::string& part, const py::object& video_reencode) {
         WdsPackOptions o;
         set_part(o, part);
+        o.video_reencode = video_reencode_from(video_reencode);
         set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
         set_image(o, fast_crop, check, exif_transpose);
         o.skip_incomplete = skip_incomplete;
@@ -299,7 +303,7 @@ void init_pack(py::module_& m) {
       py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("skip_incomplete") = false,
       py::arg("overwrite") = false, py::arg("progress") = false,
       py::arg("class_names") = std::vector<std::string>{}, py::arg("fast_crop") = false, py::arg("check") = true,
-      py::arg("exif_transpose") = false, py::arg("part") = "", kPackWdsDoc);
+      py::arg("exif_transpose") = false, py::arg("part") = "", py::arg("video_reencode") = py::none(), kPackWdsDoc);
 
   m.def(
       "commit",

@@ -21,7 +21,8 @@ namespace {
 class NativeWriter {
  public:
   NativeWriter(const std::string& out, const std::vector<py::tuple>& fields, uint64_t shard_size, int zstd,
-               uint32_t align, bool overwrite, const std::string& part, bool append) {
+               uint32_t align, bool overwrite, const std::string& part, bool append, const py::object& video_reencode)
+      : reencode_(video_reencode_from(video_reencode)) {
     Schema schema;
     for (const py::tuple& t : fields) {
       if (t.size() != 4) throw py::value_error("field spec must be (name, kind, dtype, shape)");
@@ -44,6 +45,7 @@ class NativeWriter {
       o.shard.zstd_level = zstd;
     }
     writer_ = std::make_unique<DatasetWriter>(out, schema, o, overwrite);
+    if (reencode_.enabled()) writer_->manifest().meta["video_reencode"] = reencode_.describe();
     schema_ = schema;
     out_ = out;
   }
@@ -80,7 +82,9 @@ class NativeWriter {
       const Field& f = schema_.fields[i];
       if (f.kind != FieldKind::kVideo && f.kind != FieldKind::kAudio) continue;
       try {
-        media[i] = pack_media_value(spans[i], f.kind == FieldKind::kVideo ? MediaKind::kVideo : MediaKind::kAudio);
+        media[i] = f.kind == FieldKind::kVideo && reencode_.enabled()
+                       ? pack_reencoded_video_value(spans[i], reencode_)
+                       : pack_media_value(spans[i], f.kind == FieldKind::kVideo ? MediaKind::kVideo : MediaKind::kAudio);
       } catch (const Error& e) {
         throw Error(e.code() == ErrorCode::kDataLoss ? ErrorCode::kInvalidArgument : e.code(),
                     std::string(field_kind_name(f.kind)) + " field '" + f.name + "': " + e.what());
@@ -121,6 +125,7 @@ class NativeWriter {
   uint64_t records() const { return writer_ ? writer_->records() : 0; }
 
  private:
+  VideoReencodeSpec reencode_;
   std::unique_ptr<DatasetWriter> writer_;
   Schema schema_;
   std::string out_;
@@ -131,9 +136,10 @@ class NativeWriter {
 void init_writer(py::module_& m) {
   py::class_<NativeWriter>(m, "_NativeWriter")
       .def(py::init<const std::string&, const std::vector<py::tuple>&, uint64_t, int, uint32_t, bool,
-                    const std::string&, bool>(),
+                    const std::string&, bool, const py::object&>(),
            py::arg("out"), py::arg("fields"), py::arg("shard_size"), py::arg("zstd"), py::arg("align"),
-           py::arg("overwrite"), py::arg("part") = "", py::arg("append") = false)
+           py::arg("overwrite"), py::arg("part") = "", py::arg("append") = false,
+           py::arg("video_reencode") = py::none())
       .def("add", &NativeWriter::add, py::arg("values"))
       .def("finish", &NativeWriter::finish, py::arg("meta"), py::arg("class_names"))
       .def("discard", &NativeWriter::discard)

@@ -4,6 +4,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "stoker/media.h"
+
 namespace stoker::python {
 
 namespace py = pybind11;
@@ -21,5 +23,9 @@ void init_text(py::module_& m);     // bind_text.cc: tokenizers
 
 /// The warning category for "the caller holds every batch slot" (a UserWarning).
 PyObject* held_batches_warning();
+
+/// A VideoReencodeSpec from None (off) or a dict {"gop", "max_side", "fps", "crf",
+/// "encoder"} (bind_media.cc); unknown keys are ValueError.
+VideoReencodeSpec video_reencode_from(const py::object& spec);
 
 }  // namespace stoker::python

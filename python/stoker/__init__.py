@@ -48,6 +48,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
     read_manifest,
     read_record,
     record_location,
+    reencode_video,
     sample_seed,
 )
 from . import transforms  # noqa: F401
@@ -100,6 +101,7 @@ __all__ = [
     "record_location",
     "decode_image",
     "probe_jpeg",
+    "reencode_video",
     "sample_seed",
     "default_rank_world",
     "Error",

@@ -751,6 +751,16 @@ class VideoClipSpec:
     @flip_prob.setter
     def flip_prob(self, value: float) -> None: ...
     @property
+    def audio_rate(self) -> int:
+        ...
+    @audio_rate.setter
+    def audio_rate(self, value: int) -> None: ...
+    @property
+    def audio_mono(self) -> bool:
+        ...
+    @audio_mono.setter
+    def audio_mono(self, value: bool) -> None: ...
+    @property
     def crop(self) -> str:
         ...
     @crop.setter
@@ -852,7 +862,7 @@ def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int
     The trailing tokens that make no full row are dropped and counted ("tokens_dropped").
     """
 
-def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ..., exif_transpose: bool = ..., part: str = ...) -> dict:
+def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ..., exif_transpose: bool = ..., part: str = ..., video_reencode: object = ...) -> dict:
     """
     Packs WebDataset tars (plain or compressed) into a dataset; returns the summary.
 
@@ -866,6 +876,9 @@ def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = .
     fast_crop: rewrite JPEGs losslessly for fast training crops (as pack_imagefolder).
     exif_transpose: turn JPEGs upright by their EXIF orientation (as pack_imagefolder).
     class_names: names stored in the manifest; labels must be below their count.
+    video_reencode: None, or {"gop": N, "max_side": S, "fps": F, "crf": Q, "encoder": "libx264"|"mpeg4"}:
+    re-encode video members to a keyframe every N frames at a constant frame rate (as `stoker pack wds
+    --video-gop N`; see stoker.reencode_video).
     overwrite=True replaces a dataset at out, kept whole until the new one is complete.
     """
 
@@ -896,6 +909,11 @@ def read_record(dir: str, index: int) -> dict:
 def record_location(dir: str, index: int) -> dict:
     """
     Where record `index` (global) is stored: shard path, record in shard, byte offset, sizes.
+    """
+
+def reencode_video(data: bytes, *, gop: int, max_side: int = ..., fps: Optional[float] = ..., crf: int = ..., encoder: str = ...) -> bytes:
+    """
+    A video file's bytes re-encoded as pack's video_reencode stores them (include/stoker/media.h): a keyframe every `gop` frames, constant frame rate `fps` (None: the source's average), longer side <= max_side (0: kept), turned upright, audio copied; MP4 bytes. DataLossError naming the reason.
     """
 
 def resolve_buckets(sizes: List[Tuple[int, int]], pixels: int, step: int, max_ratio: float) -> List[Tuple[int, int]]:

@@ -24,10 +24,13 @@ class VideoClip:
     random clip starts, all drawn from the loader's seed, epoch and sample, one box per
     clip), "center" (the largest centred box of the output's aspect; clips spread
     evenly) or "none" (the whole frame resized). Frames are turned upright by the file's
-    rotation."""
+    rotation. audio: an AudioClip(sample_rate, mono) without seconds: the file's audio
+    track over each clip's span [t0, t0 + frames / fps) (needs fps), resampled, as
+    ``NAME.audio`` float32 [B, C, round(frames / fps * sample_rate)] ([B, clips, C, n]),
+    zeros where the track has no samples; a video without audio is an error."""
 
     def __init__(self, frames=16, fps=None, stride=1, clips=1, size=224, crop="random", scale=(0.08, 1.0),
-                 ratio=(3.0 / 4.0, 4.0 / 3.0), flip=0.5):
+                 ratio=(3.0 / 4.0, 4.0 / 3.0), flip=0.5, audio=None):
         for what, v in (("frames", frames), ("stride", stride), ("clips", clips)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"VideoClip: {what} must be an int >= 1, got {v!r}")
@@ -49,10 +52,18 @@ class VideoClip:
             raise ValueError(f"VideoClip: flip must be in [0, 1], got {flip}")
         self.frames, self.fps, self.stride, self.clips = frames, fps, stride, clips
         self.size, self.crop, self.scale, self.ratio, self.flip = tuple(size), crop, scale, ratio, float(flip)
+        if audio is not None:
+            if not isinstance(audio, AudioClip) or audio.seconds is not None:
+                raise ValueError(f"VideoClip: audio must be an AudioClip(sample_rate, mono) without seconds (the "
+                                 f"clip's span sets them), got {audio!r}")
+            if fps is None:
+                raise ValueError("VideoClip: audio follows a clip's time span: it needs fps")
+        self.audio = audio
 
     def __repr__(self):
         return (f"VideoClip(frames={self.frames}, fps={self.fps}, stride={self.stride}, clips={self.clips}, "
-                f"size={self.size}, crop={self.crop!r}, scale={self.scale}, ratio={self.ratio}, flip={self.flip})")
+                f"size={self.size}, crop={self.crop!r}, scale={self.scale}, ratio={self.ratio}, flip={self.flip}"
+                + (f", audio={self.audio!r})" if self.audio is not None else ")"))
 
     def _field_transform(self):
         v = VideoClipSpec()
@@ -63,6 +74,8 @@ class VideoClip:
         v.scale_min, v.scale_max = self.scale
         v.ratio_min, v.ratio_max = self.ratio
         v.flip_prob = self.flip
+        if self.audio is not None:
+            v.audio_rate, v.audio_mono = self.audio.sample_rate, self.audio.mono
         f = FieldTransform()
         f.kind = FieldTransform.Kind.VIDEO_CLIP
         f.video = v

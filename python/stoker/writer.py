@@ -78,10 +78,13 @@ class Writer:
     of a dataset (shards under part-unique names and a part manifest, no MANIFEST);
     stoker.commit(out) publishes it once all N parts are written (stoker/commit.h).
     append=True: add the records to the dataset in `out` as its next generation (same
-    fields, class names and meta; a Loader already open keeps the generation it opened)."""
+    fields, class names and meta; a Loader already open keeps the generation it opened).
+    video_reencode: None, or {"gop": N, "max_side": S, "fps": F, "crf": Q, "encoder": E}:
+    re-encode every video value before it is stored, as ``stoker pack videofolder
+    --video-gop N`` does (stoker.reencode_video); the manifest's meta "video_reencode" says how."""
 
     def __init__(self, out, fields, *, shard_size=256 << 20, zstd=0, align=1, overwrite=False,
-                 class_names=None, meta=None, part=None, append=False):
+                 class_names=None, meta=None, part=None, append=False, video_reencode=None):
         if not isinstance(fields, dict) or not fields:
             raise TypeError("fields must be a non-empty dict {name: kind}")
         if isinstance(shard_size, bool) or not isinstance(shard_size, numbers.Integral):
@@ -99,7 +102,7 @@ class Writer:
         self._class_names = [str(c) for c in (class_names or [])]
         self._native = _stoker._NativeWriter(str(out), [tuple(f) for f in self._fields], int(shard_size),
                                              int(zstd), int(align), bool(overwrite), _part_text(part),
-                                             bool(append))
+                                             bool(append), video_reencode)
         self._count = 0
         self.summary = None
 

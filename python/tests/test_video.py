@@ -250,3 +250,75 @@ def test_audio_windows_and_whole_tracks(tmp_path):
         np.testing.assert_array_equal(b["flac"][j, 0].numpy(), want[s:s + 2000])
         assert np.abs(b["mp3"][j].numpy()).max() > 0.1  # sound, on both channels
         np.testing.assert_allclose(b["mp3"][j, 0].numpy(), b["mp3"][j, 1].numpy())
+
+
+def test_reencode_video_is_short_gop_cfr_and_close_to_the_source(videos):
+    # The VFR file at 25 fps: every frame 40 ms after the last, a keyframe every 6.
+    out = stoker.reencode_video(videos["vfr"], gop=6, fps=25)
+    info = _stoker.probe_media(out)
+    assert info["codec"] == "h264"
+    frames = [k[2] for k in info["keyframes"]] + [info["frames"]]
+    assert max(np.diff(frames)) <= 6
+    with av.open(io.BytesIO(out)) as c:
+        times = [float(f.time) for f in c.decode(video=0)]
+    np.testing.assert_allclose(np.diff(times), 0.04, atol=1e-6)
+    # Each output frame is the source frame shown at its time (lossy: within a tolerance).
+    ref = pyav_frames(videos["vfr"])
+    src_times = np.array(sorted(ref))
+    got = pyav_frames(out)
+    for t in (0.0, 0.44, 1.0, 2.36):
+        want = src_times[src_times <= t + 1e-9].max()
+        diff = np.abs(got[min(got, key=lambda x: abs(x - t))].astype(int) - ref[float(want)].astype(int)).mean()
+        assert diff < 6, (t, diff)
+    small = _stoker.probe_media(stoker.reencode_video(videos["h264"], gop=4, max_side=32))
+    assert (small["width"], small["height"]) == (32, 24)
+    with pytest.raises(stoker.InvalidArgumentError):
+        stoker.reencode_video(videos["h264"], gop=0)
+
+
+def test_pack_wds_and_writer_reencode_videos(tmp_path, videos):
+    tar = write_tar(tmp_path / "a.tar", [("s0", {"mp4": videos["h264"]}), ("s1", {"mp4": videos["vp9"]})])
+    spec = {"gop": 5, "max_side": 32}
+    s = stoker.pack_wds([tar], str(tmp_path / "wds"), video_reencode=spec)
+    assert s["records"] == 2 and any("re-encoded 2 videos" in n for n in s["notes"])
+    with stoker.Writer(str(tmp_path / "w"), fields={"mp4": "video"}, video_reencode=spec) as w:
+        w.write({"__key__": "a", "mp4": videos["vp9"]})
+    for ds in ("wds", "w"):
+        assert stoker.read_manifest(str(tmp_path / ds))["meta"]["video_reencode"] == \
+            "libx264 gop=5 crf=23 max_side=32 fps=source"
+        loader = stoker.Loader(str(tmp_path / ds), batch_size=1, shuffle=False,
+                               fields={"mp4": stoker.VideoClip(frames=8, stride=1, size=(24, 32), crop="none")})
+        b = next(iter(loader))
+        assert b["mp4"].shape == (1, 8, 24, 32, 3)
+        np.testing.assert_allclose(np.diff(b["mp4.pts"][0].numpy()), 0.04, atol=1e-6)
+    with pytest.raises(ValueError):
+        stoker.pack_wds([tar], str(tmp_path / "bad"), video_reencode={"gop": 5, "size": 3})
+
+
+def test_audio_follows_the_clip_span(tmp_path, videos):
+    # The audio track is a ramp: the sample at time t is t / 10 (PCM, 8 kHz, as stored),
+    # so a window tells where it starts.
+    data = ffmpeg(tmp_path / "ramp.mkv", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25:duration=2",
+                  "-f", "lavfi", "-i", "aevalsrc=t/10:s=8000:d=2", *H264, "-c:a", "pcm_s16le")
+    with stoker.Writer(str(tmp_path / "ds"), fields={"mkv": "video"}) as w:
+        for k in range(4):
+            w.write({"__key__": f"v{k}", "mkv": data})
+        w.write({"__key__": "silent", "mkv": videos["h264"]})
+    clip = stoker.VideoClip(frames=8, fps=10, size=32, clips=2, audio=stoker.AudioClip(8000))
+    loader = stoker.Loader(str(tmp_path / "ds"), batch_size=4, shuffle=False, seed=3, fields={"mkv": clip})
+    b = next(iter(loader))
+    audio, pts = b["mkv.audio"].numpy(), b["mkv.pts"].numpy()
+    assert audio.shape == (4, 2, 1, 6400)  # 8 frames at 10 fps: 0.8 s at 8 kHz
+    for j in range(4):
+        for c in range(2):
+            a = audio[j, c, 0]
+            t0 = a[0] * 10
+            # t0 lies between the first frame shown and the next frame (25 fps source).
+            assert pts[j, c, 0] - 1e-3 <= t0 < pts[j, c, 0] + 0.04 + 1e-3, (t0, pts[j, c, 0])
+            live = a[: int((2.0 - t0) * 8000) - 8]  # the ramp, up to the track's end
+            np.testing.assert_allclose(live, t0 / 10 + np.arange(len(live)) / 80000, atol=2e-4)
+    with pytest.raises(ValueError):
+        stoker.VideoClip(frames=8, audio=stoker.AudioClip(8000))  # needs fps
+    bad = stoker.Loader(str(tmp_path / "ds"), batch_size=5, shuffle=False, fields={"mkv": clip})
+    with pytest.raises(stoker.DataLossError, match="no audio track"):
+        next(iter(bad))

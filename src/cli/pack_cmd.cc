@@ -96,6 +96,29 @@ struct ImageArgs {
   }
 };
 
+// The video re-encode flags (PackOptions::video_reencode) of videofolder and wds.
+struct VideoArgs {
+  VideoReencodeSpec spec;
+
+  void declare(CLI::App* c) {
+    CLI::Option* gop = c->add_option("--video-gop", spec.gop,
+                                     "re-encode every video to a keyframe every N frames at a constant frame rate, so a "
+                                     "random clip decodes at most one GOP it does not use (lossy; libx264, tune "
+                                     "fastdecode; audio copied, rotation applied)")
+                           ->check(CLI::Range(1, 1000));
+    c->add_option("--max-side", spec.max_side, "with --video-gop: scale videos so the longer side is at most S pixels")
+        ->check(CLI::Range(2, 16384))->needs(gop);
+    c->add_option("--fps", spec.fps, "with --video-gop: output frame rate (default: each source's average rate)")
+        ->check(CLI::Range(0.1, 1000.0))->needs(gop);
+    c->add_option("--video-crf", spec.crf, "with --video-gop: libx264 quality (constant rate factor; lower is larger)")
+        ->check(CLI::Range(0, 51))->needs(gop)->capture_default_str();
+    c->add_option("--video-encoder", spec.encoder,
+                  "with --video-gop: libx264 (GPL; fastest decode) or mpeg4 (libavcodec's own, LGPL; larger files)")
+        ->check(CLI::IsMember({"libx264", "mpeg4"}))->needs(gop)->capture_default_str();
+  }
+  void apply(PackOptions& o) const { o.video_reencode = spec; }
+};
+
 struct ImageFolderArgs {
   std::string src, out;
   CommonArgs common;
@@ -117,11 +140,13 @@ int pack_imagefolder_cmd(const ImageFolderArgs& a) {
 struct VideoFolderArgs {
   std::string src, out;
   CommonArgs common;
+  VideoArgs video;
 };
 
 int pack_videofolder_cmd(const VideoFolderArgs& a) {
   PackOptions o;
   a.common.apply(o);
+  a.video.apply(o);
   return run_interruptible([&](const std::atomic<bool>* cancel) {
     o.cancel = cancel;
     return print_summary(pack_videofolder(a.src, a.out, o), a.out);
@@ -214,6 +239,7 @@ struct WdsArgs {
   std::string classes;
   CommonArgs common;
   ImageArgs image;
+  VideoArgs video;
   bool skip_incomplete = false;
 };
 
@@ -221,6 +247,7 @@ int pack_wds_cmd(const WdsArgs& a) {
   WdsPackOptions o;
   a.common.apply(o);
   a.image.apply(o);
+  a.video.apply(o);
   o.skip_incomplete = a.skip_incomplete;
   if (!a.classes.empty()) {
     std::ifstream in(a.classes);
@@ -260,6 +287,7 @@ void setup(CLI::App& tool) {
   c->add_option("SRC", vf->src, "root of the class folders")->required();
   c->add_option("OUT", vf->out, "dataset directory to write")->required();
   vf->common.declare(c);
+  vf->video.declare(c);
   on_run(c, [vf] { return pack_videofolder_cmd(*vf); });
 
   auto tk = std::make_shared<TokensArgs>();
@@ -324,6 +352,7 @@ void setup(CLI::App& tool) {
   c->add_option("PATH", wd->paths, "TAR... OUT: the WebDataset tars, then the dataset directory to write")->required()->expected(2, -1);
   c->add_option("--classes", wd->classes, "file of class names, one a line (the labels' names)");
   wd->image.declare(c);
+  wd->video.declare(c);
   c->add_flag("--skip-incomplete", wd->skip_incomplete,
               "skip samples lacking a member other samples have (listed at the end) instead of stopping");
   wd->common.declare(c);

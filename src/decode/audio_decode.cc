@@ -28,6 +28,9 @@ void AudioDecoder::decode_window(std::span<const uint8_t>, const MediaInfo&, dou
 void AudioDecoder::decode_all(std::span<const uint8_t>, const MediaInfo&, int, int, std::vector<float>&) {
   throw_error(ErrorCode::kUnavailable, "this stoker was built without libav: audio fields cannot be decoded");
 }
+MediaInfo AudioDecoder::track_of(std::span<const uint8_t>) {
+  throw_error(ErrorCode::kUnavailable, "this stoker was built without libav: audio fields cannot be decoded");
+}
 #else
 namespace {
 
@@ -74,7 +77,8 @@ struct AudioDecoder::Impl {
       if (!swr) {
         if (!f) return;
         SwrContext* s = nullptr;
-        AVChannelLayout out_layout, in_layout;
+        // Zeroed: av_channel_layout_copy uninits its destination first (a custom layout's map is freed).
+        AVChannelLayout out_layout{}, in_layout{};
         av_channel_layout_default(&out_layout, channels);
         // libswresample 4 takes the layouts by non-const pointer.
         if (av_channel_layout_copy(&in_layout, &f->ch_layout) < 0) refuse("the frame's channel layout cannot be read");
@@ -157,6 +161,27 @@ void AudioDecoder::decode_window(std::span<const uint8_t> file, const MediaInfo&
       dst[i] = at >= 0 && at < static_cast<int64_t>(p.size()) ? p[static_cast<size_t>(at)] : 0.f;
     }
   }
+}
+
+MediaInfo AudioDecoder::track_of(std::span<const uint8_t> file) {
+  Impl& m = *impl_;
+  m.in.open(file, false);
+  AVFormatContext* fmt = m.in.fmt();
+  const int si = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, nullptr, 0);
+  if (si < 0) refuse("the video has no audio track");
+  const AVStream* st = fmt->streams[si];
+  MediaInfo info;
+  info.kind = MediaKind::kAudio;
+  info.stream = si;
+  info.tb_num = st->time_base.num;
+  info.tb_den = st->time_base.den;
+  if (info.tb_num <= 0 || info.tb_den <= 0) refuse("the audio track has no time base");
+  // decode_window's times count from start_pts: 0 makes them the container's own, those
+  // of the video's frames.
+  info.start_pts = 0;
+  info.sample_rate = st->codecpar->sample_rate;
+  info.channels = st->codecpar->ch_layout.nb_channels;
+  return info;
 }
 
 void AudioDecoder::decode_all(std::span<const uint8_t> file, const MediaInfo& info, int rate, int channels,

@@ -34,6 +34,12 @@ class AudioDecoder {
   void decode_window(std::span<const uint8_t> file, const MediaInfo& info, double start_s, int rate, int channels,
                      int64_t samples, float* out);
 
+  /// The index decode_window needs (stream, time base) of the best audio track in
+  /// `file` (a video's, say), from the container's headers alone, with start_pts 0: a
+  /// window's start_s is then a time on the container's clock, as a frame's pts is.
+  /// kDataLoss when it has none.
+  MediaInfo track_of(std::span<const uint8_t> file);
+
   /// The whole track at `rate` and `channels`, interleaved ([n][channels]) into `out`
   /// (replaced). Throws as decode_window.
   void decode_all(std::span<const uint8_t> file, const MediaInfo& info, int rate, int channels, std::vector<float>& out);

@@ -2,10 +2,15 @@
 #include "decode/av_input.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
 #include "stoker/error.h"
+
+extern "C" {
+#include <libavutil/display.h>
+}
 
 namespace stoker::internal {
 namespace {
@@ -103,6 +108,67 @@ void AvInput::close() noexcept {
     av_freep(&io_->buffer);  // libav may have replaced the buffer it was given
     avio_context_free(&io_);
   }
+}
+
+AvOutput::AvOutput(const char* format) {
+  if (int rc = avformat_alloc_output_context2(&fmt_, nullptr, format, nullptr); rc < 0 || !fmt_)
+    throw_error(ErrorCode::kUnavailable, std::string("no '") + format + "' muxer in this libavformat: " + av_error(rc));
+  auto* buf = static_cast<uint8_t*>(av_malloc(kIoBuffer));
+  if (buf) io_ = avio_alloc_context(buf, kIoBuffer, 1, this, nullptr, &AvOutput::write, &AvOutput::seek);
+  if (!io_) {
+    av_free(buf);
+    release();  // a constructor that throws runs no destructor
+    throw_error(ErrorCode::kResourceExhausted, "avio_alloc_context failed");
+  }
+  fmt_->pb = io_;
+  fmt_->flags |= AVFMT_FLAG_CUSTOM_IO;
+}
+
+AvOutput::~AvOutput() { release(); }
+
+void AvOutput::release() noexcept {
+  if (fmt_) avformat_free_context(fmt_);  // leaves pb (custom IO) to us
+  fmt_ = nullptr;
+  if (io_) {
+    av_freep(&io_->buffer);
+    avio_context_free(&io_);
+  }
+}
+
+int AvOutput::write(void* opaque, uint8_t* buf, int size) {
+  auto* out = static_cast<AvOutput*>(opaque);
+  const size_t end = static_cast<size_t>(out->pos_) + static_cast<size_t>(size);
+  if (end > out->bytes_.size()) out->bytes_.resize(end);
+  std::memcpy(out->bytes_.data() + out->pos_, buf, static_cast<size_t>(size));
+  out->pos_ = static_cast<int64_t>(end);
+  return size;
+}
+
+int64_t AvOutput::seek(void* opaque, int64_t offset, int whence) {
+  auto* out = static_cast<AvOutput*>(opaque);
+  const int64_t size = static_cast<int64_t>(out->bytes_.size());
+  if (whence & AVSEEK_SIZE) return size;
+  int64_t to = 0;
+  switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: to = offset; break;
+    case SEEK_CUR: to = out->pos_ + offset; break;
+    case SEEK_END: to = size + offset; break;
+    default: return AVERROR(EINVAL);
+  }
+  if (to < 0) return AVERROR(EINVAL);
+  out->pos_ = to;  // past the end: the next write fills the gap with zeros (resize)
+  return to;
+}
+
+int32_t display_rotation(const AVStream* st) {
+  size_t size = 0;
+  const uint8_t* m = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, &size);
+  if (!m || size < 9 * sizeof(int32_t)) return 0;
+  const double ccw = av_display_rotation_get(reinterpret_cast<const int32_t*>(m));
+  if (std::isnan(ccw)) return 0;
+  long q = std::lround(-ccw / 90.0);
+  q = ((q % 4) + 4) % 4;
+  return static_cast<int32_t>(q * 90);
 }
 
 AvCodecContextPtr open_decoder(const AVCodecParameters* par) {

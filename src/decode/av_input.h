@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -71,6 +72,36 @@ class AvInput {
   AVIOContext* io_ = nullptr;
   AVFormatContext* fmt_ = nullptr;
 };
+
+/// A container written to memory through a custom AVIOContext (write and seek
+/// callbacks over a growing buffer: muxers that seek back, as MP4's does, work; no
+/// temporary file). `format` names the muxer ("mp4", "matroska"). Owns the format
+/// context (streams are added to fmt()) and the IO context; take() after
+/// av_write_trailer gives the bytes.
+class AvOutput {
+ public:
+  explicit AvOutput(const char* format);
+  ~AvOutput();
+  AvOutput(const AvOutput&) = delete;
+  AvOutput& operator=(const AvOutput&) = delete;
+  AVFormatContext* fmt() const noexcept { return fmt_; }
+  std::vector<uint8_t> take() { return std::move(bytes_); }
+
+ private:
+  void release() noexcept;
+  static int write(void* opaque, uint8_t* buf, int size);  // FFmpeg 5 passes a non-const buffer
+  static int64_t seek(void* opaque, int64_t offset, int whence);
+
+  std::vector<uint8_t> bytes_;
+  int64_t pos_ = 0;
+  AVIOContext* io_ = nullptr;
+  AVFormatContext* fmt_ = nullptr;
+};
+
+/// Clockwise degrees (0, 90, 180, 270) that turn a decoded frame of `st` upright, from
+/// its display matrix (ffmpeg's autorotate reading); 0 when it has none or it is not a
+/// quarter turn.
+int32_t display_rotation(const AVStream* st);
 
 /// A decoder opened for `par` (its codec found by id), one thread, errors explode
 /// (a damaged bitstream is an error, not a concealed frame). kDataLoss naming the codec

@@ -12,9 +12,6 @@
 
 #ifdef STOKER_HAVE_AV
 #include "decode/av_input.h"
-extern "C" {
-#include <libavutil/display.h>
-}
 #endif
 
 namespace stoker {
@@ -41,19 +38,6 @@ namespace {
 using namespace internal;
 
 [[noreturn]] void refuse(const std::string& why) { throw_error(ErrorCode::kDataLoss, why); }
-
-// Clockwise degrees that turn a decoded frame upright (ffmpeg's autorotate reading of
-// the display matrix), 0 when there is none or it is not a quarter turn.
-int32_t rotation_of(const AVStream* st) {
-  size_t size = 0;
-  const uint8_t* m = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, &size);
-  if (!m || size < 9 * sizeof(int32_t)) return 0;
-  const double ccw = av_display_rotation_get(reinterpret_cast<const int32_t*>(m));
-  if (std::isnan(ccw)) return 0;
-  long q = std::lround(-ccw / 90.0);
-  q = ((q % 4) + 4) % 4;
-  return static_cast<int32_t>(q * 90);
-}
 
 struct Scan {
   std::vector<int64_t> frame_pts;  // presented frames (decoded, or packets when not decoding)
@@ -164,7 +148,7 @@ MediaInfo probe_media(std::span<const uint8_t> file, MediaKind kind, const Media
   }
   m.width = st->codecpar->width;
   m.height = st->codecpar->height;
-  m.rotation = rotation_of(st);
+  m.rotation = display_rotation(st);
   m.frames = static_cast<int64_t>(s.frame_pts.size());
   std::sort(s.keys.begin(), s.keys.end());
   for (const auto& [pts, pos] : s.keys) {

@@ -159,4 +159,32 @@ MediaProbeOptions media_probe_options(const PackOptions& options) {
   return o;
 }
 
+std::vector<uint8_t> media_field_value(std::span<const uint8_t> file, FieldKind kind, const PackOptions& options,
+                                       ReencodeTally& tally) {
+  if (kind != FieldKind::kVideo || !options.video_reencode.enabled())
+    return pack_media_value(file, kind == FieldKind::kVideo ? stoker::MediaKind::kVideo : stoker::MediaKind::kAudio,
+                            media_probe_options(options));
+  std::vector<uint8_t> value = pack_reencoded_video_value(file, options.video_reencode, media_probe_options(options));
+  MediaInfo info;
+  ++tally.videos;
+  tally.before += file.size();
+  tally.after += parse_media_value(value, info).size();
+  return value;
+}
+
+void note_video_reencode(const PackOptions& options, Manifest& manifest) {
+  if (options.video_reencode.enabled()) manifest.meta["video_reencode"] = options.video_reencode.describe();
+}
+
+std::string reencode_note(const PackOptions& options, const ReencodeTally& tally) {
+  if (tally.videos == 0 || tally.before == 0) return {};
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "re-encoded %llu video%s (%s): %s -> %s (%+.1f %%)",
+                static_cast<unsigned long long>(tally.videos), tally.videos == 1 ? "" : "s",
+                options.video_reencode.describe().c_str(), format_bytes(static_cast<double>(tally.before)).c_str(),
+                format_bytes(static_cast<double>(tally.after)).c_str(),
+                100.0 * (static_cast<double>(tally.after) / static_cast<double>(tally.before) - 1.0));
+  return buf;
+}
+
 }  // namespace stoker::internal

@@ -2,7 +2,8 @@
 // the video counterpart of pack_imagefolder: files taken by extension (mp4, mkv, webm,
 // mov, avi; anything else ignored and counted), classes in byte order, files sorted
 // within each, every video probed (and decoded, unless check_decode is off) on the
-// worker threads and stored behind its media index, records appended in list order.
+// worker threads (re-encoded first with options.video_reencode) and stored behind its
+// media index, records appended in list order.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -71,6 +72,7 @@ struct Packed {
   std::string bad;  // "path: reason" when the video cannot be used
   ErrorCode code = ErrorCode::kDataLoss;
   uint64_t input_bytes = 0;
+  ReencodeTally reencoded;
   PreparedRecord record;
 };
 
@@ -81,6 +83,7 @@ PackSummary pack_videofolder(const std::string& src, const std::string& out, con
   if (!fs::is_directory(src))
     throw_error(fs::exists(src) ? ErrorCode::kInvalidArgument : ErrorCode::kNotFound, src + " is not a directory");
   check_output_outside(src, out, "source");
+  if (options.video_reencode.enabled()) options.video_reencode.check();
   std::vector<std::string> classes;
   uint64_t ignored = 0;
   std::vector<Video> videos = list_videos(src, classes, ignored);
@@ -97,8 +100,8 @@ PackSummary pack_videofolder(const std::string& src, const std::string& out, con
   DatasetWriter writer(out, schema, writer_options(options, out), options.overwrite);
   writer.manifest().class_names = classes;
   writer.manifest().meta["source"] = "videofolder";
+  note_video_reencode(options, writer.manifest());
   const ShardWriterOptions shard_opts = writer.options().shard;
-  const MediaProbeOptions probe = media_probe_options(options);
 
   auto produce = [&](size_t i) {
     Packed p;
@@ -106,7 +109,7 @@ PackSummary pack_videofolder(const std::string& src, const std::string& out, con
     try {
       const std::vector<uint8_t> file = read_whole_file(v.path, 4ull << 30);
       p.input_bytes = file.size();
-      const std::vector<uint8_t> value = pack_media_value(file, stoker::MediaKind::kVideo, probe);
+      const std::vector<uint8_t> value = media_field_value(file, FieldKind::kVideo, options, p.reencoded);
       const auto label = le64(v.label);
       const std::span<const uint8_t> fields[] = {as_bytes(v.key), value, label};
       p.record = prepare_record(schema, fields, shard_opts);
@@ -120,12 +123,14 @@ PackSummary pack_videofolder(const std::string& src, const std::string& out, con
   PackSummary summary;
   ProgressReporter progress("pack videofolder", videos.size(), total_bytes, options.progress);
   uint64_t done = 0;
+  ReencodeTally reencoded;
   const int threads = resolve_threads(options.threads);
   ordered_parallel_for<Packed>(videos.size(), threads, static_cast<size_t>(threads) * 2, produce, [&](size_t, Packed&& p) {
     check_cancel(options.cancel, writer, "pack videofolder", out);
     summary.input_bytes += p.input_bytes;
     progress.update(++done, summary.input_bytes);
     if (p.bad.empty()) {
+      reencoded.add(p.reencoded);
       writer.add_prepared(p.record);
       return;
     }
@@ -135,6 +140,7 @@ PackSummary pack_videofolder(const std::string& src, const std::string& out, con
   progress.finish();
   Manifest m = finish_nonempty(writer, "pack videofolder", summary);
   fill_summary(summary, m, writer);
+  if (std::string note = reencode_note(options, reencoded); !note.empty()) summary.notes.push_back(note);
   if (ignored) summary.notes.push_back("ignored " + std::to_string(ignored) + " files without a video extension");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

@@ -304,6 +304,7 @@ struct Prepared {
   uint64_t fast_crop_before = 0, fast_crop_after = 0;  // JPEGs rewritten for fast crop
   uint64_t fast_crop_jpegs = 0;
   uint64_t exif_turned = 0, exif_trimmed = 0;  // JPEGs exif_transpose turned (and trimmed)
+  ReencodeTally reencoded;
   PreparedRecord record;
 };
 
@@ -312,6 +313,7 @@ struct Prepared {
 PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string& out, const WdsPackOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   if (all_tars.empty()) throw_error(ErrorCode::kInvalidArgument, "pack wds: no tar files given");
+  if (options.video_reencode.enabled()) options.video_reencode.check();
   // A part discovers its schema from its own tars; commit_parts checks that they agree.
   const std::vector<std::string> tars = part_slice(all_tars, options.part, "tars");
   uint64_t total_bytes = 0;
@@ -358,6 +360,7 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
     writer.manifest().meta["baseline"] = "1";
     writer.manifest().meta["fast_crop"] = "1";
   }
+  note_video_reencode(options, writer.manifest());
   const ShardWriterOptions shard_opts = writer.options().shard;
   const int threads = resolve_threads(options.threads);
 
@@ -367,6 +370,7 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
   uint64_t samples_seen = 0, incomplete = 0;
   uint64_t fast_crop_jpegs = 0, fast_crop_before = 0, fast_crop_after = 0;
   uint64_t exif_turned = 0, exif_trimmed = 0;
+  ReencodeTally reencoded;
 
   auto produce = [&](const Sample& s) {
     Prepared p;
@@ -442,8 +446,7 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
         case FieldKind::kVideo:
         case FieldKind::kAudio: {
           try {
-            rewritten[f] = pack_media_value(data, field.kind == FieldKind::kVideo ? stoker::MediaKind::kVideo : stoker::MediaKind::kAudio,
-                                            media_probe_options(options));
+            rewritten[f] = media_field_value(data, field.kind, options, p.reencoded);
           } catch (const Error& e) {
             p.bad = mwhere + ": " + e.what();
             return p;
@@ -532,6 +535,7 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
             fast_crop_after += p.fast_crop_after;
             exif_turned += p.exif_turned;
             exif_trimmed += p.exif_trimmed;
+            reencoded.add(p.reencoded);
           }
         });
     samples_seen += batch.size();
@@ -606,6 +610,7 @@ PackSummary pack_wds(const std::vector<std::string>& all_tars, const std::string
   if (std::string note = exif_transpose_note(exif_turned, exif_trimmed); !note.empty()) summary.notes.push_back(note);
   if (std::string note = fast_crop_size_note(fast_crop_jpegs, fast_crop_before, fast_crop_after); !note.empty())
     summary.notes.push_back(note);
+  if (std::string note = reencode_note(options, reencoded); !note.empty()) summary.notes.push_back(note);
   if (incomplete) summary.notes.push_back("skipped " + std::to_string(incomplete) + " incomplete samples");
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

@@ -42,7 +42,7 @@ void check_spec(const std::string& name, const VideoClipSpec& s) {
 
 // One video field's clips for sample j: drawn, then decoded into place.
 void put_video(const Context& ctx, const VideoOut& o, uint64_t epoch, Job& job, uint32_t j,
-               std::span<const uint8_t> value, uint64_t sample, VideoDecoder& dec) {
+               std::span<const uint8_t> value, uint64_t sample, MediaDecoders& dec) {
   MediaInfo info;
   const std::span<const uint8_t> file = parse_media_value(value, info);
   if (info.kind != MediaKind::kVideo) throw_error(ErrorCode::kDataLoss, "the field's media index is not a video's");
@@ -56,7 +56,19 @@ void put_video(const Context& ctx, const VideoOut& o, uint64_t epoch, Job& job, 
   uint8_t* out = ctx.tensor_ptr(job, o.tensor) + j * frames.item_bytes;
   auto* times = reinterpret_cast<double*>(ctx.tensor_ptr(job, o.pts_tensor) + j * pts.item_bytes);
   for (size_t c = 0; c < plans.size(); ++c)
-    dec.decode(file, info, plans[c], o.spec.width, o.spec.height, out + c * clip_bytes, times + c * clip_pts);
+    dec.video.decode(file, info, plans[c], o.spec.width, o.spec.height, out + c * clip_bytes, times + c * clip_pts);
+  if (o.audio_tensor < 0) return;
+  // Each clip's span [t0, t0 + frames / fps) of the file's audio track (time mode: at[0]
+  // is t0 in the video's time base, to one tick).
+  const MediaInfo track = dec.audio.track_of(file);
+  const Output& audio = ctx.tensors[static_cast<size_t>(o.audio_tensor)];
+  const size_t clip_floats = audio.item_bytes / sizeof(float) / plans.size();
+  const int channels = o.spec.audio_mono ? 1 : 2;
+  const int64_t n = static_cast<int64_t>(clip_floats) / channels;
+  auto* samples = reinterpret_cast<float*>(ctx.tensor_ptr(job, o.audio_tensor) + j * audio.item_bytes);
+  for (size_t c = 0; c < plans.size(); ++c)
+    dec.audio.decode_window(file, track, info.seconds(plans[c].at.front()), o.spec.audio_rate, channels, n,
+                            samples + c * clip_floats);
 }
 
 // One audio field's window (or whole track) for sample j.
@@ -92,7 +104,7 @@ void put_video_fields(const Context& ctx, const VideoFacts& f, int key_field, ui
   try {
     for (const VideoOut& o : f.outs) {
       name = &o.name;
-      put_video(ctx, o, epoch, job, j, fields[static_cast<size_t>(o.field)], sample, dec.video);
+      put_video(ctx, o, epoch, job, j, fields[static_cast<size_t>(o.field)], sample, dec);
     }
     for (const AudioOut& o : f.audio) {
       name = &o.name;
@@ -202,6 +214,16 @@ VideoFacts plan_video_fields(const LoaderOptions& opt, const Schema& schema, Con
     }
     o.tensor = ctx.add_tensor(f.name, ElemType::kUint8, shape);
     o.pts_tensor = ctx.add_tensor(f.name + ".pts", ElemType::kFloat64, pts_shape);
+    if (o.spec.audio_rate != 0) {
+      if (o.spec.fps <= 0) bad_spec(f.name, "audio follows a clip's time span: it needs fps > 0");
+      if (o.spec.audio_rate < 1000 || o.spec.audio_rate > 384000)
+        bad_spec(f.name, "audio sample_rate must be 1000..384000, got " + std::to_string(o.spec.audio_rate));
+      const int64_t n = std::llround(o.spec.frames / o.spec.fps * o.spec.audio_rate);
+      if (n < 1 || n > (1 << 28)) bad_spec(f.name, "audio: frames / fps * sample_rate must be 1..2^28 samples");
+      std::vector<int64_t> audio_shape{o.spec.audio_mono ? 1 : 2, n};
+      if (o.spec.clips > 1) audio_shape.insert(audio_shape.begin(), o.spec.clips);
+      o.audio_tensor = ctx.add_tensor(f.name + ".audio", ElemType::kFloat32, audio_shape);
+    }
     o.seed_salt = salt++;
     facts.outs.push_back(std::move(o));
   }

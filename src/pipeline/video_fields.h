@@ -20,6 +20,7 @@ struct VideoOut {
   std::string name;     ///< the field's, for errors
   int tensor = -1;      ///< frames: uint8 [T, H, W, 3] or [clips, T, H, W, 3]
   int pts_tensor = -1;  ///< NAME.pts: float64 [T] or [clips, T]
+  int audio_tensor = -1;  ///< NAME.audio (spec.audio_rate > 0): float32 [C, n] or [clips, C, n]
   VideoClipSpec spec;
   uint64_t seed_salt = 0;  ///< distinct per video field
 };
