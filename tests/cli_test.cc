@@ -118,7 +118,7 @@ TEST(CliHelp, EveryCommandHasItsOwnHelp) {
       {"doctor", {"--device", "--dataset", "--threads", "--pinned", "--probe", "--json", "--root"}},
       {"bench", {"feed", "io", "stage", "compare"}},
       {"bench feed", {"DATASET", "--transform", "--field", "NAME=follow:LEADER", "--consumer-ms", "--order", "--no-direct",
-                      "--io-limit-mbps", "--max-seconds", "--cache-dir", "--cache-limit", "--connections"}},
+                      "--io-limit-mbps", "--io-latency-ms", "--max-seconds", "--cache-dir", "--cache-limit", "--connections"}},
       {"bench io", {"DATASET", "--order", "--qd", "--engine", "--verify", "--drop-caches", "--json"}},
       {"bench stage", {"--bytes", "--slots", "--host-slots", "--backend", "--copy-limit-mbps", "--dataset"}},
       {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out", "--fast-crop-dataset", "--field",

@@ -524,6 +524,40 @@ TEST_P(EachEngine, QueueLimitCapsTheReadsInFlightAndCountsTheWaits) {
   }
 }
 
+// IoOptions::read_latency_s: every read is handed back no sooner than the latency after
+// it was issued, and the queue limit bounds how many are out, so 8 reads through a queue
+// of 4 take two latencies; every read keeps its bytes.
+TEST_P(EachEngine, ReadLatencyHoldsEachReadAndTheQueueBoundsThem) {
+  const auto bytes = write_random("l", 1u << 20, 9);
+  IoOptions o;
+  o.engine = kind;
+  o.queue_depth = 8;
+  o.read_latency_s = 0.05;
+  auto e = make_io_engine(o);
+  EXPECT_EQ(e->set_queue_limit(4), 4u);
+  const uint32_t f = e->add_file(dir.str("l"));
+  std::vector<IoBuffer> bufs;
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < 8; ++i) {
+    bufs.push_back(e->alloc(4096));
+    reqs.push_back({f, i * 4096, 4096, bufs.back().data(), i});
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto done = run_all(*e, reqs, 8);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took, 0.1);  // two waves of 4
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_EQ(done[i].result, 4096) << i << " " << done[i].error;
+    ASSERT_EQ(0, std::memcmp(bufs[i].data(), bytes.data() + i * 4096, 4096)) << i;
+  }
+  const IoStats s = e->stats();
+  EXPECT_EQ(s.queue_limit, 4u);
+  EXPECT_LE(s.max_inflight, 4u);
+  EXPECT_EQ(s.queued_waits, 4u);
+  o.read_latency_s = -1;
+  EXPECT_THROW(make_io_engine(o), Error);
+}
+
 TEST_P(EachEngine, CancelWithReadsInFlightCompletesEveryRequestOnce) {
   const auto bytes = write_random("c", 4u << 20, 6);
   auto e = make_engine(kind, 16, true);

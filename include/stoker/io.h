@@ -75,6 +75,12 @@ struct IoOptions {
   /// within it (a token bucket holding at most max(1 request, 1/10 s) of credit); a
   /// Loader then shows how its feed behaves when reads are the bottleneck.
   double limit_bytes_per_s = 0;
+  /// Seconds each read takes at least, 0 for none (>= 0, at most 60). A positive latency
+  /// rehearses storage whose reads are slow but run many at once (networked block
+  /// storage, an object store): a read is handed back that long after it was issued, and
+  /// the queue depth (or a lower queue limit) bounds how many are out, so the rate is at
+  /// most queue_limit / latency reads per second.
+  double read_latency_s = 0;
 };
 
 /// One read: `length` bytes of file `file` (an id from add_file) at `offset` into `buf`.

@@ -294,6 +294,9 @@ void init_loader_options(py::module_& m) {
       .def_property(
           "io_limit_bytes_per_s", [](const PyLoaderOptions& x) { return x.o.io.limit_bytes_per_s; },
           [](PyLoaderOptions& x, double v) { x.o.io.limit_bytes_per_s = v; })
+      .def_property(
+          "io_read_latency_s", [](const PyLoaderOptions& x) { return x.o.io.read_latency_s; },
+          [](PyLoaderOptions& x, double v) { x.o.io.read_latency_s = v; })
       .def_readwrite("stage", &PyLoaderOptions::stage)
       .def_readwrite("device", &PyLoaderOptions::device)
       .def_readwrite("device_slots", &PyLoaderOptions::device_slots)

@@ -66,7 +66,7 @@ struct FeedArgs {
   double consumer_burn_ms = 0;
   int64_t batch = 64, size = 224, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 0,
           epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
-  double io_limit_mbps = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
+  double io_limit_mbps = 0, io_latency_ms = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
   // Packed samples / text tokenised in the loader.
   uint32_t seq_len = 0;
@@ -135,6 +135,7 @@ int run_feed(const FeedArgs& a) {
     o.remote = a.remote.options();
   }
   o.io.limit_bytes_per_s = a.io_limit_mbps * 1e6;
+  o.io.read_latency_s = a.io_latency_ms / 1e3;
   const double consumer_ms = a.consumer_ms;
   const int epochs = static_cast<int>(a.epochs);
   const bool json = a.json;
@@ -450,6 +451,8 @@ void setup(CLI::App& tool) {
   c->add_flag("--no-direct", a->no_direct, "buffered reads (no O_DIRECT)");
   c->add_option("--io-limit-mbps", a->io_limit_mbps, "throttle reads to this many MB/s (rehearses slow storage)")
       ->check(non_negative());
+  c->add_option("--io-latency-ms", a->io_latency_ms, "each read takes this long, many at once (rehearses networked storage)")
+      ->check(CLI::Range(0.0, 60000.0));
   c->add_option("--on-error", a->on_error, "a bad record stops the run, or is skipped")
       ->check(named_by(on_error_from_name, "error|skip"))->capture_default_str();
   c->add_option("--limit-seconds", a->limit_seconds, "time spent measuring the in-memory limit")

@@ -103,6 +103,9 @@ static void validate(const IoOptions& o) {
     throw_error(ErrorCode::kInvalidArgument, "IoOptions::limit_bytes_per_s must be >= 0 and finite, got " +
                                                  std::to_string(o.limit_bytes_per_s));
   }
+  if (!(o.read_latency_s >= 0) || o.read_latency_s > 60)
+    throw_error(ErrorCode::kInvalidArgument,
+                "IoOptions::read_latency_s must be in [0, 60], got " + std::to_string(o.read_latency_s));
 }
 
 static std::unique_ptr<IoEngine> make_unlimited_engine(const IoOptions& options) {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <thread>
 
+#include "io/latency_engine.h"
 #include "io/throttled_engine.h"
 #include "stoker/error.h"
 
@@ -114,6 +115,8 @@ std::unique_ptr<IoEngine> make_throttled_engine(std::unique_ptr<IoEngine> inner,
 }
 
 std::unique_ptr<IoEngine> limit_io_rate(std::unique_ptr<IoEngine> engine, const IoOptions& options) {
+  if (options.read_latency_s > 0)
+    engine = make_latency_engine(std::move(engine), options.read_latency_s, options.queue_depth);
   if (options.limit_bytes_per_s > 0) return make_throttled_engine(std::move(engine), options.limit_bytes_per_s);
   return engine;
 }

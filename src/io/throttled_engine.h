@@ -16,7 +16,8 @@ namespace stoker::internal {
 /// credit). Same threading contract as the IoEngine it wraps.
 std::unique_ptr<IoEngine> make_throttled_engine(std::unique_ptr<IoEngine> inner, double bytes_per_s);
 
-/// `engine` wrapped in options.limit_bytes_per_s when that is positive, else `engine`.
+/// `engine` wrapped in the rehearsals `options` asks for: options.read_latency_s
+/// (latency_engine.h) and options.limit_bytes_per_s, each when positive.
 std::unique_ptr<IoEngine> limit_io_rate(std::unique_ptr<IoEngine> engine, const IoOptions& options);
 
 }  // namespace stoker::internal

@@ -178,6 +178,7 @@ bool RecordProducer::reap_some(size_t min_complete, std::chrono::milliseconds ti
   auto w0 = Clock::now();
   engine.reap(done, min_complete, timeout);
   c.io_wait_ns += nanos(Clock::now() - w0);
+  if (!done.empty()) reads_.publish_if_due();
   std::vector<DecodeTask> tasks;
   for (ReadCompletion& d : done) {
     auto it = pending_.find(d.tag);

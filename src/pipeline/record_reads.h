@@ -46,6 +46,14 @@ class RecordReads {
   void wait_for_room() const;
   PlanOptions plan_options() const;
   void publish();
+  /// publish() at most every 20 ms: the tuner and the interval verdicts read the engine's
+  /// figures (queued waits, busy time) while a run is going.
+  void publish_if_due() {
+    const auto now = Clock::now();
+    if (now - published_ < std::chrono::milliseconds(20)) return;
+    published_ = now;
+    publish();
+  }
   /// End of a run on the reader thread: publishes the figures; a run stopped with reads
   /// in flight cancels and drains them (no buffer freed under the kernel) and drops the
   /// engine, which the next run makes anew.
@@ -57,6 +65,7 @@ class RecordReads {
   uint64_t slab_need_;
   std::unique_ptr<IoEngine> engine_;
   unsigned limit_ = 0;  // the queue limit last set on engine_ (0: as it opened)
+  Clock::time_point published_{};
   void close_shard(size_t shard);  // CachedShards' close callback
   std::vector<int64_t> file_ids_;  // shard -> engine file id
   CachedShards::CloseFn close_;
