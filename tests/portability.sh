@@ -110,7 +110,7 @@ TRIXIE_PKGS=(build-essential cmake ninja-build pkg-config liburing-dev libturboj
   nlohmann-json3-dev pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   python3-pil curl nginx-light patchelf python3-venv python3-pip python3-setuptools python3-wheel
   libpcre2-dev libsentencepiece-dev python3-sentencepiece libavformat-dev libavcodec-dev
-  libswscale-dev libswresample-dev libavutil-dev ffmpeg python3-av)
+  libswscale-dev libswresample-dev libavutil-dev ffmpeg python3-av python3-prometheus-client tmux)
 
 trixie_root() {
   local root="$CACHE/trixie"

@@ -158,6 +158,10 @@ def test_torchrun_two_ranks_pack_and_rank0_commits(folder, one_and_four, tmp_pat
            "--redirects", "1", "--tee", "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            "-m", "stoker.pack", "imagefolder", folder, out, "--threads", "1", "--shard-size", str(8 << 10)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    if p.returncode != 0 and "PyTorch was build without libuv support" in p.stderr:
+        # Debian 13's torch 2.6: torchrun's rendezvous makes its TCPStore with libuv
+        # whatever USE_LIBUV says, and the package is built without it.
+        pytest.skip("this torch's torchrun cannot start: its store needs libuv, which the build lacks")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "committed" in p.stdout, p.stdout
     assert stoker.read_manifest(out)["meta"]["parts"] == "2"
