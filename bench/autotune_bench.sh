@@ -19,24 +19,30 @@
 #   3. reserve_cores 1 vs 0, 2 decode threads, a consumer burning BURN_MS of CPU a
 #      batch: its step time (wall per burn) and the feed rate both ways.
 #   4. the metrics endpoint scraped every second (bench/metrics_scrape.sh) under auto.
+#   5. storage whose reads each take LATENCY_MS but run many at once (--io-latency-ms:
+#      networked block storage, an object store), where the IO queue depth sets the
+#      rate: auto (which tunes the depth from 16) vs fixed depths 16, 64 (the untuned
+#      default) and 256 at 2 threads, batches of 16, DEPTH_EPOCHS epochs after one warm-up.
 # Env defaults: GRID_ROUNDS 2, EPOCHS 2, IMG_WARMUP 3, TOKEN_EPOCHS 20, ROUNDS 3,
-# IO_MBPS 40, CONSUMER_MS 150, BURN_MS 30; SKIP: parts to skip (e.g. "14").
+# IO_MBPS 40, CONSUMER_MS 150, BURN_MS 30, LATENCY_MS 50, DEPTH_EPOCHS 4; SKIP: parts to
+# skip (e.g. "14").
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-[[ $# -ge 2 ]] || { sed -n 2,23p "$0" >&2; exit 2; }
+[[ $# -ge 2 ]] || { sed -n 2,28p "$0" >&2; exit 2; }
 images=$1 tokens=$2
 out=${3:-$(mktemp -d)}
 mkdir -p "$out"
 IMG_WARMUP=${IMG_WARMUP:-3} grid_rounds=${GRID_ROUNDS:-2} epochs=${EPOCHS:-2} TOKEN_EPOCHS=${TOKEN_EPOCHS:-20}
 rounds=${ROUNDS:-3} io_mbps=${IO_MBPS:-40} consumer_ms=${CONSUMER_MS:-150} burn_ms=${BURN_MS:-30}
+latency_ms=${LATENCY_MS:-50} depth_epochs=${DEPTH_EPOCHS:-4}
 skip=${SKIP:-}
 common=(--limit-records 16 --limit-seconds 0.1 --json)
 # Epochs of each run: set per part (token epochs are short: more of them).
 run_epochs=(--epochs "$epochs" --warmup-epochs 1)
 
 # feed NAME ARGS...: one bench feed --json run into $out/NAME.json; prints
-# "samples/s threads slots settle_s changes consumer_step_ms cpu_s".
+# "samples/s threads slots settle_s changes consumer_step_ms cpu_s queue_depth".
 feed() {
   local name=$1 cpu
   shift
@@ -47,28 +53,34 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 t = j.get("tune", {})
 print(f'{j["samples_per_s"]:.0f} {j["threads"]} {j["slots"]} {t.get("last_change_s", 0):.1f} '
-      f'{len(t.get("history", []))} {j.get("consumer_step_ms", 0):.2f} {sys.argv[2]}')
+      f'{len(t.get("history", []))} {j.get("consumer_step_ms", 0):.2f} {sys.argv[2]} {t.get("queue_depth", 0)}')
 EOF
 }
+
+# The fixed settings a workload's auto is measured against: "NAME ARGS..." each.
+grid=()
+for th in 1 2 3; do
+  for sl in 4 8; do grid+=("t$th-s$sl --threads $th --slots $sl"); done
+done
 
 # workload LABEL DATASET ARGS...: GRID_ROUNDS rounds of the grid and auto alternated
 # (the load of a shared machine weighs on all alike); the median of each setting, the
 # best fixed one, and auto's ratio to it and settle time.
 workload() {
-  local label=$1 ds=$2 i th sl r set settle changes best best_name ar
+  local label=$1 ds=$2 i th sl qd r set settle changes best best_name ar g name
   shift 2
   : > "$out/$label.rates"
   for ((i = 1; i <= grid_rounds; ++i)); do
-    for th in 1 2 3; do
-      for sl in 4 8; do
-        read -r r _ < <(feed "$label-t$th-s$sl-$i" "$ds" --threads "$th" --slots "$sl" "$@")
-        echo "t$th-s$sl $r" >> "$out/$label.rates"
-      done
+    for g in "${grid[@]}"; do
+      read -r name set <<< "$g"
+      # shellcheck disable=SC2086  # the setting's words
+      read -r r _ < <(feed "$label-$name-$i" "$ds" $set "$@")
+      echo "$name $r" >> "$out/$label.rates"
     done
-    read -r r th sl settle changes _ < <(feed "$label-auto-$i" "$ds" --threads auto "$@")
+    read -r r th sl settle changes _ _ qd < <(feed "$label-auto-$i" "$ds" --threads auto "$@")
     echo "auto $r" >> "$out/$label.rates"
     echo "$settle" >> "$out/$label.settle"
-    echo "$label round $i: auto $r samples/s at threads $th slots $sl, $changes changes, last at $settle s of feed"
+    echo "$label round $i: auto $r samples/s at threads $th slots $sl queue depth $qd, $changes changes, last at $settle s of feed"
   done
   for set in $(awk '{print $1}' "$out/$label.rates" | sort -u); do
     echo "$set $(awk -v s="$set" '$1 == s {print $2}' "$out/$label.rates" | median)"
@@ -116,6 +128,13 @@ if [[ $skip != *3* ]]; then
       "feed $(awk -v c="$rc" '$1 == c {print $3}' "$out/reserve.txt" | median) samples/s (burn $burn_ms ms)" \
       | tee -a "$out/summary.txt"
   done
+fi
+
+if [[ $skip != *5* ]]; then
+  grid=("t2-q16 --threads 2 --qd 16" "t2-q64 --threads 2 --qd 64" "t2-q256 --threads 2 --qd 256")
+  run_epochs=(--epochs "$depth_epochs" --warmup-epochs 1)
+  workload latency "$images" --size 64 --transform eval --batch 16 --io-latency-ms "$latency_ms"
+  run_epochs=(--epochs "$epochs" --warmup-epochs 1)
 fi
 
 if [[ $skip != *4* ]]; then

@@ -34,6 +34,7 @@ using testing::TempDir;
 struct Model {
   double per_thread = 100, cpu_cap = 1e9, per_slot = 1e9, consumer = 1e9;
   double per_depth = 1e9;  // storage rate per read the IO queue lets in flight
+  double queued = 0;       // records queued for the decoders, on average
   double noise = 0;  // relative, uniform
   std::mt19937 rng{7};
   FeedFigures cum;
@@ -55,11 +56,10 @@ struct Model {
     cum.io_engine_busy_s += dt * std::min(1.0, rate / io);
     cum.consumer_wait_s += dt * std::max(0.0, 1 - rate / consumer);
     cum.slots = slots;
-    // A read per sample; when the queue's depth is what holds the storage back, most of
-    // them wait for room in it.
-    const uint64_t reads = static_cast<uint64_t>(rate * dt);
-    cum.io_requests += reads;
-    if (per_depth * depth < per_slot * slots) cum.io_queued_waits += reads / 2;
+    cum.decode_queue_avg = queued;
+    // When the queue's depth is what holds the storage back, reads wait for room in it
+    // most of the time.
+    if (per_depth * depth < per_slot * slots) cum.io_queue_full_s += 0.9 * dt;
     return cum;
   }
 };
@@ -132,6 +132,24 @@ TEST(AutoTune, ReadsWaitingForQueueRoomDoubleTheQueueDepth) {
     EXPECT_EQ(c.to, 2 * c.from) << c.to_string();
     EXPECT_NE(c.reason.find("waited for room in the IO queue"), std::string::npos) << c.reason;
   }
+}
+
+// Reads held back by the queue come in waves, and each wave queues records for the
+// decoders: the verdict reads the backlog as decode bound although the decoders are far
+// from busy. The reads that waited for queue room make the depth the first knob.
+TEST(AutoTune, DecodersShortOfBusyBehindWaitingReadsRaiseTheDepthFirst) {
+  Model m;
+  m.per_thread = 500;
+  m.per_depth = 20;  // 320 samples/s at depth 16: one decoder 64 % busy
+  m.queued = 8;
+  AutoTuner t(TuneKnob{1, 1, 2, true}, TuneKnob{4, 4, 4, false});
+  t.set_queue_depth(TuneKnob{16, 4, 256, true, true});
+  drive(t, m);
+  ASSERT_FALSE(t.history().empty());
+  EXPECT_EQ(t.history().front().knob, "queue_depth") << t.history().front().to_string();
+  EXPECT_NE(t.history().front().reason.find("while the decoders were 64% busy"), std::string::npos)
+      << t.history().front().reason;
+  EXPECT_GE(t.queue_depth().value, 32u);
 }
 
 // A mixture's sources: their tuners draw decode threads from one budget, so together

@@ -517,8 +517,8 @@ TEST_P(EachEngine, QueueLimitCapsTheReadsInFlightAndCountsTheWaits) {
   const IoStats s = e->stats();
   EXPECT_EQ(s.queue_limit, 2u);
   EXPECT_EQ(s.queue_depth, 16u);
-  // All 64 came in one submit: at most 2 found room at once.
-  EXPECT_GE(s.queued_waits, 62u);
+  // All 64 came in one submit: most waited for room while 2 were read.
+  EXPECT_GT(s.queue_full_s, 0);
   if (kind == IoEngineKind::kUring) {
     EXPECT_LE(s.max_inflight, 2u);  // pread counts its queue too
   }
@@ -553,7 +553,7 @@ TEST_P(EachEngine, ReadLatencyHoldsEachReadAndTheQueueBoundsThem) {
   const IoStats s = e->stats();
   EXPECT_EQ(s.queue_limit, 4u);
   EXPECT_LE(s.max_inflight, 4u);
-  EXPECT_EQ(s.queued_waits, 4u);
+  EXPECT_GE(s.queue_full_s, 0.04);  // the second wave waited out the first (50 ms)
   o.read_latency_s = -1;
   EXPECT_THROW(make_io_engine(o), Error);
 }

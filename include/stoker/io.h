@@ -121,10 +121,10 @@ struct IoStats {
   bool registered_files = false;  ///< uring: files are registered
   unsigned queue_depth = 0;
   unsigned queue_limit = 0;     ///< reads allowed in flight now (set_queue_limit), <= queue_depth
-  /// Requests that found queue_limit reads in flight when submitted, and so waited in the
-  /// engine: a share of `requests` well above zero says the limit, not the storage,
+  /// Seconds during which reads waited in the engine for room in its queue (queue_limit
+  /// of them in flight): a large share of the time says the limit, not the storage,
   /// holds the reads back (the tuner of threads="auto" raises it then).
-  uint64_t queued_waits = 0;
+  double queue_full_s = 0;
   std::string fallback_reason;  ///< why something slower is used; empty when nothing is
 };
 

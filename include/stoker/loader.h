@@ -329,7 +329,7 @@ struct LoaderOptions {
   /// of records, a knob of the tuner: it starts at kAutoQueueDepthStart (64 for records
   /// read by ranged GET, each a network round trip) and doubles when
   /// the verdict is storage (or network) bound while reads wait for room in the queue
-  /// (IoStats::queued_waits), up to 256. Token data keeps 64: how much it reads ahead is
+  /// (IoStats::queue_full_s), up to 256. Token data keeps 64: how much it reads ahead is
   /// set by its shuffle windows. An explicit queue depth is never changed.
   static constexpr unsigned kAutoQueueDepth = 0, kAutoQueueDepthStart = 16, kAutoQueueDepthMax = 256;
   IoOptions io = IoOptions{.queue_depth = kAutoQueueDepth};

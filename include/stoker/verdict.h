@@ -57,9 +57,9 @@ struct FeedFigures : FeedCounters {
   double io_engine_busy_s = 0;  ///< IoStats::busy_s (reads in flight); 0 when unknown
   std::string io_engine;        ///< "uring", "pread", "" when unknown
   bool io_direct = false;
-  /// IoStats::requests and IoStats::queued_waits: reads done, and those that waited for
-  /// room in the engine's queue (its depth bounds them, not the storage).
-  uint64_t io_requests = 0, io_queued_waits = 0;
+  /// IoStats::queue_full_s: seconds with reads waiting for room in the engine's queue
+  /// (its depth holds them back, not the storage).
+  double io_queue_full_s = 0;
 
   /// The whole run a snapshot covers (startup_s = first_batch_s).
   static FeedFigures from(const LoaderStats& s);

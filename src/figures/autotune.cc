@@ -196,20 +196,29 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
   FeedFigures base = f;
   base.samples = static_cast<uint64_t>(base_samples);
   base.wall_s = base_wall;
+  // Reads waiting in the engine for room in its queue: its depth holds them back.
+  const double full = f.wall_s > 0 ? f.io_queue_full_s / f.wall_s : 0;
+  const bool reads_wait = depth_.tuned && full >= opt_.queue_full;
+  const std::string waited = "reads waited for room in the IO queue " + std::to_string(static_cast<int>(100 * full)) +
+                             "% of the time";
+  const double decode_busy = f.decode.busy_frac(f.wall_s);
   switch (verdict_.raw) {
     case Bottleneck::kDecode:
     case Bottleneck::kTokenize:  // the decode threads, tokenising
-      c = move(threads_, "threads", kUp, base, batches, why);
+      // Decoders short of busy whose records come in bursts (a wave of held-back reads
+      // completing at once) look behind by their queue; reads that waited say the depth
+      // came first, and it costs memory, not cores.
+      if (reads_wait && decode_busy < dopt_.busy_high)
+        c = move(depth_, "queue_depth", kUp, base, batches,
+                 waited + " while the decoders were " + std::to_string(static_cast<int>(100 * decode_busy)) +
+                     "% busy: " + why);
+      if (!c) c = move(threads_, "threads", kUp, base, batches, why);
       break;
     case Bottleneck::kStorage:
     case Bottleneck::kNetwork:
-      // Reads waiting in the engine for room in its queue: the depth holds them back, and
-      // more reads ahead (slots) would only wait too.
-      if (depth_.tuned && f.io_requests > 0 &&
-          static_cast<double>(f.io_queued_waits) >= opt_.queued_waits * static_cast<double>(f.io_requests))
-        c = move(depth_, "queue_depth", kUp, base, batches,
-                 std::to_string(f.io_queued_waits) + " of " + std::to_string(f.io_requests) +
-                     " reads waited for room in the IO queue: " + why);
+      // More reads ahead (slots) would only wait too.
+      if (reads_wait)
+        c = move(depth_, "queue_depth", kUp, base, batches, waited + ": " + why);
       else if (verdict_.raw == Bottleneck::kStorage)
         c = move(slots_, "slots", kUp, base, batches, why);
       break;

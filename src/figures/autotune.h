@@ -6,9 +6,12 @@
 // the tuner reads the interval's figures and, when no trial is pending, moves at most one
 // knob by one step:
 //   decode bound   threads + 1 (up to the CPU budget, and what a shared budget has left:
-//                  the sources of a mixture draw on one);
+//                  the sources of a mixture draw on one); but queue depth × 2 first
+//                  when reads waited for room in the IO queue (as below) and the
+//                  decoders were under busy_high (bursts of completions queue records
+//                  for decoders that are not saturated);
 //   storage or network bound, with reads waiting for room in the IO queue (at least
-//                  `queued_waits` of them): queue depth × 2 (up to its max);
+//                  `queue_full` of the time): queue depth × 2 (up to its max);
 //   storage bound  otherwise (or with the depth untuned) slots + 1 (more reads ahead;
 //                  up to the memory budget);
 //   consumer bound and the consumer waited (almost) not at all, or consumer starved
@@ -59,7 +62,7 @@ struct AutoTuneOptions {
   unsigned trial_intervals = 2;   ///< intervals a move is measured over before it is judged
   unsigned max_undos = 2;         ///< undone trials that close a knob's direction for good
   unsigned max_moves = 24;        ///< moves (kept or undone) after which the tuner stops
-  double queued_waits = 0.1;      ///< share of an interval's reads that waited for queue room: the depth binds
+  double queue_full = 0.5;        ///< share of an interval with reads waiting for queue room: the depth binds
 };
 
 /// A knob's range and whether it is tuned at all (a user's explicit value is not).

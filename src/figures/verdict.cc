@@ -38,8 +38,7 @@ FeedFigures FeedFigures::from(const LoaderStats& s) {
   f.io_engine_busy_s = s.io_engine.busy_s;
   f.io_engine = s.io_engine.engine;
   f.io_direct = s.io_engine.direct;
-  f.io_requests = s.io_engine.requests;
-  f.io_queued_waits = s.io_engine.queued_waits;
+  f.io_queue_full_s = s.io_engine.queue_full_s;
   return f;
 }
 
@@ -109,8 +108,8 @@ FeedFigures FeedFigures::between(const FeedFigures& a, const FeedFigures& b) {
   d.slots_ready_avg = interval_mean(a.slots_ready_avg, a.batches, b.slots_ready_avg, b.batches);
   d.slots_free_avg = interval_mean(a.slots_free_avg, a.batches, b.slots_free_avg, b.batches);
   d.io_engine_busy_s = std::max(0.0, b.io_engine_busy_s - a.io_engine_busy_s);
-  d.io_requests = b.io_requests >= a.io_requests ? b.io_requests - a.io_requests : b.io_requests;
-  d.io_queued_waits = b.io_queued_waits >= a.io_queued_waits ? b.io_queued_waits - a.io_queued_waits : b.io_queued_waits;
+  // An engine made anew (a run stopped with reads in flight) counts from 0 again.
+  d.io_queue_full_s = b.io_queue_full_s >= a.io_queue_full_s ? b.io_queue_full_s - a.io_queue_full_s : b.io_queue_full_s;
   d.network = network_diff(a.network, b.network);
   return d;
 }

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "io/io_util.h"
 #include "stoker/error.h"
 
 namespace stoker::internal {
@@ -33,7 +34,6 @@ class LatencyEngine final : public IoEngine {
     for (const ReadRequest& r : reqs) inner_->file_path(r.file);  // validates ids
     for (const ReadRequest& r : reqs) queue_.push_back(r);
     issue();
-    queued_waits_ += std::min(queue_.size(), reqs.size());  // of these, the ones left waiting
   }
 
   size_t reap(std::vector<ReadCompletion>& out, size_t min_complete, std::chrono::milliseconds timeout) override {
@@ -73,6 +73,7 @@ class LatencyEngine final : public IoEngine {
       due_.emplace(r.tag, now);
     }
     queue_.clear();
+    waiting_.update(0);
     inner_->cancel_all();
   }
 
@@ -81,7 +82,7 @@ class LatencyEngine final : public IoEngine {
     IoStats s = inner_->stats();
     s.queue_depth = depth_;
     s.queue_limit = limit_;
-    s.queued_waits = queued_waits_;
+    s.queue_full_s = waiting_.seconds();
     s.max_inflight = max_issued_;
     return s;
   }
@@ -117,6 +118,7 @@ class LatencyEngine final : public IoEngine {
     }
     max_issued_ = std::max<unsigned>(max_issued_, static_cast<unsigned>(due_.size()));
     if (!batch.empty()) inner_->submit(batch);
+    waiting_.update(queue_.size());
   }
 
   std::unique_ptr<IoEngine> inner_;
@@ -125,7 +127,7 @@ class LatencyEngine final : public IoEngine {
   std::deque<ReadRequest> queue_;                        // not issued yet
   std::unordered_map<uint64_t, Clock::time_point> due_;  // issued, not handed back: tag -> due
   std::vector<Held> held_;                               // completed by the inner engine, not due
-  uint64_t queued_waits_ = 0;
+  BusyClock waiting_;  // reads queued, waiting for the limit
   unsigned max_issued_ = 0;
 };
 

@@ -70,9 +70,6 @@ class PreadEngine final : public IoEngine {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.unaligned_reads += unaligned_count;
       for (auto& j : batch) jobs_.push_back(j);
-      // Of these, the ones no free worker takes at once.
-      const size_t room = limit_ > running_ ? limit_ - running_ : 0;
-      stats_.queued_waits += jobs_.size() > room ? std::min(jobs_.size() - room, batch.size()) : 0;
       update_inflight_locked();
     }
     if (batch.size() == 1) {
@@ -136,6 +133,7 @@ class PreadEngine final : public IoEngine {
     std::lock_guard<std::mutex> lock(mu_);
     IoStats s = stats_;
     s.busy_s = busy_.seconds();
+    s.queue_full_s = waiting_.seconds();
     s.engine = "pread";
     s.direct = files_.direct();
     s.queue_depth = opts_.queue_depth;
@@ -164,6 +162,7 @@ class PreadEngine final : public IoEngine {
     const size_t n = jobs_.size() + running_;
     stats_.max_inflight = std::max<unsigned>(stats_.max_inflight, static_cast<unsigned>(n));
     busy_.update(n);
+    waiting_.update(jobs_.size());  // queued, no worker free (or awake) to take them
   }
 
   void work(unsigned index) {
@@ -243,6 +242,7 @@ class PreadEngine final : public IoEngine {
   bool stop_ = false;
   IoStats stats_;
   BusyClock busy_;
+  BusyClock waiting_;  // jobs queued, not taken by a worker yet
   std::vector<std::thread> workers_;  // last: joined in the destructor body
 };
 

@@ -189,7 +189,6 @@ class UringEngine final : public IoEngine {
     }
     for (const ReadRequest& r : reqs) queued_.push_back(r);
     pump();
-    stats_.queued_waits += std::min(queued_.size(), reqs.size());  // of these, the ones left waiting
   }
 
   unsigned set_queue_limit(unsigned n) override {
@@ -253,6 +252,7 @@ class UringEngine final : public IoEngine {
   IoStats stats() const override {
     IoStats s = stats_;
     s.busy_s = busy_.seconds();
+    s.queue_full_s = waiting_.seconds();
     s.engine = "uring";
     s.direct = files_.direct();
     s.fixed_buffers = fixed_buffers_;
@@ -366,6 +366,7 @@ class UringEngine final : public IoEngine {
     stats_.max_inflight = std::max<unsigned>(stats_.max_inflight, in_kernel_);
     submit_prepared();
     busy_.update(inflight());
+    waiting_.update(queued_.size());
   }
 
   void drain(std::vector<ReadCompletion>& out) {
@@ -464,6 +465,7 @@ class UringEngine final : public IoEngine {
   unsigned prepared_ = 0;           // SQEs prepared, not yet submitted
   IoStats stats_;
   BusyClock busy_;
+  BusyClock waiting_;  // reads queued here, waiting for room in the kernel's queue
   UringRing ring_;
 };
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/io_util.h"
 #include "stoker/error.h"
 
 namespace stoker::internal {
@@ -80,9 +81,7 @@ class RemoteRecordEngine final : public IoEngine {
       }
       for (const ReadRequest& r : reqs) queue_.push_back(Pending{r, files_[r.file].name, files_[r.file].size});
       outstanding_ += reqs.size();
-      // Of these, the ones beyond what the workers take at once.
-      const size_t room = limit_ > in_flight_ ? limit_ - in_flight_ : 0;
-      stats_.queued_waits += queue_.size() > room ? std::min(queue_.size() - room, reqs.size()) : 0;
+      waiting_.update(queue_.size());
     }
     work_cv_.notify_all();
   }
@@ -112,6 +111,7 @@ class RemoteRecordEngine final : public IoEngine {
       ++stats_.requests;
     }
     queue_.clear();
+    waiting_.update(0);
     done_cv_.notify_all();
   }
 
@@ -133,6 +133,7 @@ class RemoteRecordEngine final : public IoEngine {
     s.engine = "remote";
     s.queue_depth = queue_depth_;
     s.queue_limit = limit_;
+    s.queue_full_s = waiting_.seconds();
     return s;
   }
 
@@ -177,6 +178,7 @@ class RemoteRecordEngine final : public IoEngine {
         }
         if (in_flight_ == 0) busy_since_ = Clock::now();
         in_flight_ += batch.size();
+        waiting_.update(queue_.size());
         stats_.max_inflight = std::max<unsigned>(stats_.max_inflight, static_cast<unsigned>(in_flight_));
       }
       fetch(batch);
@@ -259,6 +261,7 @@ class RemoteRecordEngine final : public IoEngine {
   size_t in_flight_ = 0;    // taken by a worker, not done
   Clock::time_point busy_since_;
   double busy_s_ = 0;
+  BusyClock waiting_;  // mu_: reads queued for the workers
   IoStats stats_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
