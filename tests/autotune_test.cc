@@ -337,6 +337,12 @@ TEST(AutoTune, ConsumerStarvedOfCpuIsNamedAndStepsThreadsBack) {
   EXPECT_NE(t.history().front().reason.find("starved"), std::string::npos) << t.history().front().reason;
 }
 
+// The reads an engine lets out under a queue limit of `depth`: the pread fallback (no
+// io_uring: qemu-user, seccomp) has pread_threads readers at most.
+unsigned reads_out(const IoStats& s, unsigned depth) {
+  return s.engine == "pread" ? std::min(depth, IoOptions{}.pread_threads) : depth;
+}
+
 // The live loader: auto is the default, reports its knobs, and an explicit count stays.
 TEST(AutoTune, LiveLoaderTunesOnlyWhenAuto) {
   TempDir dir;
@@ -364,7 +370,7 @@ TEST(AutoTune, LiveLoaderTunesOnlyWhenAuto) {
     EXPECT_EQ(l.options().io.queue_depth, LoaderOptions::kAutoQueueDepthMax);
     EXPECT_EQ(s.tune.queue_depth_max, LoaderOptions::kAutoQueueDepthMax);
     EXPECT_GE(s.tune.queue_depth, LoaderOptions::kAutoQueueDepthStart);
-    EXPECT_EQ(s.io_engine.queue_limit, s.tune.queue_depth);
+    EXPECT_EQ(s.io_engine.queue_limit, reads_out(s.io_engine, s.tune.queue_depth));
     EXPECT_NE(s.to_json().find("\"tune\":{"), std::string::npos) << s.to_json();
     EXPECT_NE(s.to_json().find("\"history\":["), std::string::npos) << s.to_json();
   }
@@ -380,7 +386,7 @@ TEST(AutoTune, LiveLoaderTunesOnlyWhenAuto) {
   EXPECT_TRUE(s.tune.changes.empty());
   EXPECT_EQ(l.options().threads, 2u);
   EXPECT_EQ(l.options().io.queue_depth, IoOptions{}.queue_depth);  // untuned: as before
-  EXPECT_EQ(s.io_engine.queue_limit, IoOptions{}.queue_depth);
+  EXPECT_EQ(s.io_engine.queue_limit, reads_out(s.io_engine, IoOptions{}.queue_depth));
 }
 
 // Under auto, an explicit IO queue depth is the user's: never tuned.
@@ -400,7 +406,7 @@ TEST(AutoTune, ExplicitQueueDepthIsKept) {
   EXPECT_TRUE(s.tune.enabled);
   EXPECT_EQ(s.tune.queue_depth, 24u);
   EXPECT_EQ(s.tune.queue_depth_max, 24u);
-  EXPECT_EQ(s.io_engine.queue_limit, 24u);
+  EXPECT_EQ(s.io_engine.queue_limit, reads_out(s.io_engine, 24));
   EXPECT_EQ(l.options().io.queue_depth, 24u);
   for (const auto& c : s.tune.changes) EXPECT_EQ(c.find("queue_depth"), std::string::npos) << c;
 }
