@@ -135,7 +135,7 @@ void AvOutput::release() noexcept {
   }
 }
 
-int AvOutput::write(void* opaque, uint8_t* buf, int size) {
+int AvOutput::write(void* opaque, WriteBuffer buf, int size) {
   auto* out = static_cast<AvOutput*>(opaque);
   const size_t end = static_cast<size_t>(out->pos_) + static_cast<size_t>(size);
   if (end > out->bytes_.size()) out->bytes_.resize(end);

@@ -89,7 +89,13 @@ class AvOutput {
 
  private:
   void release() noexcept;
-  static int write(void* opaque, uint8_t* buf, int size);  // FFmpeg 5 passes a non-const buffer
+  // The buffer avio hands its write callback became const in FFmpeg 7 (libavformat 61).
+#if LIBAVFORMAT_VERSION_MAJOR >= 61
+  using WriteBuffer = const uint8_t*;
+#else
+  using WriteBuffer = uint8_t*;
+#endif
+  static int write(void* opaque, WriteBuffer buf, int size);
   static int64_t seek(void* opaque, int64_t offset, int whence);
 
   std::vector<uint8_t> bytes_;
