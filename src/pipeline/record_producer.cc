@@ -15,8 +15,8 @@
 #include <cstring>
 #include <deque>
 #include <thread>
-#include <unordered_map>
 
+#include "io/io_util.h"
 #include "pipeline/producer.h"
 #include "pipeline/record_reads.h"
 #include "stoker/image.h"
@@ -24,13 +24,28 @@
 namespace stoker::internal {
 namespace {
 
-struct DecodeTask {
+// The records of a run of planned reads and the one IO buffer they are read into: records
+// of a kilobyte are read tens of thousands a second, and one allocation (and one entry
+// for the buffer's owner) per read would cost the reader thread more than the reads.
+struct ReadGroup {
+  struct Rec {
+    RecordWork::Use use;
+    size_t shard = 0;
+    uint64_t record = 0;
+    uint64_t at = 0;      // where the record's bytes start in `buf`
+    uint32_t stored = 0;  // its bytes as stored
+  };
   std::shared_ptr<Job> job;
-  RecordWork::Use use;
-  std::shared_ptr<IoBuffer> buf;
-  uint64_t skip = 0;
-  size_t shard = 0;
-  uint64_t record = 0;
+  IoBuffer buf;  // back to the engine when the last record in it is decoded
+  std::vector<Rec> recs;
+};
+
+// Reads sharing one buffer: up to this many bytes (a longer read has its own).
+constexpr uint64_t kGroupBytes = 1u << 20;
+
+struct DecodeTask {
+  std::shared_ptr<ReadGroup> group;
+  uint32_t rec = 0;      // in group->recs
   std::string io_error;  // non-empty: the read failed
   ErrorCode io_code = ErrorCode::kIoError;
 };
@@ -78,17 +93,14 @@ class RecordProducer final : public Producer {
   void decode_main(unsigned id);
   void process(DecodeTask& t, RecordWork::Worker& worker, std::vector<uint8_t>& scratch);
 
-  struct ReadCtx {
-    std::shared_ptr<Job> job;
-    std::shared_ptr<IoBuffer> buf;
-    struct Rec {
-      RecordWork::Use use;
-      size_t shard;
-      uint64_t record;
-      uint64_t skip;
-      uint32_t stored;
-    };
-    std::vector<Rec> recs;
+  // A read in flight: its group's records first .. first + count - 1, which lie from
+  // `at` on in the group's buffer. Kept at pending_[tag's low 32 bits]; the high bits
+  // number the reads, so that no two reads of a run share a tag.
+  struct PendingRead {
+    std::shared_ptr<ReadGroup> group;  // null: the place is free
+    uint64_t at = 0;
+    uint32_t first = 0, count = 0;
+    uint64_t tag = 0;
   };
 
   const Context& ctx_;
@@ -101,9 +113,12 @@ class RecordProducer final : public Producer {
   std::condition_variable qcv_;
   std::deque<DecodeTask> queue_;
   // The reader thread's own (no lock).
-  std::unordered_map<uint64_t, ReadCtx> pending_;
+  std::vector<PendingRead> pending_;
+  std::vector<uint32_t> free_places_;  // in pending_
+  uint64_t reads_submitted_ = 0;
   std::vector<ReadCompletion> done_;
-  uint64_t next_tag_ = 1;
+  std::vector<ReadRequest> reqs_;
+  std::vector<DecodeTask> tasks_;
 };
 
 void RecordProducer::start_job(uint64_t k, size_t slot) {
@@ -149,21 +164,42 @@ void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<R
                                   std::vector<std::pair<size_t, uint64_t>>& where, std::vector<RecordWork::Use>& uses) {
   if (ranges.empty()) return;
   IoEngine& engine = reads_.engine();
-  ReadPlan plan = plan_reads(ranges, reads_.plan_options());
-  std::vector<ReadRequest> reqs;
-  reqs.reserve(plan.reads.size());
-  for (size_t i = 0; i < plan.reads.size(); ++i) {
-    const auto& rd = plan.reads[i];
-    ReadCtx rc;
-    rc.job = job;
-    rc.buf = std::make_shared<IoBuffer>(engine.alloc(rd.length));
-    for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q)
-      rc.recs.push_back({uses[q], where[q].first, where[q].second, plan.records[q].skip, static_cast<uint32_t>(ranges[q].length)});
-    const uint64_t tag = next_tag_++;
-    reqs.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), rc.buf->data(), tag});
-    pending_.emplace(tag, std::move(rc));
+  const PlanOptions po = reads_.plan_options();
+  const ReadPlan plan = plan_reads(ranges, po);
+  // Each read starts aligned in its group's buffer (O_DIRECT wants it; 64 keeps buffered
+  // reads on cache lines of their own).
+  const uint64_t align = std::max<uint64_t>(po.alignment, 64);
+  reqs_.clear();
+  for (size_t i = 0, n = plan.reads.size(); i < n;) {
+    size_t e = i;
+    uint64_t bytes = 0;
+    do bytes = round_up(bytes, align) + plan.reads[e++].length;
+    while (e < n && round_up(bytes, align) + plan.reads[e].length <= kGroupBytes);
+    auto group = std::make_shared<ReadGroup>();
+    group->job = job;
+    group->buf = engine.alloc(bytes);
+    group->recs.reserve(plan.reads[e - 1].first_record + plan.reads[e - 1].record_count - plan.reads[i].first_record);
+    for (uint64_t at = 0; i < e; ++i) {
+      const ReadPlan::Read& rd = plan.reads[i];
+      at = round_up(at, align);
+      uint32_t place = static_cast<uint32_t>(pending_.size());
+      if (free_places_.empty()) {
+        pending_.emplace_back();
+      } else {
+        place = free_places_.back();
+        free_places_.pop_back();
+      }
+      const uint64_t tag = (++reads_submitted_ << 32) | place;
+      pending_[place] = PendingRead{group, at, static_cast<uint32_t>(group->recs.size()), rd.record_count, tag};
+      for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q) {
+        group->recs.push_back({uses[q], where[q].first, where[q].second, at + plan.records[q].skip,
+                               static_cast<uint32_t>(ranges[q].length)});
+      }
+      reqs_.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), group->buf.data() + at, tag});
+      at += rd.length;
+    }
   }
-  engine.submit(reqs);
+  engine.submit(reqs_);
   ranges.clear();
   where.clear();
   uses.clear();
@@ -179,27 +215,29 @@ bool RecordProducer::reap_some(size_t min_complete, std::chrono::milliseconds ti
   engine.reap(done, min_complete, timeout);
   c.io_wait_ns += nanos(Clock::now() - w0);
   if (!done.empty()) reads_.publish_if_due();
-  std::vector<DecodeTask> tasks;
+  tasks_.clear();
   for (ReadCompletion& d : done) {
-    auto it = pending_.find(d.tag);
-    if (it == pending_.end()) continue;
-    ReadCtx rc = std::move(it->second);
-    pending_.erase(it);
+    const uint32_t place = static_cast<uint32_t>(d.tag);
+    if (place >= pending_.size() || !pending_[place].group || pending_[place].tag != d.tag) continue;
+    PendingRead pr = std::move(pending_[place]);
+    pending_[place].group.reset();
+    free_places_.push_back(place);
     if (d.result > 0) c.io_bytes += static_cast<uint64_t>(d.result);
-    for (const auto& r : rc.recs) {
-      DecodeTask t{rc.job, r.use, rc.buf, r.skip, r.shard, r.record, {}, ErrorCode::kIoError};
-      if (auto bad = read_failure(d, r.skip + r.stored)) {
+    for (uint32_t q = pr.first; q < pr.first + pr.count; ++q) {
+      DecodeTask t{pr.group, q, {}, ErrorCode::kIoError};
+      const ReadGroup::Rec& r = pr.group->recs[q];
+      if (auto bad = read_failure(d, r.at - pr.at + r.stored)) {
         t.io_error = bad->what();
         t.io_code = bad->code();
       }
-      tasks.push_back(std::move(t));
+      tasks_.push_back(std::move(t));
       c.io_records++;
     }
   }
-  if (!tasks.empty()) {
+  if (!tasks_.empty()) {
     {
       std::lock_guard<std::mutex> lock(qmu_);
-      for (auto& t : tasks) queue_.push_back(std::move(t));
+      for (auto& t : tasks_) queue_.push_back(std::move(t));
     }
     qcv_.notify_all();
   }
@@ -258,14 +296,17 @@ void RecordProducer::io_main() {
   }
   reads_.close_run();
   pending_.clear();
+  free_places_.clear();
 }
 
 void RecordProducer::process(DecodeTask& t, RecordWork::Worker& worker, std::vector<uint8_t>& scratch) {
-  Job& job = *t.job;
-  const std::string where = ctx_.record_name(t.shard, t.record);
+  const ReadGroup& g = *t.group;
+  const ReadGroup::Rec& r = g.recs[t.rec];
+  Job& job = *g.job;
+  const std::string where = ctx_.record_name(r.shard, r.record);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
-  const RecordLocation& loc = ctx_.location(t.shard, t.record);
-  std::span<const uint8_t> stored(t.buf->data() + t.skip, loc.stored_size);
+  const RecordLocation& loc = ctx_.location(r.shard, r.record);
+  std::span<const uint8_t> stored(g.buf.data() + r.at, loc.stored_size);
   std::vector<uint8_t> again;
   std::vector<std::span<const uint8_t>> fields;
   try {
@@ -275,10 +316,10 @@ void RecordProducer::process(DecodeTask& t, RecordWork::Worker& worker, std::vec
     // or cache in between may have served a bad copy), then reported as the shard
     // cache does for whole shards.
     if (e.code() != ErrorCode::kDataLoss || !ctx_.record_reads()) throw;
-    again = ctx_.cached->fetch_record(t.shard, t.record);
+    again = ctx_.cached->fetch_record(r.shard, r.record);
     fields = record_fields(ctx_.dataset->schema(), loc, again, scratch, where + " (fetched twice)");
   }
-  worker.put(*run_, job, t.use, fields, where);
+  worker.put(*run_, job, r.use, fields, where);
   job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 
@@ -288,29 +329,37 @@ void RecordProducer::decode_main(unsigned id) {
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-dec/" + std::to_string(id));
   std::unique_ptr<RecordWork::Worker> worker = work_->worker();
   std::vector<uint8_t> scratch;
+  // One clock reading between tasks: it ends one task's busy time and starts the wait
+  // for the next (a reading costs a fifth of a microsecond on some VMs).
+  auto idle_since = Clock::now();
   for (;;) {
     DecodeTask t;
     {
-      auto w0 = Clock::now();
       std::unique_lock<std::mutex> lock(qmu_);
       qcv_.wait(lock, [&] { return run.stop || (!queue_.empty() && id < active_.load()); });
-      c.dec_wait_ns += nanos(Clock::now() - w0);
-      if (run.stop) return;
+      if (run.stop) {
+        c.dec_wait_ns += nanos(Clock::now() - idle_since);
+        return;
+      }
       c.queue_sum += queue_.size();
       t = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto b0 = Clock::now();
+    const auto b0 = Clock::now();
+    c.dec_wait_ns += nanos(b0 - idle_since);
+    const std::shared_ptr<Job> job = t.group->job;
+    const ReadGroup::Rec& r = t.group->recs[t.rec];
     try {
       process(t, *worker, scratch);
       c.dec_samples++;
     } catch (...) {
-      ctx_.sample_failed(run, *t.job, t.use.j, std::current_exception());
+      ctx_.sample_failed(run, *job, r.use.j, std::current_exception());
     }
-    reads_.done(t.shard);  // a remote shard may be closed once its records are decoded
-    t.buf.reset();  // the IO buffer goes back as soon as its last record is decoded
-    c.dec_busy_ns += nanos(Clock::now() - b0);
-    if (t.job) run.finish_one(*t.job);
+    reads_.done(r.shard);  // a remote shard may be closed once its records are decoded
+    t.group.reset();  // the IO buffer goes back as soon as its last record is decoded
+    idle_since = Clock::now();
+    c.dec_busy_ns += nanos(idle_since - b0);
+    run.finish_one(*job);
   }
 }
 
