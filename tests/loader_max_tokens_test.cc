@@ -286,3 +286,84 @@ TEST(MaxTokens, StagedBatchesVaryInShapeWithinTheSlotsAndMatchTheLoaders) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "batch " << k;
 }
+
+// A mixture under a token budget: every batch is one source's planned batch, whole (its
+// samples all from that source, each checked token by token, under the budget), and the
+// sequence is the seed's, the same on every world size with equal counts, and resumes.
+TEST(MaxTokens, MixturesDrawWholePlannedBatchesDeterministicOnRanksAndResumable) {
+  TempDir dir;
+  const std::vector<std::vector<uint32_t>> len = {lognormal_lengths(400, 300, 5), lognormal_lengths(150, 120, 6)};
+  write_sample_dataset(dir.str("a"), len[0], false);
+  write_sample_dataset(dir.str("b"), len[1], false);
+  using Drawn = std::pair<int64_t, std::vector<int64_t>>;  // (source, its samples)
+  auto open = [&](int rank, int world, bool drop_last = false) {
+    auto o = budget_options(dir.str("a"));
+    o.sources = {dir.str("a"), dir.str("b")};
+    o.weights = {1, 3};
+    o.rank = rank;
+    o.world_size = world;
+    o.drop_last = drop_last;
+    return std::make_unique<Loader>(o);
+  };
+  auto drawn = [&](Loader& l, uint64_t stop_after = UINT64_MAX) {
+    std::vector<Drawn> out;
+    while (out.size() < stop_after) {
+      auto b = l.next();
+      if (!b) break;
+      const auto& tok = view(*b, "tokens");
+      const uint64_t B = b->size(), L = static_cast<uint64_t>(tok.shape[1]);
+      EXPECT_LE(B * L, kBudget);
+      EXPECT_EQ(view(*b, "source").shape, std::vector<int64_t>{static_cast<int64_t>(B)});
+      EXPECT_EQ(view(*b, "attention_mask").shape, tok.shape);
+      const int64_t* src = static_cast<const int64_t*>(view(*b, "source").data);
+      const int64_t* ix = static_cast<const int64_t*>(view(*b, "index").data);
+      Drawn d{src[0], {}};
+      for (uint64_t i = 0; i < B; ++i) {
+        EXPECT_EQ(src[i], src[0]) << "a batch is one source's";
+        const uint64_t s = static_cast<uint64_t>(ix[i]);
+        const auto& n = len[static_cast<size_t>(src[0])];
+        if (s >= n.size()) {
+          ADD_FAILURE() << "index " << s << " past source " << src[0];
+          continue;
+        }
+        const uint32_t* t = static_cast<const uint32_t*>(tok.data) + i * L;
+        for (uint32_t k = 0; k < L; ++k) EXPECT_EQ(t[k], k < n[s] ? s * 1000 + k : 7u) << "sample " << s << " token " << k;
+        d.second.push_back(ix[i]);
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  };
+  const auto one = drawn(*open(0, 1));
+  ASSERT_EQ(drawn(*open(0, 1)), one) << "the seed decides the sequence";
+  // Whole batches: each source's distinct batches hold each of its samples at most once.
+  uint64_t from_b = 0;
+  std::set<std::pair<int64_t, std::vector<int64_t>>> distinct(one.begin(), one.end());
+  std::vector<std::multiset<int64_t>> samples(2);
+  for (const auto& [s, ix] : distinct) samples[static_cast<size_t>(s)].insert(ix.begin(), ix.end());
+  for (const auto& m : samples) EXPECT_EQ(std::set<int64_t>(m.begin(), m.end()).size(), m.size());
+  for (const auto& d : one) from_b += d.first == 1;
+  const uint64_t G = one.size();
+  EXPECT_NEAR(static_cast<double>(from_b) / static_cast<double>(G), 0.75, 0.1) << "weights count batches";
+  for (int W : {2, 3}) {
+    for (bool drop_last : {false, true}) {
+      const uint64_t steps = drop_last ? G / W : (G + W - 1) / W;
+      for (int r = 0; r < W; ++r) {
+        const auto got = drawn(*open(r, W, drop_last));
+        ASSERT_EQ(got.size(), steps) << "rank " << r << " of " << W << ": every rank the same count";
+        for (uint64_t k = 0; k < steps; ++k)
+          ASSERT_EQ(got[k], one[(k * W + r) % G]) << "rank " << r << " of " << W << ", batch " << k;
+      }
+    }
+  }
+  auto l = open(0, 1);
+  drawn(*l, 5);
+  const OrderState st = l->state();
+  auto rest = open(0, 1);
+  rest->load_state(st);
+  EXPECT_EQ(drawn(*rest), std::vector<Drawn>(one.begin() + 5, one.end()));
+  auto second = open(1, 2);
+  second->load_state(st);
+  const auto odd = drawn(*second);
+  for (size_t k = 0; k < odd.size() && 5 + 2 * k + 1 < G; ++k) EXPECT_EQ(odd[k], one[5 + 2 * k + 1]);
+}

@@ -248,7 +248,10 @@ struct LoaderOptions {
   /// state() resumes exactly (on any world size). A sample longer than max_tokens is
   /// kInvalidArgument naming its record and `__key__` (LongSamples::kError), or cut to
   /// its first max_tokens tokens (kTruncate; kSplit is kInvalidArgument). Works with
-  /// `tokenizer` too (documents as samples). Not with mixtures nor OnError::kSkip.
+  /// `tokenizer` too (documents as samples), and with mixtures (`sources`): each source
+  /// plans its own batches, and the mixture draws whole ones, so its weights and
+  /// samples_per_epoch count batches (of about max_tokens positions each); "source" is
+  /// [B]. Not with OnError::kSkip.
   /// The Stager sizes its device slots for max_tokens (StagerOptions::max_batch_samples
   /// is then not used).
   uint64_t max_tokens = 0;

@@ -308,7 +308,9 @@ class Loader:
             every world size: rank r takes batches r, r + W, ... Every rank gets the same
             count: a final step of fewer than W batches is dropped (drop_last) or
             completed with the epoch's first batches. long_samples: "error" (default)
-            or "truncate" to max_tokens. Works with tokenizer= (documents as samples).
+            or "truncate" to max_tokens. Works with tokenizer= (documents as samples),
+            and with a mixture: each dataset plans its own batches and the mixture draws
+            whole ones (weights and samples_per_epoch then count batches; "source" [B]).
         tokenizer: a tokenizer file (as stoker.Tokenizer opens: .tiktoken, tokenizer.json,
             SentencePiece .model): the dataset's text field (text_field, or its one text
             field) is tokenised on the loader's threads, each document as [bos] + ids +

@@ -290,3 +290,15 @@ def test_max_tokens_batches_pad_to_the_longest_under_the_budget_over_ranks_and_r
     assert docs == len(lengths)
     with pytest.raises(ValueError, match="give one of them"):
         stoker.Loader(str(tmp_path / "sft"), batch_size=4, max_tokens=1024)
+
+    # A mixture (the dataset twice, weights 1:2): each batch one source's planned batch,
+    # whole, with "source" per sample; the weights count batches.
+    mix = stoker.Loader([str(tmp_path / "sft"), str(tmp_path / "sft")], weights=[1, 2], max_tokens=1024, seed=2,
+                        numpy=True)
+    drawn = []
+    for b in mix:
+        B, L = b["tokens"].shape
+        assert B * L <= 1024 and b["source"].shape == (B,) and len(set(b["source"].tolist())) == 1
+        assert (b["tokens"][:, 0] == b["index"] * 1000).all()
+        drawn.append(int(b["source"][0]))
+    assert len(drawn) == len(mix) and 0.5 < drawn.count(1) / len(drawn) < 0.85

@@ -30,8 +30,6 @@ void check_options(const LoaderOptions& opt) {
   if (opt.seq_len > 0 && opt.max_tokens > 0)
     throw_error(ErrorCode::kInvalidArgument, "seq_len packs samples into rows, max_tokens pads them into batches "
                                              "under a token budget: give one of them");
-  if (opt.max_tokens > 0 && !opt.sources.empty())
-    throw_error(ErrorCode::kInvalidArgument, "max_tokens: a mixture cannot be batched by tokens yet; batch one dataset");
   if (!opt.tokenizer.empty() && opt.seq_len == 0 && opt.max_tokens == 0)
     throw_error(ErrorCode::kInvalidArgument, "tokenizer: text tokenised in the loader is packed into rows of seq_len "
                                              "tokens or padded into batches of max_tokens: give one of them");

@@ -231,20 +231,26 @@ class MixtureFeed final : public Feed {
     return table[p - b * MixtureOrder::kBlock];
   }
 
+  // Source s's feed at position `pos` of its epoch `e`: started there unless it runs
+  // that epoch and has not passed `pos` (another epoch, or a resume).
+  void seek(uint32_t s, uint64_t e, uint64_t pos) {
+    Source& x = src[s];
+    if (x.epoch == e && pos >= x.cur_pos) return;
+    x.cur.reset();
+    x.feed->set_epoch(e);
+    if (pos > 0) {
+      OrderState st = x.feed->state();
+      st.consumed = pos;
+      x.feed->load_state(st);
+    }
+    x.epoch = e;
+    x.cur_pos = x.next_pos = pos;
+  }
+
   // Source s's batch holding sample `pos` of its epoch `e`, and the sample's place in it.
   std::pair<const Batch*, uint64_t> sample(uint32_t s, uint64_t e, uint64_t pos) {
     Source& x = src[s];
-    if (x.epoch != e || pos < x.cur_pos) {  // another epoch, or a resume: start there
-      x.cur.reset();
-      x.feed->set_epoch(e);
-      if (pos > 0) {
-        OrderState st = x.feed->state();
-        st.consumed = pos;
-        x.feed->load_state(st);
-      }
-      x.epoch = e;
-      x.cur_pos = x.next_pos = pos;
-    }
+    seek(s, e, pos);
     while (!x.cur || pos >= x.cur_pos + x.cur->size()) {
       x.cur.reset();  // its slot back to the source's ring first
       x.cur = x.feed->next(true, nullptr);
@@ -263,9 +269,35 @@ class MixtureFeed final : public Feed {
     }
     return {&*x.cur, pos - x.cur_pos};
   }
+
+  // max_tokens: source s's planned batch `pos` of its epoch `e`, whole (each unit of a
+  // source's order is one of its batches). The batches before it that this rank does
+  // not take are read and dropped, as other ranks' samples are.
+  Batch planned_batch(uint32_t s, uint64_t e, uint64_t pos) {
+    Source& x = src[s];
+    seek(s, e, pos);
+    for (;;) {
+      std::optional<Batch> b = x.feed->next(true, nullptr);
+      if (!b)
+        throw std::logic_error("mixture source " + std::to_string(s) + " ended its epoch before batch " +
+                               std::to_string(pos));
+      const uint64_t at = x.next_pos++;
+      x.cur_pos = x.next_pos;  // none held: seek() goes on from the next one
+      if (at == pos) return std::move(*b);
+    }
+  }
+
+  std::optional<Batch> next_planned_batch();
+};
+
+// A source's batch handed on whole (max_tokens), with the mixture's "source" beside it.
+struct PassedLease : SlotLease {
+  Batch batch;
+  std::vector<int64_t> source;
 };
 
 MixtureFeed::MixtureFeed(const LoaderOptions& options, RankInfo r) : opt(options), rank(r) {
+  if (opt.max_tokens > 0) opt.batch_size = 1;  // a batch is one source's planned batch
   for (size_t s = 0; s < opt.sources.size(); ++s) {
     LoaderOptions so = opt;
     so.sources.clear();
@@ -306,6 +338,7 @@ std::optional<Batch> MixtureFeed::next(bool block, bool* would_wait) {
     return std::nullopt;
   }
   if (next_k >= sched->num_batches()) return std::nullopt;
+  if (opt.max_tokens > 0) return next_planned_batch();
   const uint64_t k = next_k;
   const uint64_t n = sched->batch_length(k);
   auto lease = std::make_shared<OwnedLease>();
@@ -374,6 +407,34 @@ std::optional<Batch> MixtureFeed::next(bool block, bool* would_wait) {
       v.shape.push_back(v.offsets[n]);
     }
     for (int64_t d : o.spec.shape) v.shape.push_back(d);
+    views.push_back(std::move(v));
+  }
+  next_k++;
+  batches_out++;
+  samples_out += n;
+  return Batch(std::move(views), std::move(lease), epoch_, k, n);
+}
+
+std::optional<Batch> MixtureFeed::next_planned_batch() {
+  const uint64_t k = next_k;
+  const MixtureOrder::Draw d = draw_at(sched->position(k, 0));
+  auto lease = std::make_shared<PassedLease>();
+  lease->batch = planned_batch(d.source, d.source_epoch, d.position);
+  const Batch& b = lease->batch;
+  const uint64_t n = b.size();
+  lease->source.assign(n, static_cast<int64_t>(d.source));
+  std::vector<TensorView> views;
+  for (const Out& o : outs) {
+    TensorView v;
+    if (o.is_source) {
+      v.name = o.spec.name;
+      v.dtype = o.spec.dtype;
+      v.data = lease->source.data();
+      v.shape = {static_cast<int64_t>(n)};
+    } else {
+      v = b[src[d.source].own(o.spec.name)];
+      v.name = o.spec.name;
+    }
     views.push_back(std::move(v));
   }
   next_k++;

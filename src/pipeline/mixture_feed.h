@@ -16,6 +16,10 @@
 // bytes and ragged ones (`__key__` among them) gather each sample's values and offsets;
 // cu_seqlens (cumulative) is summed again over the mixture's batch. An output only some
 // sources have is left out with one warning naming it. OnError::kSkip is refused.
+// With max_tokens, a source's batches are planned by the source (padded_batches.h), one
+// unit of its order each: the mixture's positions draw whole batches, handed on as the
+// source delivered them (zero-copy, the source's slot held by the mixture's batch) with
+// "source" [B] beside them.
 //
 // Threading: Feed's (feed.h); close() closes every source's feed.
 #pragma once
