@@ -260,6 +260,30 @@ TEST(CliCommands, BenchFeedOnAnEmptyDatasetIsAnErrorNotACrash) {
   EXPECT_TRUE(has(r.err, "0 records")) << shown(r);
 }
 
+// --max-tokens: padded batches measured in tokens (padding left out) against the limit's
+// tokens, one dataset or a mixture; --batch with it is a usage error.
+TEST(CliCommands, BenchFeedMeasuresMaxTokensBatchesInTokens) {
+  TempDir d;
+  const std::vector<uint32_t> len = testing::lognormal_lengths(300, 200, 7);
+  testing::write_sample_dataset(d.str("a"), len, false);
+  testing::write_sample_dataset(d.str("b"), testing::lognormal_lengths(100, 150, 8), false);
+  const std::string feed = "bench feed " + d.str("a") + " --max-tokens 1024 --threads 1 --limit-seconds 0.1 --json";
+  Result r = stoker(feed);
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out.substr(r.out.find('{')))) << r.out;
+  EXPECT_EQ(j["unit"], "tokens");
+  EXPECT_EQ(j["samples"], len.size());
+  EXPECT_GT(j["batches"].get<uint64_t>(), len.size() / 20) << "batches of varying size under the budget";
+  EXPECT_GT(j["limit_samples_per_s"].get<double>(), 0);
+  EXPECT_GT(j["ratio"].get<double>(), 0);
+  r = stoker(feed + " --mix " + d.str("b"));
+  ASSERT_EQ(r.rc, 0) << shown(r);
+  r = stoker(feed + " --batch 8");
+  EXPECT_EQ(r.rc, 2) << shown(r);
+  EXPECT_TRUE(has(r.err, "--batch: a --max-tokens batch")) << shown(r);
+}
+
 // ---- commands end to end -------------------------------------------------------------------
 
 TEST(CliCommands, AnArgumentNamedLikeACommandIsAnArgument) {

@@ -64,7 +64,7 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
   // one, laid out as the loader lays out a slot).
   m.ctx.opt = &m.opt;
   m.ctx.order_opt = m.opt.order;
-  m.packed = !m.token_data && opt.seq_len > 0;
+  m.packed = !m.token_data && (opt.seq_len > 0 || opt.max_tokens > 0);
   if (m.packed) {
     m.pack = packed_facts(m.opt, schema);
   } else if (!m.token_data) {

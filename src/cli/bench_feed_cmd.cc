@@ -68,8 +68,9 @@ struct FeedArgs {
           epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
   double io_limit_mbps = 0, io_latency_ms = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
   bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
-  // Packed samples / text tokenised in the loader.
+  // Packed samples / text tokenised in the loader, or padded batches under a token budget.
   uint32_t seq_len = 0;
+  uint64_t max_tokens = 0;
   std::string tokenizer, long_samples = "error";
   std::optional<uint32_t> bos, eos;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
@@ -115,6 +116,7 @@ int run_feed(const FeedArgs& a) {
   o.loss_mask = a.loss_mask;
   o.metrics_port = static_cast<unsigned>(a.metrics_port);
   o.seq_len = a.seq_len;
+  o.max_tokens = a.max_tokens;
   o.tokenizer = a.tokenizer;
   o.bos = a.bos;
   o.eos = a.eos;
@@ -165,6 +167,7 @@ int run_feed(const FeedArgs& a) {
   internal::Json per_epoch = internal::Json::array();
   double wall = 0, first_batch = 0, consumer_wait = 0;
   uint64_t samples = 0, bytes = 0, batches = 0, tokens_out = 0;
+  uint64_t positions = 0;  // max_tokens: the epoch's batches' B x L
   LoaderStats last;
   StageStats io_total, dec_total;
   // Figures of all epochs together (each epoch's start-up left out): the verdict of runs
@@ -255,6 +258,7 @@ int run_feed(const FeedArgs& a) {
       if (consumer_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(consumer_ms));
       if (a.consumer_burn_ms > 0) consumer_step_s += burn_cpu(a.consumer_burn_ms);
       ++batches;
+      if (o.max_tokens > 0) positions += static_cast<uint64_t>((*b)["tokens"].numel());
       const auto now = std::chrono::steady_clock::now();
       if (max_seconds > 0 && now - run_t0 >= std::chrono::duration<double>(max_seconds)) {
         out_of_time = true;
@@ -274,7 +278,8 @@ int run_feed(const FeedArgs& a) {
     if (e == 0 && warmup == 0) first_batch = last.first_batch_s;
     wall += w;
     samples += last.samples;
-    tokens_out += last.samples * o.seq_len - last.padding_tokens;
+    tokens_out += (o.max_tokens > 0 ? positions : last.samples * o.seq_len) - last.padding_tokens;
+    positions = 0;
     bytes += last.record_bytes;
     consumer_wait += last.consumer_wait_s;
     io_total.threads = last.io.threads;
@@ -325,8 +330,9 @@ int run_feed(const FeedArgs& a) {
     const double row_bytes = (f.seq_len + 1.0) * dtype_size(f.dtype);
     limit_rate = limit.raw_bytes / std::max(limit.seconds, 1e-9) / row_bytes;
     unit = "rows";
-  } else if (o.seq_len > 0) {
-    // Packed rows hold a varying number of samples: compare tokens (padding left out).
+  } else if (o.seq_len > 0 || o.max_tokens > 0) {
+    // Packed rows and padded batches hold a varying number of samples: compare tokens
+    // (padding left out).
     rate = tokens_out / std::max(wall, 1e-9);
     limit_rate = limit.tokens / std::max(limit.seconds, 1e-9);
     unit = "tokens";
@@ -471,7 +477,12 @@ void setup(CLI::App& tool) {
   c->add_flag("--loss-mask", a->loss_mask, "token data packed with --eos: also deliver loss_mask");
   c->add_option("--seq-len", a->seq_len, "pack samples of varying length (or tokenised text) into rows of N tokens")
       ->check(CLI::Range(1u, 1u << 24));
-  c->add_option("--tokenizer", a->tokenizer, "tokenise the dataset's text field in the loader (needs --seq-len)");
+  c->add_option("--max-tokens", a->max_tokens,
+                "batches of a varying number of samples (or tokenised documents) padded to the longest, B x L <= N "
+                "(instead of --seq-len and --batch)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
+  c->add_option("--tokenizer", a->tokenizer,
+                "tokenise the dataset's text field in the loader (needs --seq-len or --max-tokens)");
   c->add_option("--bos", a->bos, "with --tokenizer: the id put before each document");
   c->add_option("--eos", a->eos, "with --tokenizer: the id put after each document");
   c->add_option("--long-samples", a->long_samples, "a sample longer than a row")
@@ -496,6 +507,8 @@ void setup(CLI::App& tool) {
       ->check(CLI::Range(1, 65535));
   c->add_flag("--json", a->json, "a JSON object after the text");
   on_run(c, [a, c] {
+    if (a->max_tokens > 0 && c->count("--batch") > 0)
+      throw UsageError("--batch: a --max-tokens batch holds as many samples as the budget allows; give one of them");
     if (!is_remote_url(a->dataset))
       reject_options(c,
                      {"--cache-dir", "--cache-limit", "--prefetch", "--remote-reads", "--local", "--connections",
