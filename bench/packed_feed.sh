@@ -6,7 +6,8 @@
 #   2. the in-loader tokenising feed (cl100k_base over real prose) against its own
 #      in-memory limit (the same tokenise + write over the texts in RAM, same threads),
 #      1 and 2 threads;
-#   3. the packed-samples feed (stored tokens) against its in-memory limit.
+#   3. the packed-samples feed (stored tokens) against its in-memory limit, and the same
+#      samples in max_tokens= batches (bench feed --max-tokens).
 #   bash bench/packed_feed.sh [BUILD_DIR]          (results in out/packed_feed/)
 # The text: the English prose Debian ships (as bench/text_bench.sh), cut into documents
 # at blank lines. cl100k_base's ranks come from npm's tiktoken (tests/text/oracle.js).
@@ -76,3 +77,6 @@ done
 "$build/stoker" bench feed "$out/sft" --seq-len 2048 --long-samples split --batch 8 --threads 2 --warmup-epochs 1 --epochs 3 --json \
   > "$out/sft.txt"
 grep -E '^(feed|limit):' "$out/sft.txt" | sed "s/^/packed samples, 2 threads: /"
+"$build/stoker" bench feed "$out/sft" --max-tokens 16384 --threads 2 --warmup-epochs 1 --epochs 3 \
+  --json > "$out/sft_max_tokens.txt"
+grep -E '^(feed|limit):' "$out/sft_max_tokens.txt" | sed "s/^/max_tokens batches, 2 threads: /"
