@@ -101,7 +101,7 @@ def _video_reencode(a):
         if given:
             flags = ", ".join("--" + {"crf": "video-crf", "encoder": "video-encoder"}.get(k, k.replace("_", "-"))
                               for k in given)
-            raise SystemExit(f"stoker.pack {a.kind}: {flags} need --video-gop")
+            raise SystemExit(f"stoker.pack {a.kind}: {flags} given without --video-gop (they set its re-encode)")
         return None
     return {"gop": a.video_gop, **given}
 
@@ -136,6 +136,8 @@ def pack_part(a, part):
 
 def main(argv=None):
     a = _parser().parse_args(argv)
+    if a.kind in ("videofolder", "wds"):
+        _video_reencode(a)  # flags that cannot be used stop every rank here, before the barrier
     out = a.paths[-1] if a.kind in ("wds", "text", "samples") else a.out
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     dist = None

@@ -282,7 +282,7 @@ def test_stoker_pack_main_packs_videofolder_with_the_cli_reencode_flags(videos, 
 
     src, one = videos
     out = str(tmp_path / "main")
-    with pytest.raises(SystemExit, match="--max-side need --video-gop"):
+    with pytest.raises(SystemExit, match="--max-side given without --video-gop"):
         stoker.pack.main(["videofolder", src, out, "--max-side", "32"])
     assert stoker.pack.main(["videofolder", src, out, "--threads", "1", "--video-gop", "4", "--max-side", "32"]) == 0
     check_reencoded(out, one)
