@@ -174,15 +174,21 @@ struct LoaderOptions {
   float std[3] = {0.229f, 0.224f, 0.225f};
 
   /// Aspect-ratio buckets (stoker/buckets.h: the list, the nearest-aspect rule, the
-  /// order). Enabled: the first decoded image field (and the fields that Follow it) is
-  /// resized to cover its batch's bucket and cropped to it — at random for kTrain (and a
-  /// flip with flip_prob), centred for kEval, drawn from (seed, epoch, sample) — so its
-  /// tensor is [B, h, w, 3] with the bucket's h x w, varying from batch to batch, and
-  /// "bucket" int64 [B] gives the bucket's index in resolve_buckets(buckets). Every
-  /// global step (batch_size × world size samples) is one bucket; drop_last drops each
-  /// bucket's last partial step, else it is completed with that bucket's first samples of
-  /// the epoch (repeats; "index" shows them). Each record's size is read from its image
-  /// header when the Loader opens (bucket_plan.h). The order is a function of seed, epoch
+  /// order). Enabled: the first field, in schema order, that is a decoded image (with
+  /// the fields that Follow it) or a video cut by a kVideoClip transform is resized to
+  /// cover its batch's bucket and cropped to it — at random for kTrain (and a flip with
+  /// flip_prob), centred for kEval, drawn from (seed, epoch, sample) — so its tensor is
+  /// [B, h, w, 3] with the bucket's h x w, varying from batch to batch, and "bucket"
+  /// int64 [B] gives the bucket's index in resolve_buckets(buckets). A clip's frames
+  /// likewise, [B, T, h, w, 3] ([B, clips, T, h, w, 3]): VideoClipSpec::Crop::kRandom
+  /// places one window (and flip) for the whole clip, uniformly, its scale and ratio
+  /// unused; kCenter centres it; kNone stretches the whole frame to the bucket; the
+  /// spec's height and width are unused. Every global step (batch_size × world size
+  /// samples) is one bucket; drop_last drops each bucket's last partial step, else it is
+  /// completed with that bucket's first samples of the epoch (repeats; "index" shows
+  /// them). Each record's size is read when the Loader opens (bucket_plan.h), nothing
+  /// decoded: an image's from its header, a video's upright size (width, height and
+  /// rotation) from the media index stored at pack time. The order is a function of seed, epoch
   /// and the global batch: the same for every world size of one global batch, resumable
   /// at any step (state() records the global batch; a resume with another is
   /// kInvalidArgument). Local datasets of records only, OnError::kError only, no mixture.

@@ -140,6 +140,8 @@ std::vector<uint8_t> pack_reencoded_video_value(std::span<const uint8_t> file, c
 /// to height x width in one libswscale pass, mirrored with flip_prob: uint8
 /// [B, frames, H, W, 3] (clips == 1) or [B, clips, frames, H, W, 3], and NAME.pts
 /// float64 [B, frames] / [B, clips, frames]: each frame's presentation time in seconds.
+/// With LoaderOptions::buckets (loader.h) the output is each batch's bucket instead of
+/// height x width, and the box covers it.
 struct VideoClipSpec {
   int frames = 16;      ///< frames per clip, 1..1024
   /// > 0: the frames played at t0 + k / fps (the last frame whose pts is <= that time),

@@ -119,6 +119,24 @@ max_file_bytes: as the CLI's options of the same names.
 Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. Errors
 raise stoker.Error subclasses naming the file and the reason.)";
 
+constexpr const char* kPackVideoFolderDoc = R"(Packs a tree of videos by class into a dataset; returns the summary as a dict.
+
+src: root with one sub-directory per class (SRC/<class>/<...>/<video>: mp4, mkv, webm,
+    mov, avi; other files are ignored and counted in "notes"); labels are the class
+    indices in byte-wise order of the names. Records: __key__:text video:video label:int64.
+out: dataset directory to write (overwrite=True replaces a dataset there, which stays
+    whole until the new one is complete).
+Each video is probed with libavformat and stored behind its keyframe index; check=True
+(default) also decodes every frame, so a file the loader would fail on (a codec without
+a decoder included) is refused now, naming it, or skipped with skip_bad=True.
+video_reencode: None, or {"gop": N, "max_side": S, "fps": F, "crf": Q, "encoder": "libx264"|"mpeg4"}:
+    re-encode every video to a keyframe every N frames at a constant frame rate, as the
+    CLI's --video-gop, --max-side, --fps, --video-crf and --video-encoder.
+shard_size (bytes), align (1 or 4096), threads (0: every CPU allowed), progress, part
+("I/N": write part I of N, then stoker.commit): as the CLI's options of the same names.
+Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. A build
+without libav raises stoker.UnavailableError.)";
+
 constexpr const char* kPackTokensDoc = R"(Packs a token stream into a dataset of rows; returns the summary as a dict.
 
 file: a flat little-endian token file (nanoGPT's train.bin) of `dtype`, or a
@@ -251,6 +269,27 @@ void init_pack(py::module_& m) {
       py::arg("progress") = false, py::arg("baseline") = false, py::arg("fast_crop") = false,
       py::arg("max_file_bytes") = ImageFolderPackOptions{}.max_file_bytes, py::arg("check") = true,
       py::arg("exif_transpose") = false, py::arg("part") = "", kPackImageFolderDoc);
+
+  m.def(
+      "pack_videofolder",
+      [](const std::string& src, const std::string& out, uint64_t shard_size, uint32_t align, int threads,
+         bool skip_bad, bool overwrite, bool progress, bool check, const std::string& part,
+         const py::object& video_reencode) {
+        PackOptions o;
+        set_part(o, part);
+        o.video_reencode = video_reencode_from(video_reencode);
+        set_common(o, shard_size, align, threads, skip_bad, overwrite, progress);
+        o.check_decode = check;
+        PackSummary s = run_cancellable([&](const std::atomic<bool>* cancel) {
+          o.cancel = cancel;
+          return pack_videofolder(src, out, o);
+        });
+        return to_dict(s);
+      },
+      py::arg("src"), py::arg("out"), py::kw_only(), py::arg("shard_size") = PackOptions{}.shard_size,
+      py::arg("align") = 1, py::arg("threads") = 0, py::arg("skip_bad") = false, py::arg("overwrite") = false,
+      py::arg("progress") = false, py::arg("check") = true, py::arg("part") = "",
+      py::arg("video_reencode") = py::none(), kPackVideoFolderDoc);
 
   m.def(
       "pack_tokens",

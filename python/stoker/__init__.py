@@ -9,8 +9,8 @@
 
 Batches are torch tensors that view the loader's batch memory directly (DLPack, no
 copy); a tensor keeps its memory alive until it is freed. See `Loader` for the options,
-`stoker.transforms` for the image transforms, `pack_imagefolder` / `pack_tokens` /
-`pack_wds` to make datasets from files, and `Writer` to make one from any other source.
+`stoker.transforms` for the image transforms, `pack_imagefolder` / `pack_videofolder` /
+`pack_tokens` / `pack_wds` to make datasets from files, and `Writer` to make one from any other source.
 
 The library's messages (a refused O_DIRECT, an IO engine falling back, ...) go
 to the `logging` logger "stoker": silence them with
@@ -43,6 +43,7 @@ from ._stoker import (  # noqa: F401  (re-exported)
     pack_samples,
     pack_text,
     pack_tokens,
+    pack_videofolder,
     pack_wds,
     probe_jpeg,
     read_manifest,
@@ -90,6 +91,7 @@ __all__ = [
     "pack_samples",
     "pack_text",
     "pack_tokens",
+    "pack_videofolder",
     "pack_wds",
     "Tokenizer",
     "extract",

@@ -867,6 +867,27 @@ def pack_tokens(file: str, out: str, *, dtype: Optional[str] = ..., seq_len: int
     The trailing tokens that make no full row are dropped and counted ("tokens_dropped").
     """
 
+def pack_videofolder(src: str, out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., overwrite: bool = ..., progress: bool = ..., check: bool = ..., part: str = ..., video_reencode: object = ...) -> dict:
+    """
+    Packs a tree of videos by class into a dataset; returns the summary as a dict.
+
+    src: root with one sub-directory per class (SRC/<class>/<...>/<video>: mp4, mkv, webm,
+        mov, avi; other files are ignored and counted in "notes"); labels are the class
+        indices in byte-wise order of the names. Records: __key__:text video:video label:int64.
+    out: dataset directory to write (overwrite=True replaces a dataset there, which stays
+        whole until the new one is complete).
+    Each video is probed with libavformat and stored behind its keyframe index; check=True
+    (default) also decodes every frame, so a file the loader would fail on (a codec without
+    a decoder included) is refused now, naming it, or skipped with skip_bad=True.
+    video_reencode: None, or {"gop": N, "max_side": S, "fps": F, "crf": Q, "encoder": "libx264"|"mpeg4"}:
+        re-encode every video to a keyframe every N frames at a constant frame rate, as the
+        CLI's --video-gop, --max-side, --fps, --video-crf and --video-encoder.
+    shard_size (bytes), align (1 or 4096), threads (0: every CPU allowed), progress, part
+    ("I/N": write part I of N, then stoker.commit): as the CLI's options of the same names.
+    Ctrl-C stops the pack, removes what it wrote and raises KeyboardInterrupt. A build
+    without libav raises stoker.UnavailableError.
+    """
+
 def pack_wds(tars: List[str], out: str, *, shard_size: int = ..., align: int = ..., threads: int = ..., skip_bad: bool = ..., skip_incomplete: bool = ..., overwrite: bool = ..., progress: bool = ..., class_names: List[str] = ..., fast_crop: bool = ..., check: bool = ..., exif_transpose: bool = ..., part: str = ..., video_reencode: object = ...) -> dict:
     """
     Packs WebDataset tars (plain or compressed) into a dataset; returns the summary.

@@ -4,13 +4,16 @@
     import stoker.dask
     client = Client("scheduler:8786")
     stoker.dask.pack("/data/imagenet/train", "/shared/in1k", kind="imagefolder", parts=64, fast_crop=True)
+    stoker.dask.pack("/data/kinetics/train", "/shared/k400", kind="videofolder", video_reencode={"gop": 16})
     stoker.dask.pack(bag_of_sample_dicts, "/shared/captions", fields={"jpg": "image", "txt": "text"})
 
 Two kinds of input:
-  - kind="imagefolder" (a directory), "wds" (a list of tar paths) or "tokens" (a token
-    file): `parts` tasks (default: the cluster's worker threads) each run the C++
-    packer on part i/parts (stoker/pack.h says how the input is cut), with the packer's
-    keyword options (fast_crop=True, seq_len=..., threads=...).
+  - kind="imagefolder" or "videofolder" (a directory), "wds" (a list of tar paths) or
+    "tokens" (a token file): `parts` tasks (default: the cluster's worker threads) each
+    run the C++ packer on part i/parts (stoker/pack.h says how the input is cut), with
+    the packer's keyword options (fast_crop=True, seq_len=..., threads=...; videofolder
+    and wds: video_reencode={"gop": 16, "max_side": 320, ...} as stoker.pack's
+    --video-gop, --max-side, --fps, --video-crf and --video-encoder).
   - records: a dask bag of sample dicts, a dask dataframe (one record per row, columns
     as fields), or a list of lists of sample dicts: partition i is written by
     stoker.Writer(out, fields, part=(i, n)), so a record's fields are checked as the
@@ -26,7 +29,8 @@ committed.
 
 from . import _stoker
 
-_PACKERS = {"imagefolder": "pack_imagefolder", "wds": "pack_wds", "tokens": "pack_tokens"}
+_PACKERS = {"imagefolder": "pack_imagefolder", "videofolder": "pack_videofolder", "wds": "pack_wds",
+            "tokens": "pack_tokens"}
 
 
 def _pack_part(kind, inputs, out, part, options):

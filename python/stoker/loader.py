@@ -224,16 +224,22 @@ class Loader:
             ``name + ".pts"``), audio fields ``stoker.AudioClip(...)``; without one they
             come as their files' bytes.
         size: output side of "train"/"eval" images.
-        buckets: aspect-ratio buckets for the first decoded image field (and the fields
-            that Follow it): a list of (height, width), or ``{"pixels": 512 * 512,
+        buckets: aspect-ratio buckets for the first field, in schema order, that is a
+            decoded image (with the fields that Follow it) or a video with a
+            ``stoker.VideoClip``: a list of (height, width), or ``{"pixels": 512 * 512,
             "step": 64, "max_ratio": 2.0}`` (every h, w a multiple of step with h * w <=
             pixels and long / short side <= max_ratio, as kohya_ss makes them). Each
             record goes to the bucket nearest its aspect (its stored size, read from the
-            image header when the Loader opens); each global step (batch_size x
-            world_size samples) is one bucket, so batch["image"] is [B, h, w, 3] of that
+            image header, or a video's upright size from the media index stored at pack
+            time, when the Loader opens; nothing is decoded); each global step
+            (batch_size x world_size samples) is one bucket, so batch["image"] is [B, h,
+            w, 3] (a clip [B, T, h, w, 3], [B, clips, T, h, w, 3] with clips > 1) of that
             bucket, varying between batches, and batch["bucket"] int64 [B] indexes
             ``loader.buckets``. Images are resized to cover the bucket, then cropped: at
-            random with a flip for "train", centred for "eval". Each bucket's last partial
+            random with a flip for "train", centred for "eval"; a clip's frames the same
+            way by its crop ("random": one window and flip for the whole clip, its scale
+            and ratio unused; "center"; "none": the whole frame stretched to the
+            bucket), its size unused. Each bucket's last partial
             step is dropped with drop_last, else completed by repeating that bucket's
             first samples of the epoch. The order depends on seed, epoch and the global
             batch: the same for every world size of one global batch; a resume must keep

@@ -2,9 +2,10 @@
 
     torchrun --nproc-per-node 8 -m stoker.pack imagefolder /data/imagenet/train /data/in1k --fast-crop
     torchrun --nnodes 4 --nproc-per-node 8 ... -m stoker.pack tokens train.bin /data/owt --seq-len 1024
+    torchrun --nproc-per-node 8 -m stoker.pack videofolder /data/kinetics/train /data/k400 --video-gop 16
 
 Rank r of a world of W packs part r/W of the input into OUT (stoker/pack.h: contiguous
-ranges of the sorted image list, of the tars as given, of the token records), waits on
+ranges of the sorted image or video list, of the tars as given, of the token records), waits on
 a barrier (torch.distributed, gloo: MASTER_ADDR/PORT, RANK and WORLD_SIZE from
 torchrun's environment), and rank 0 then commits (stoker.commit). A rank whose pack
 fails reports it through the barrier's all_gather, so rank 0 commits only when every
@@ -31,6 +32,15 @@ def _parser():
         c.add_argument("--align", type=int, default=1, choices=(1, 4096))
         c.add_argument("--clean", action="store_true", help="commit --clean: remove stray files")
 
+    def video(c):  # the CLI's re-encode flags (stoker pack videofolder --help)
+        c.add_argument("--video-gop", type=int, default=0,
+                       help="re-encode every video to a keyframe every N frames at a constant frame rate")
+        c.add_argument("--max-side", type=int, default=0, help="with --video-gop: longer side at most S pixels")
+        c.add_argument("--fps", type=float, default=0, help="with --video-gop: output frame rate (default: the source's)")
+        c.add_argument("--video-crf", type=int, default=None, help="with --video-gop: libx264 quality (default 23)")
+        c.add_argument("--video-encoder", choices=("libx264", "mpeg4"), default=None,
+                       help="with --video-gop: libx264 (default) or mpeg4")
+
     c = sub.add_parser("imagefolder", help="an ImageFolder tree")
     c.add_argument("src")
     c.add_argument("out")
@@ -39,12 +49,20 @@ def _parser():
     c.add_argument("--skip-bad", action="store_true")
     c.add_argument("--no-check", action="store_true")
     common(c)
+    c = sub.add_parser("videofolder", help="a tree of videos by class (SRC/<class>/<video>)")
+    c.add_argument("src")
+    c.add_argument("out")
+    c.add_argument("--skip-bad", action="store_true")
+    c.add_argument("--no-check", action="store_true")
+    video(c)
+    common(c)
     c = sub.add_parser("wds", help="WebDataset tars")
     c.add_argument("paths", nargs="+", metavar="TAR... OUT")
     c.add_argument("--fast-crop", action="store_true")
     c.add_argument("--skip-bad", action="store_true")
     c.add_argument("--skip-incomplete", action="store_true")
     c.add_argument("--no-check", action="store_true")
+    video(c)
     common(c)
     c = sub.add_parser("tokens", help="a flat token file or a Megatron .bin/.idx pair")
     c.add_argument("file")
@@ -75,12 +93,28 @@ def _parser():
     return p
 
 
+def _video_reencode(a):
+    """The packer's video_reencode from the re-encode flags: None without --video-gop."""
+    given = {"max_side": a.max_side or None, "fps": a.fps or None, "crf": a.video_crf, "encoder": a.video_encoder}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not a.video_gop:
+        if given:
+            flags = ", ".join("--" + {"crf": "video-crf", "encoder": "video-encoder"}.get(k, k.replace("_", "-"))
+                              for k in given)
+            raise SystemExit(f"stoker.pack {a.kind}: {flags} given without --video-gop (they set its re-encode)")
+        return None
+    return {"gop": a.video_gop, **given}
+
+
 def pack_part(a, part):
     """Packs part `part` ("I/N") as the parsed arguments `a` say; returns the summary dict."""
     kw = dict(shard_size=a.shard_size, threads=a.threads, align=a.align, part=part)
     if a.kind == "imagefolder":
         return _stoker.pack_imagefolder(a.src, a.out, fast_crop=a.fast_crop, baseline=a.baseline,
                                         skip_bad=a.skip_bad, check=not a.no_check, **kw)
+    if a.kind == "videofolder":
+        return _stoker.pack_videofolder(a.src, a.out, skip_bad=a.skip_bad, check=not a.no_check,
+                                        video_reencode=_video_reencode(a), **kw)
     if a.kind in ("text", "samples"):
         if len(a.paths) < 2:
             raise SystemExit(f"stoker.pack {a.kind}: give SRC... OUT")
@@ -94,13 +128,16 @@ def pack_part(a, part):
         if len(a.paths) < 2:
             raise SystemExit("stoker.pack wds: give TAR... OUT")
         return _stoker.pack_wds(a.paths[:-1], a.paths[-1], fast_crop=a.fast_crop, skip_bad=a.skip_bad,
-                                skip_incomplete=a.skip_incomplete, check=not a.no_check, **kw)
+                                skip_incomplete=a.skip_incomplete, check=not a.no_check,
+                                video_reencode=_video_reencode(a), **kw)
     return _stoker.pack_tokens(a.file, a.out, dtype=a.dtype, seq_len=a.seq_len, zstd=a.zstd,
                                rows_per_record=a.rows_per_record, eos=a.eos, **kw)
 
 
 def main(argv=None):
     a = _parser().parse_args(argv)
+    if a.kind in ("videofolder", "wds"):
+        _video_reencode(a)  # flags that cannot be used stop every rank here, before the barrier
     out = a.paths[-1] if a.kind in ("wds", "text", "samples") else a.out
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     dist = None

@@ -35,6 +35,30 @@ def make_imagefolder(root, per_class, seed=0, sizes=((48, 40), (40, 56), (64, 48
     return root
 
 
+VIDEO_SIZES = ((64, 32), (32, 64), (48, 48))  # (w, h): landscape, portrait, square
+
+
+def make_videofolder(root, per_class, classes=("a", "b")):
+    """A videofolder of tiny H.264 clips made with the ffmpeg CLI: class/v_XXX.mp4, video i
+    of a class VIDEO_SIZES[i % 3] (w, h), 25 frames at 25 fps, luma following x and the
+    frame number. Each size is encoded once and copied."""
+    import shutil
+    import subprocess
+
+    made = os.path.join(root, "made")
+    os.makedirs(made, exist_ok=True)
+    for w, h in VIDEO_SIZES:
+        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                        f"nullsrc=s={w}x{h}:r=25:d=1,geq=lum='16+2*N+X/2':cb=128:cr=128", "-c:v", "libx264",
+                        "-g", "5", "-pix_fmt", "yuv420p", os.path.join(made, f"{w}x{h}.mp4")], check=True)
+    for c in classes:
+        os.makedirs(os.path.join(root, "src", c), exist_ok=True)
+        for i in range(per_class):
+            w, h = VIDEO_SIZES[i % 3]
+            shutil.copyfile(os.path.join(made, f"{w}x{h}.mp4"), os.path.join(root, "src", c, f"v_{i:03d}.mp4"))
+    return os.path.join(root, "src")
+
+
 @pytest.fixture(scope="session")
 def image_dataset(tmp_path_factory):
     """(dataset dir, number of records): 3 classes x 20 tiny JPEGs, 2+ shards."""

@@ -145,24 +145,30 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_torchrun_two_ranks_pack_and_rank0_commits(folder, one_and_four, tmp_path):
-    torchrun = shutil.which("torchrun")
-    if torchrun is None:
+def torchrun_pack(*args):
+    """`python -m stoker.pack ARGS` on two torchrun ranks; the finished process. Skips
+    where torchrun is missing or cannot start."""
+    if shutil.which("torchrun") is None:
         pytest.skip("no torchrun")
-    one, _ = one_and_four
-    out = str(tmp_path / "tr")
     env = dict(os.environ, USE_LIBUV="0", OMP_NUM_THREADS="1")
     # --redirects/--tee 1: Debian 12's torchrun (torch 1.13 on Python 3.11) fails to parse
     # its default "0" (an IntFlag change); redirecting stdout, teed, avoids that path.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
            "--redirects", "1", "--tee", "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "stoker.pack", "imagefolder", folder, out, "--threads", "1", "--shard-size", str(8 << 10)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+           "-m", "stoker.pack", *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if p.returncode != 0 and "PyTorch was build without libuv support" in p.stderr:
         # Debian 13's torch 2.6: torchrun's rendezvous makes its TCPStore with libuv
         # whatever USE_LIBUV says, and the package is built without it.
         pytest.skip("this torch's torchrun cannot start: its store needs libuv, which the build lacks")
     assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def test_torchrun_two_ranks_pack_and_rank0_commits(folder, one_and_four, tmp_path):
+    one, _ = one_and_four
+    out = str(tmp_path / "tr")
+    p = torchrun_pack("imagefolder", folder, out, "--threads", "1", "--shard-size", str(8 << 10))
     assert "committed" in p.stdout, p.stdout
     assert stoker.read_manifest(out)["meta"]["parts"] == "2"
     assert all_records(out) == all_records(one)
@@ -214,3 +220,95 @@ def test_stoker_pack_main_does_not_commit_when_a_part_fails(folder, tmp_path, ca
     assert not os.path.exists(os.path.join(out, "MANIFEST"))
     assert stoker.pack.main(["imagefolder", folder, out, "--threads", "1"]) == 0
     assert stoker.read_manifest(out)["records"] == 27
+
+
+# ---- videofolder --------------------------------------------------------------------------
+
+needs_video = pytest.mark.skipif(not stoker._stoker.media_available or shutil.which("ffmpeg") is None,
+                                 reason="needs a build with libav and the ffmpeg CLI")
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    """(videofolder, its one-part pack)."""
+    from conftest import make_videofolder
+
+    base = tmp_path_factory.mktemp("video_parts")
+    src = make_videofolder(str(base), per_class=3)
+    one = str(base / "one")
+    stoker.pack_videofolder(src, one, threads=1)
+    return src, one
+
+
+REENCODE = {"gop": 4, "max_side": 32}
+
+
+def check_reencoded(out, one):
+    """`out` holds `one`'s records (keys, labels) with every video re-encoded as REENCODE
+    says: a keyframe every 4 frames, longer side 32. (The re-encoded bytes are not
+    compared: libx264's output is not byte-identical from run to run.)"""
+    n = stoker.read_manifest(one)["records"]
+    got, want = all_records(out), all_records(one)
+    assert [(r["__key__"], r["label"]) for r in got] == [(r["__key__"], r["label"]) for r in want]
+    assert stoker.read_manifest(out)["meta"]["video_reencode"] == "libx264 gop=4 crf=23 max_side=32 fps=source"
+    for data in next(iter(stoker.Loader(out, batch_size=n, shuffle=False, threads=1)))["video"]:
+        info = stoker._stoker.probe_media(data)  # without a VideoClip the loader gives the files as stored
+        keyframes = [k[2] for k in info["keyframes"]]
+        assert {b - a for a, b in zip(keyframes, keyframes[1:])} == {4} and info["frames"] - keyframes[-1] <= 4
+        assert max(info["width"], info["height"]) == 32
+
+
+@needs_video
+def test_videofolder_parts_hold_the_one_part_records(videos, tmp_path):
+    src, one = videos
+    four = str(tmp_path / "four")
+    for i in (3, 1, 0, 2):
+        stoker.pack_videofolder(src, four, threads=1, part=f"{i}/4")
+    r = stoker.commit(four)
+    assert r["outcome"] == "committed" and r["parts"] == 4 and r["records"] == 6
+    assert all_records(four) == all_records(one)
+    two = str(tmp_path / "two")
+    for i in (1, 0):
+        stoker.pack_videofolder(src, two, threads=1, part=f"{i}/2", video_reencode=REENCODE)
+    assert stoker.commit(two)["records"] == 6
+    check_reencoded(two, one)
+    with pytest.raises(ValueError, match="gop"):
+        stoker.pack_videofolder(src, str(tmp_path / "x"), video_reencode={"gop": 0})
+
+
+@needs_video
+def test_stoker_pack_main_packs_videofolder_with_the_cli_reencode_flags(videos, tmp_path):
+    import stoker.pack
+
+    src, one = videos
+    out = str(tmp_path / "main")
+    with pytest.raises(SystemExit, match="--max-side given without --video-gop"):
+        stoker.pack.main(["videofolder", src, out, "--max-side", "32"])
+    assert stoker.pack.main(["videofolder", src, out, "--threads", "1", "--video-gop", "4", "--max-side", "32"]) == 0
+    check_reencoded(out, one)
+    plain = str(tmp_path / "plain")
+    assert stoker.pack.main(["videofolder", src, plain, "--threads", "1"]) == 0
+    assert all_records(plain) == all_records(one)
+
+
+@needs_video
+def test_torchrun_two_ranks_pack_videofolder(videos, tmp_path):
+    src, one = videos
+    out = str(tmp_path / "tr")
+    torchrun_pack("videofolder", src, out, "--threads", "1", "--video-gop", "4", "--max-side", "32")
+    assert stoker.read_manifest(out)["meta"]["parts"] == "2"
+    check_reencoded(out, one)
+
+
+@needs_video
+def test_dask_packs_videofolder_parts(videos, tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    import stoker.dask
+
+    src, one = videos
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=40), distributed.Client():
+        out = str(tmp_path / "dask_videos")
+        r = stoker.dask.pack(src, out, kind="videofolder", parts=3, threads=1, video_reencode=REENCODE)
+        assert r["outcome"] == "committed" and r["parts"] == 3 and r["records"] == 6
+    check_reencoded(out, one)

@@ -11,10 +11,25 @@ namespace {
 // Where clip c of n starts, as a fraction of the room for starts.
 double spread(int c, int n) { return n == 1 ? 0.5 : static_cast<double>(c) / (n - 1); }
 
-void plan_box(const MediaInfo& m, const VideoClipSpec& s, SampleRng& rng, ClipPlan& p) {
+// The largest box of the output's aspect inside a uw x uh frame.
+void largest_box(const VideoClipSpec& s, int uw, int uh, ClipPlan& p) {
+  const double want = static_cast<double>(s.width) / s.height;
+  p.w = uw, p.h = uh;
+  if (static_cast<double>(uw) / uh > want) p.w = std::max(1.0, std::round(uh * want));
+  else p.h = std::max(1.0, std::round(uw / want));
+}
+
+void plan_box(const MediaInfo& m, const VideoClipSpec& s, bool cover, SampleRng& rng, ClipPlan& p) {
   const int uw = upright_width(m), uh = upright_height(m);
   switch (s.crop) {
     case VideoClipSpec::Crop::kRandom: {
+      if (cover) {
+        largest_box(s, uw, uh, p);
+        p.x0 = std::floor(rng.uniform() * (uw - p.w + 1));
+        p.y0 = std::floor(rng.uniform() * (uh - p.h + 1));
+        p.flip = rng.uniform() < s.flip_prob;
+        return;
+      }
       ImageTransform t;
       t.kind = ImageTransform::Kind::kTrain;
       t.scale_min = s.scale_min;
@@ -27,10 +42,7 @@ void plan_box(const MediaInfo& m, const VideoClipSpec& s, SampleRng& rng, ClipPl
       return;
     }
     case VideoClipSpec::Crop::kCenter: {
-      const double want = static_cast<double>(s.width) / s.height;
-      p.w = uw, p.h = uh;
-      if (static_cast<double>(uw) / uh > want) p.w = std::max(1.0, std::round(uh * want));
-      else p.h = std::max(1.0, std::round(uw / want));
+      largest_box(s, uw, uh, p);
       p.x0 = std::floor((uw - p.w) / 2), p.y0 = std::floor((uh - p.h) / 2);
       return;
     }
@@ -42,7 +54,7 @@ void plan_box(const MediaInfo& m, const VideoClipSpec& s, SampleRng& rng, ClipPl
 
 }  // namespace
 
-std::vector<ClipPlan> plan_video_clips(const MediaInfo& m, const VideoClipSpec& s, uint64_t seed) {
+std::vector<ClipPlan> plan_video_clips(const MediaInfo& m, const VideoClipSpec& s, uint64_t seed, bool cover) {
   SampleRng rng(seed);
   const bool random = s.crop == VideoClipSpec::Crop::kRandom;
   std::vector<ClipPlan> plans(static_cast<size_t>(s.clips));
@@ -66,7 +78,7 @@ std::vector<ClipPlan> plan_video_clips(const MediaInfo& m, const VideoClipSpec& 
       for (int k = 0; k < s.frames; ++k)
         p.at[static_cast<size_t>(k)] = std::min<int64_t>(m.frames - 1, i0 + static_cast<int64_t>(k) * s.stride);
     }
-    plan_box(m, s, rng, p);
+    plan_box(m, s, cover, rng, p);
   }
   return plans;
 }

@@ -12,7 +12,10 @@
 // Crop box (in upright coordinates, after the index's rotation): kRandom draws it as
 // RandomResizedCrop does (scale, ratio: plan_train_crop), with the flip; kCenter takes
 // the largest centred box of the output's aspect; kNone the whole frame. One box per
-// clip, for every frame of it.
+// clip, for every frame of it. Covering (aspect-ratio buckets: the output is a bucket's
+// size, not the spec's choice): kRandom takes the largest box of the output's aspect
+// instead, placed uniformly and flipped with flip_prob — the frame resized to cover the
+// output, then cropped at random, as a bucketed image is; kCenter and kNone are as above.
 //
 // Threading: pure functions.
 #pragma once
@@ -35,7 +38,9 @@ struct ClipPlan {
 inline int upright_width(const MediaInfo& m) { return m.rotation % 180 ? m.height : m.width; }
 inline int upright_height(const MediaInfo& m) { return m.rotation % 180 ? m.width : m.height; }
 
-/// spec.clips plans for one sample of a video with index `m`, drawn from `seed`.
-std::vector<ClipPlan> plan_video_clips(const MediaInfo& m, const VideoClipSpec& spec, uint64_t seed);
+/// spec.clips plans for one sample of a video with index `m`, drawn from `seed`; `cover`:
+/// kRandom boxes cover the output (header).
+std::vector<ClipPlan> plan_video_clips(const MediaInfo& m, const VideoClipSpec& spec, uint64_t seed,
+                                       bool cover = false);
 
 }  // namespace stoker::internal

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "decode/media_index.h"
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
 #include "stoker/media.h"
@@ -66,14 +67,21 @@ std::vector<uint8_t> make_media_value(const MediaInfo& info, std::span<const uin
   return out;
 }
 
-std::span<const uint8_t> parse_media_value(std::span<const uint8_t> value, MediaInfo& info) {
-  using namespace internal;
+namespace internal {
+
+uint32_t media_index_bytes(std::span<const uint8_t> value) {
+  if (value.size() < 8) return 8;
+  if (std::memcmp(value.data(), kMagic, 4) != 0) bad("bad magic (not a media field value)");
+  const uint32_t head = get_u32(value.data() + 4);
+  if (head < kFixedBytes || head > kMaxMediaIndexBytes) bad("index size " + std::to_string(head) + " is out of range");
+  return head;
+}
+
+MediaInfo parse_media_index(std::span<const uint8_t> value) {
   if (value.size() < kFixedBytes) bad("the value has " + std::to_string(value.size()) + " bytes, fewer than an index");
+  const uint32_t head = media_index_bytes(value);
+  if (head > value.size()) bad("index size " + std::to_string(head) + " is out of range");
   const uint8_t* p = value.data();
-  if (std::memcmp(p, kMagic, 4) != 0) bad("bad magic (not a media field value)");
-  const uint32_t head = get_u32(p + 4);
-  if (head < kFixedBytes || head > value.size() || head > kMaxMediaIndexBytes)
-    bad("index size " + std::to_string(head) + " is out of range");
   if (get_u32(p + 8) != crc32c(p + 12, head - 12)) bad("checksum mismatch");
   if (get_u16(p + 12) != kVersion) bad("version " + std::to_string(get_u16(p + 12)) + " is not 1");
   const uint8_t kind = p[14];
@@ -82,8 +90,6 @@ std::span<const uint8_t> parse_media_value(std::span<const uint8_t> value, Media
   const uint32_t nk = get_u32(p + 96);
   if (static_cast<uint64_t>(nk) * kKeyframeBytes != head - kFixedBytes)
     bad(std::to_string(nk) + " keyframes do not fill an index of " + std::to_string(head) + " bytes");
-  if (get_u64(p + 88) != value.size() - head)
-    bad("the file has " + std::to_string(value.size() - head) + " bytes, the index says " + std::to_string(get_u64(p + 88)));
   MediaInfo m;
   m.kind = static_cast<MediaKind>(kind);
   const char* codec = reinterpret_cast<const char*>(p + 16);
@@ -125,6 +131,17 @@ std::span<const uint8_t> parse_media_value(std::span<const uint8_t> value, Media
     if (k > 0 && (kf.pts <= m.keyframes[k - 1].pts || kf.frame < m.keyframes[k - 1].frame))
       bad("keyframes out of order at " + std::to_string(k));
   }
+  return m;
+}
+
+}  // namespace internal
+
+std::span<const uint8_t> parse_media_value(std::span<const uint8_t> value, MediaInfo& info) {
+  MediaInfo m = internal::parse_media_index(value);
+  const uint32_t head = internal::get_u32(value.data() + 4);
+  const uint64_t file = internal::get_u64(value.data() + 88);
+  if (file != value.size() - head)
+    bad("the file has " + std::to_string(value.size() - head) + " bytes, the index says " + std::to_string(file));
   info = std::move(m);
   return value.subspan(head);
 }

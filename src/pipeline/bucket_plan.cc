@@ -7,7 +7,10 @@
 #include <mutex>
 #include <thread>
 
+#include "decode/clip_plan.h"
+#include "decode/media_index.h"
 #include "pipeline/producer.h"
+#include "pipeline/video_fields.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
 #include "util/log.h"
@@ -16,7 +19,8 @@ namespace stoker::internal {
 namespace {
 
 // Most headers (JPEG's SOF after its APPn segments, PNG's IHDR, WebP's first chunk) lie
-// in a record's first page; a large EXIF or ICC segment moves a JPEG's further.
+// in a record's first page; a large EXIF or ICC segment moves a JPEG's further. A media
+// index fits in it up to 165 keyframes (108 bytes and 24 a keyframe).
 constexpr size_t kHeaderProbe = 4096;
 constexpr uint64_t kRecordsPerUnit = 256;  // records a header-reading thread takes at a time
 constexpr unsigned kMinHeaderThreads = 8;
@@ -44,82 +48,129 @@ std::string source_of(const ShardReader& shard, uint64_t i, int key_field) {
   return " (source '" + key + "')";
 }
 
-ImageInfo probe_field(const ShardReader& shard, uint64_t i, int field, int key_field, std::vector<uint8_t>& buf) {
+StoredSize image_size(std::span<const uint8_t> head, bool whole) {
+  try {
+    const ImageInfo info = probe_image(head);
+    return StoredSize{info.width, info.height, 0};
+  } catch (const Error&) {
+    if (whole) throw;
+    return StoredSize{0, 0, SIZE_MAX};
+  }
+}
+
+// The media index's frame size, turned upright by its rotation.
+StoredSize video_size(std::span<const uint8_t> head, bool whole) {
+  const uint32_t need = media_index_bytes(head);
+  if (head.size() < need && !whole) return StoredSize{0, 0, need};
+  const MediaInfo m = parse_media_index(head);
+  if (m.kind != MediaKind::kVideo) throw_error(ErrorCode::kDataLoss, "the field's media index is not a video's");
+  return StoredSize{upright_width(m), upright_height(m), 0};
+}
+
+// The kinds of field whose stored size picks a bucket: a new kind is a row here.
+struct SourceRow {
+  FieldKind kind;
+  BucketSource source;
+};
+constexpr SourceRow kSources[] = {
+    {FieldKind::kImage, {"image", image_size}},
+    {FieldKind::kVideo, {"video", video_size}},
+};
+
+const BucketSource* source_of_kind(FieldKind kind) {
+  for (const SourceRow& row : kSources)
+    if (row.kind == kind) return &row.source;
+  return nullptr;
+}
+
+StoredSize probe_field(const ShardReader& shard, uint64_t i, int field, int key_field, const BucketSource& source,
+                       std::vector<uint8_t>& buf) {
   const RecordLocation& loc = shard.location(i);
   try {
     if (loc.flags & kRecordZstd) {
       const Record r = shard.read_record(i);
-      return probe_image(r.fields.at(static_cast<size_t>(field)));
+      return source.read(r.fields.at(static_cast<size_t>(field)), true);
     }
     const uint64_t at = field_offset(loc, field);
     const size_t size = loc.field_sizes[static_cast<size_t>(field)];
-    const size_t head = std::min(size, kHeaderProbe);
-    buf.resize(head);
-    if (pread_full(shard.fd(), buf.data(), head, at, shard.path()) != head) throw_error(ErrorCode::kDataLoss, "short read");
-    try {
-      return probe_image(buf);
-    } catch (const Error&) {
-      if (head == size) throw;
+    for (size_t head = std::min(size, kHeaderProbe);;) {
+      buf.resize(head);
+      if (pread_full(shard.fd(), buf.data(), head, at, shard.path()) != head) throw_error(ErrorCode::kDataLoss, "short read");
+      const StoredSize got = source.read(buf, head == size);
+      if (got.need == 0) return got;
+      // A reader that asks for no more than it had would loop: the whole field then.
+      head = got.need > head ? std::min(size, got.need) : size;
     }
-    buf.resize(size);
-    if (pread_full(shard.fd(), buf.data(), size, at, shard.path()) != size) throw_error(ErrorCode::kDataLoss, "short read");
-    return probe_image(buf);
   } catch (const Error& e) {
     throw Error(ErrorCode::kDataLoss, shard.path() + ": record " + std::to_string(i) + source_of(shard, i, key_field) +
-                                          ": buckets: its image size cannot be read: " + e.what());
+                                          ": buckets: its " + source.what + " size cannot be read: " + e.what());
   }
 }
 
 }  // namespace
 
-void plan_bucket_outputs(const LoaderOptions& opt, Context& ctx, ImageFacts& img) {
-  if (!opt.buckets.enabled()) return;
+BucketedField plan_bucket_outputs(const LoaderOptions& opt, const Schema& schema, Context& ctx, ImageFacts& img,
+                                  VideoFacts& vid) {
+  BucketedField out;
+  if (!opt.buckets.enabled()) return out;
   const std::vector<BucketSize> sizes = resolve_buckets(opt.buckets);
-  const auto lead = std::find_if(img.outs.begin(), img.outs.end(),
-                                 [](const FieldOut& o) { return o.how == FieldOut::How::kImage; });
-  if (lead == img.outs.end())
-    refuse("no image field is decoded (a transform, or fields= with RandomResizedCrop or CenterCrop, is needed)");
+  // The first field in schema order that is a decoded image or a clip.
+  auto lead = std::find_if(img.outs.begin(), img.outs.end(),
+                           [](const FieldOut& o) { return o.how == FieldOut::How::kImage; });
+  VideoOut* clip = vid.outs.empty() ? nullptr : &vid.outs.front();
+  if (lead == img.outs.end() && !clip)
+    refuse("no image field is decoded and no video field is cut into clips (a transform, or fields= with "
+           "RandomResizedCrop, CenterCrop or VideoClip, is needed)");
+  const bool image_first = lead != img.outs.end() && (!clip || lead->field < clip->field);
+  out.field = image_first ? lead->field : clip->field;
+  out.source = source_of_kind(schema.fields.at(static_cast<size_t>(out.field)).kind);
+  if (!out.source) refuse("field '" + schema.fields[static_cast<size_t>(out.field)].name + "' has no stored size to bucket by");
   const BucketSize widest = *std::max_element(sizes.begin(), sizes.end(), [](const BucketSize& a, const BucketSize& b) {
     return int64_t{a.height} * a.width < int64_t{b.height} * b.width;
   });
-  const int leader = static_cast<int>(lead - img.outs.begin());
-  img.bucket_field = lead->field;
   // Each shaped tensor is laid out for the largest bucket; a batch uses its first
-  // h·w·C·B elements.
-  auto reshape = [&](FieldOut& o) {
-    o.bucketed = true;
-    Output& t = ctx.tensors[static_cast<size_t>(o.tensor)];
+  // elements, as many as its bucket's size needs.
+  auto reshape = [&](int tensor, size_t h_dim) {
+    Output& t = ctx.tensors[static_cast<size_t>(tensor)];
     std::vector<int64_t> shape = t.shape;
-    const bool chw = shape.size() == 3 && shape[0] == 3 && o.how == FieldOut::How::kImage &&
-                     (opt.pixel_format == PixelFormat::kU8CHW || opt.pixel_format == PixelFormat::kF32CHW ||
-                      opt.pixel_format == PixelFormat::kF16CHW);
-    if (chw) shape = {3, widest.height, widest.width};
-    else shape = {widest.height, widest.width, shape.back()};
+    shape.at(h_dim) = widest.height;
+    shape.at(h_dim + 1) = widest.width;
     t = Output::dense(t.name, t.dtype, shape);
+    out.shaped.push_back(BucketShaped{tensor, std::move(shape), h_dim});
   };
-  reshape(*lead);
-  for (FieldOut& o : img.outs)
-    if (o.how == FieldOut::How::kFollow && o.leader == leader) reshape(o);
+  if (image_first) {
+    const int leader = static_cast<int>(lead - img.outs.begin());
+    const bool chw = opt.pixel_format == PixelFormat::kU8CHW || opt.pixel_format == PixelFormat::kF32CHW ||
+                     opt.pixel_format == PixelFormat::kF16CHW;
+    lead->bucketed = true;
+    reshape(lead->tensor, chw ? 1 : 0);
+    for (FieldOut& o : img.outs)
+      if (o.how == FieldOut::How::kFollow && o.leader == leader) {
+        o.bucketed = true;
+        reshape(o.tensor, 0);  // [H, W, C]
+      }
+  } else {
+    clip->bucketed = true;
+    // [T, H, W, 3] or [clips, T, H, W, 3]
+    reshape(clip->tensor, ctx.tensors[static_cast<size_t>(clip->tensor)].shape.size() - 3);
+  }
   img.bucket_t = ctx.add_tensor("bucket", ElemType::kInt64, {});
+  return out;
 }
 
-std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFacts& img) {
+std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, BucketedField field, int key_field) {
   const LoaderOptions& opt = *ctx.opt;
   if (!opt.buckets.enabled()) return nullptr;
-  if (ctx.cached) refuse("a remote dataset cannot be bucketed yet (each record's image size is read when the Loader opens)");
+  if (ctx.cached) refuse("a remote dataset cannot be bucketed yet (each record's stored size is read when the Loader opens)");
   if (opt.on_error != OnError::kError) refuse("on_error='skip' cannot keep a batch within one bucket; use on_error='error'");
-  if (img.bucket_field < 0) refuse("needs a dataset of records with a decoded image field");
+  if (field.field < 0) refuse("needs a dataset of records with a decoded image field or a video field cut into clips");
   auto plan = std::make_shared<BucketPlan>();
   plan->sizes = resolve_buckets(opt.buckets);
   plan->group = opt.batch_size * ctx.rank.world_size;
   plan->fill = !opt.drop_last;
-  plan->chw = opt.pixel_format == PixelFormat::kU8CHW || opt.pixel_format == PixelFormat::kF32CHW ||
-              opt.pixel_format == PixelFormat::kF16CHW;
-  for (const FieldOut& o : img.outs)
-    if (o.bucketed) {
-      const bool image = o.how == FieldOut::How::kImage;
-      plan->shaped.push_back(BucketPlan::Shaped{o.tensor, image ? 3 : o.follow.channels, image && plan->chw});
-    }
+  plan->bucketed = std::move(field);
+  const BucketSource& source = *plan->bucketed.source;
+  const int bucket_field = plan->bucketed.field;
 
   const auto t0 = std::chrono::steady_clock::now();
   const Dataset& ds = *ctx.dataset;
@@ -143,11 +194,11 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFa
         const auto [s, begin] = units[u];
         const auto shard = ds.shard(s);
         for (uint64_t i = begin; i < std::min(begin + kRecordsPerUnit, shard->record_count()); ++i) {
-          const ImageInfo info = probe_field(*shard, i, img.bucket_field, img.key_field, buf);
+          const StoredSize size = probe_field(*shard, i, bucket_field, key_field, source, buf);
           const uint64_t r = first[s] + i;
-          plan->of[r] = nearest_bucket(plan->sizes, info.width, info.height);
-          plan->width[r] = static_cast<uint32_t>(info.width);
-          plan->height[r] = static_cast<uint32_t>(info.height);
+          plan->of[r] = nearest_bucket(plan->sizes, size.width, size.height);
+          plan->width[r] = static_cast<uint32_t>(size.width);
+          plan->height[r] = static_cast<uint32_t>(size.height);
         }
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
@@ -168,8 +219,8 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, const ImageFa
   plan->counts.assign(plan->sizes.size(), 0);
   for (uint32_t b : plan->of) ++plan->counts[b];
   plan->open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_info("buckets: the image sizes of " + std::to_string(ds.record_count()) + " records read in " +
-           std::to_string(plan->open_s) + " s on " + std::to_string(n) + " threads");
+  log_info("buckets: the " + std::string(source.what) + " sizes of " + std::to_string(ds.record_count()) +
+           " records read in " + std::to_string(plan->open_s) + " s on " + std::to_string(n) + " threads");
   return plan;
 }
 
@@ -228,10 +279,12 @@ DecodeResult put_bucketed(const BucketPlan& plan, const FieldOut& o, const Loade
 
 void shape_bucket_views(const BucketPlan& plan, uint32_t bucket, uint64_t n, std::vector<TensorView>& views) {
   const BucketSize b = plan.sizes.at(bucket);
-  for (const BucketPlan::Shaped& s : plan.shaped) {
+  for (const BucketShaped& s : plan.bucketed.shaped) {
     TensorView& v = views.at(static_cast<size_t>(s.tensor));
-    v.shape = s.chw ? std::vector<int64_t>{static_cast<int64_t>(n), 3, b.height, b.width}
-                    : std::vector<int64_t>{static_cast<int64_t>(n), b.height, b.width, s.channels};
+    v.shape.assign(1, static_cast<int64_t>(n));
+    v.shape.insert(v.shape.end(), s.shape.begin(), s.shape.end());
+    v.shape[s.h_dim + 1] = b.height;
+    v.shape[s.h_dim + 2] = b.width;
   }
 }
 

@@ -237,12 +237,14 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
 
   ImageFacts img;
   VideoFacts vid;
+  BucketedField bucketed;
   if (tokens) plan_token_outputs(opt, schema, tok, ctx);
   else if (!packed) {
     img = plan_image_fields(opt, schema, ctx);
     vid = plan_video_fields(opt, schema, ctx);
+    bucketed = plan_bucket_outputs(opt, schema, ctx, img, vid);
   }
-  ctx.buckets = plan_buckets(ctx, img);
+  ctx.buckets = plan_buckets(ctx, std::move(bucketed), img.key_field);
   outputs_ = ctx.tensors;
   outputs_.insert(outputs_.end(), ctx.vars.begin(), ctx.vars.end());
 

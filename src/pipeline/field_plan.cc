@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "pipeline/bucket_plan.h"
 #include "pipeline/producer.h"
 
 namespace stoker::internal {
@@ -207,7 +206,6 @@ ImageFacts plan_image_fields(const LoaderOptions& opt, const Schema& schema, Con
   }
   if (v1 && first_int64 < 0) facts.missing_label_t = ctx.add_tensor("label", ElemType::kInt64, {});
   facts.index_t = ctx.add_tensor("index", ElemType::kInt64, {});
-  plan_bucket_outputs(opt, ctx, facts);
   (void)B;
   return facts;
 }

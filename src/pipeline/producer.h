@@ -188,8 +188,7 @@ struct ImageFacts {
   int missing_label_t = -1;  ///< version-1 datasets without an int64 field: "label" is -1
   int index_t = -1;
   int key_field = -1;        ///< `__key__`, to name a record's source in errors
-  int bucket_field = -1;     ///< LoaderOptions::buckets: the image field whose size picks the bucket
-  int bucket_t = -1;         ///< and the "bucket" int64 [B] output
+  int bucket_t = -1;         ///< LoaderOptions::buckets: the "bucket" int64 [B] output (bucket_plan.h)
 };
 
 /// The tensor element type of a stored dtype; nullopt for kNone.

@@ -7,6 +7,7 @@
 #include "decode/clip_plan.h"
 #include "decode/crop.h"
 #include "decode/video_decode.h"
+#include "pipeline/bucket_plan.h"
 #include "stoker/media.h"
 #include "stoker/order.h"
 
@@ -48,15 +49,21 @@ void put_video(const Context& ctx, const VideoOut& o, uint64_t epoch, Job& job, 
   if (info.kind != MediaKind::kVideo) throw_error(ErrorCode::kDataLoss, "the field's media index is not a video's");
   const uint64_t seed = sample_seed(ctx.order_opt.seed ^ (0x766964656f000000ull + o.seed_salt * 0x9E3779B97F4A7C15ull),
                                     epoch, sample);
-  const std::vector<ClipPlan> plans = plan_video_clips(info, o.spec, seed);
-  const Output& frames = ctx.tensors[static_cast<size_t>(o.tensor)];
+  // Bucketed: the output is the record's bucket, the frames resized to cover it.
+  VideoClipSpec spec = o.spec;
+  const bool cover = o.bucketed && ctx.buckets;
+  if (cover) {
+    const BucketSize b = ctx.buckets->sizes.at(ctx.buckets->of.at(sample));
+    spec.height = b.height, spec.width = b.width;
+  }
+  const std::vector<ClipPlan> plans = plan_video_clips(info, spec, seed, cover);
   const Output& pts = ctx.tensors[static_cast<size_t>(o.pts_tensor)];
-  const size_t clip_bytes = frames.item_bytes / plans.size();
+  const size_t clip_bytes = static_cast<size_t>(spec.frames) * spec.height * spec.width * 3;
   const size_t clip_pts = pts.item_bytes / sizeof(double) / plans.size();
-  uint8_t* out = ctx.tensor_ptr(job, o.tensor) + j * frames.item_bytes;
+  uint8_t* out = ctx.tensor_ptr(job, o.tensor) + j * clip_bytes * plans.size();
   auto* times = reinterpret_cast<double*>(ctx.tensor_ptr(job, o.pts_tensor) + j * pts.item_bytes);
   for (size_t c = 0; c < plans.size(); ++c)
-    dec.video.decode(file, info, plans[c], o.spec.width, o.spec.height, out + c * clip_bytes, times + c * clip_pts);
+    dec.video.decode(file, info, plans[c], spec.width, spec.height, out + c * clip_bytes, times + c * clip_pts);
   if (o.audio_tensor < 0) return;
   // Each clip's span [t0, t0 + frames / fps) of the file's audio track (time mode: at[0]
   // is t0 in the video's time base, to one tick).

@@ -21,6 +21,9 @@ struct VideoOut {
   int tensor = -1;      ///< frames: uint8 [T, H, W, 3] or [clips, T, H, W, 3]
   int pts_tensor = -1;  ///< NAME.pts: float64 [T] or [clips, T]
   int audio_tensor = -1;  ///< NAME.audio (spec.audio_rate > 0): float32 [C, n] or [clips, C, n]
+  /// LoaderOptions::buckets: the frames are written at the record's bucket size, the
+  /// tensor laid out for the largest (bucket_plan.h).
+  bool bucketed = false;
   VideoClipSpec spec;
   uint64_t seed_salt = 0;  ///< distinct per video field
 };

@@ -360,9 +360,12 @@ void StageCore::make_plan(const Batch& hb) {
     if (!t.shape.empty()) {
       p.sample_shape.assign(t.shape.begin() + 1, t.shape.end());
       for (int64_t d : p.sample_shape) per *= static_cast<size_t>(d);
+      // Bucket-shaped: an image [H, W, C] or [C, H, W], a clip [T, H, W, 3] or [clips, T, H, W, 3].
       const auto& ss = p.sample_shape;
-      if (most && ss.size() == 3 &&
-          ((ss[0] == first.height && ss[1] == first.width) || (ss[1] == first.height && ss[2] == first.width))) {
+      bool bucket_shaped = false;
+      for (size_t d = 0; most && ss.size() >= 3 && d + 1 < ss.size(); ++d)
+        bucket_shaped = bucket_shaped || (ss[d] == first.height && ss[d + 1] == first.width);
+      if (bucket_shaped) {
         p.varying = true;
         per = per / (static_cast<size_t>(first.height) * first.width) * static_cast<size_t>(most);
       }
