@@ -2,7 +2,8 @@
 """Video clip feed (#30): stoker's clip feed against its in-memory limit (the same decode
 calls over records in RAM), against what users run today, PyAV in a torch DataLoader
 with as many workers as stoker has threads, decoding the same clips (same frame count
-and stride, same output size, a random box resized), and a `--video-gop` re-encoded
+and stride, same output size, a random box resized; bench/torch_dataloader.py's
+PyAVClips, which `stoker bench compare` runs too), and a `--video-gop` re-encoded
 pack of the same videos against the original.
 
     /usr/bin/python3 bench/video_feed.py [--out out/video] [--videos 24] [--seconds 10]
@@ -19,7 +20,6 @@ the size of the re-encoded files against the originals.
 """
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+from torch_dataloader import pyav_feed  # beside this file
 
 
 def make_videos(out, n, seconds, gop):
@@ -47,62 +47,8 @@ def make_videos(out, n, seconds, gop):
     return root, paths
 
 
-class PyAVClips:
-    """A torch Dataset: clip i of a file list, decoded with PyAV as users do (seek to the
-    keyframe before the start, decode up to the last frame, rgb24, a random box resized)."""
-
-    def __init__(self, paths, frames, stride, size, seed=0):
-        self.paths, self.frames, self.stride, self.size, self.seed = paths, frames, stride, size, seed
-
-    def __len__(self):
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        import av
-        import torch
-        import torch.nn.functional as F
-
-        rng = np.random.default_rng([self.seed, i, int(time.time() * 1e6) & 0xFFFF])
-        with open(self.paths[i], "rb") as f:
-            data = f.read()
-        with av.open(io.BytesIO(data)) as c:
-            st = c.streams.video[0]
-            n = st.frames
-            rate = float(st.average_rate)
-            span = (self.frames - 1) * self.stride
-            first = int(rng.integers(0, max(1, n - span)))
-            want = [min(first + k * self.stride, n - 1) for k in range(self.frames)]
-            tb = float(st.time_base)
-            c.seek(int(first / rate / tb), stream=st, backward=True, any_frame=False)
-            got = {}
-            for fr in c.decode(st):
-                idx = int(round(float(fr.pts * st.time_base) * rate))
-                if idx in want:
-                    got[idx] = fr.to_ndarray(format="rgb24")
-                if idx >= want[-1]:
-                    break
-        h, w = next(iter(got.values())).shape[:2]
-        s = float(np.sqrt(rng.uniform(0.25, 1.0)))
-        bh, bw = max(1, int(h * s)), max(1, int(w * s))
-        y, x = int(rng.integers(0, h - bh + 1)), int(rng.integers(0, w - bw + 1))
-        clip = np.stack([got.get(k, got[max(got)]) for k in want])[:, y:y + bh, x:x + bw]
-        t = torch.from_numpy(clip).permute(0, 3, 1, 2).float()
-        t = F.interpolate(t, size=(self.size, self.size), mode="bilinear", align_corners=False)
-        return t.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
-
-
 def pyav_rate(paths, a):
-    import torch
-
-    ds = PyAVClips(paths, a.frames, a.stride, a.size)
-    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.threads,
-                                     persistent_workers=False)
-    n = 0
-    t0 = time.perf_counter()
-    for _ in range(a.epochs):
-        for b in dl:
-            n += b.shape[0]
-    return n / (time.perf_counter() - t0)
+    return pyav_feed(paths, a.frames, a.stride, a.size, a.threads, float("inf"), a.batch, a.epochs)["samples_per_s"]
 
 
 def stoker_rate(ds, a):

@@ -20,11 +20,14 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "stoker/verify.h"
 #include "util/datasets.h"
+#include "util/loader_util.h"
 #include "util/test_servers.h"
 #include "util/test_util.h"
+#include "util/video_util.h"
 
 #ifndef STOKER_TOOL
 #error "STOKER_TOOL (the path of build/stoker) is set by CMake"
@@ -122,7 +125,7 @@ TEST(CliHelp, EveryCommandHasItsOwnHelp) {
       {"bench io", {"DATASET", "--order", "--qd", "--engine", "--verify", "--drop-caches", "--json"}},
       {"bench stage", {"--bytes", "--slots", "--host-slots", "--backend", "--copy-limit-mbps", "--dataset"}},
       {"bench compare", {"DATASET", "--images", "--tokens", "--tokens-bin", "--out", "--fast-crop-dataset", "--field",
-                         "--transform", "--rounds"}},
+                         "--transform", "--rounds", "--videos", "--clip", "FRAMES:STRIDE:SIZE"}},
   };
   for (const Row& row : rows) {
     for (const std::string& args : {std::string(row.words) + " --help", "help " + std::string(row.words)}) {
@@ -210,6 +213,9 @@ TEST(CliUsage, MissingOrMalformedArgumentsExitTwo) {
       {"bench compare " + p + " --transform blur", "--transform"},
       {"bench compare " + p + " --rounds 0", "--rounds"},
       {"bench compare " + p + " --fast-crop-dataset", "--fast-crop-dataset"},
+      {"bench compare " + p + " --clip 16:2", "--clip: want FRAMES:STRIDE:SIZE (e.g. 16:2:112), got '16:2'"},
+      {"bench compare " + p + " --clip 16:8fps:112", "want FRAMES:STRIDE:SIZE"},
+      {"bench compare " + p + " --clip 0:2:112", "FRAMES must be 1..1024"},
       // The remote forms: options checked before anything is fetched (port 9: nothing).
       {"bench io http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
       {"bench feed http://127.0.0.1:9/ds", "a URL needs --cache-dir DIR"},
@@ -728,6 +734,63 @@ TEST(CliCommands, BenchCompareShowsAFastCropPackBesideThePlainOne) {
   EXPECT_TRUE(has(md, "| transform | threads | plain samples/s | --fast-crop samples/s | fast-crop / plain |")) << md;
   EXPECT_TRUE(has(md, "| train | 1 |")) << md;
   EXPECT_TRUE(has(md, "| eval | 1 |")) << md;
+}
+
+// A dataset of videos: its clip feed beside PyAV in a DataLoader over the files it was
+// packed from, both in clips/s, each at --clip's frames and size; PyAV's clips have the
+// shape of the loader's.
+TEST(CliCommands, BenchCompareShowsVideoClipsBesidePyAV) {
+  if (!python_can_plot()) GTEST_SKIP() << "/usr/bin/python3 lacks matplotlib/numpy";
+  if (!testing::have_ffmpeg() || std::system("/usr/bin/python3 -c 'import av, torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs the ffmpeg CLI and Debian's python3-av and python3-torch";
+  TempDir d;
+  const auto mp4 = testing::make_video(d, "made.mp4", testing::grey() + " -c:v libx264 -g 10 -pix_fmt yuv420p");
+  for (const char* f : {"a/v0.mp4", "a/v1.mp4", "b/v2.mp4", "b/v3.mp4"}) {
+    fs::create_directories(fs::path(d.str("vids/" + std::string(f))).parent_path());
+    testing::write_file(d.str("vids/" + std::string(f)), mp4);
+  }
+  ASSERT_TRUE(ok("pack videofolder " + d.str("vids") + " " + d.str("ds")));
+  ASSERT_TRUE(ok("bench compare " + d.str("ds") + " --videos " + d.str("vids") +
+                 " --clip 4:3:32 --threads 1 --seconds 0.5 --batch 2 --rounds 1 --out " + d.str("cmp")));
+
+  const std::string text = slurp(d.str("cmp/compare.json"));
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text;
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& x : j["results"]) {
+    EXPECT_NE(x["workload"], "images") << "no image rows for a dataset of videos: " << x.dump();
+    if (x["workload"] == "videos") rows[x["feeder"].get<std::string>()] = x;
+  }
+  ASSERT_TRUE(rows.count("stoker") && rows.count("PyAV DataLoader")) << text;
+  const auto& st = rows["stoker"];
+  const auto& av = rows["PyAV DataLoader"];
+  for (const auto* x : {&st, &av}) {
+    EXPECT_FALSE(x->contains("error") || x->contains("status")) << x->dump();
+    EXPECT_GT(x->value("samples_per_s", 0.0), 0) << x->dump();
+    EXPECT_EQ((*x)["unit"], "clips/s");
+    EXPECT_EQ((*x)["clip"], (nlohmann::json{{"frames", 4}, {"stride", 3}, {"size", 32}}));
+  }
+  EXPECT_NEAR(st["stoker_per_pyav"].get<double>(), st["samples_per_s"].get<double>() / av["samples_per_s"].get<double>(),
+              1e-9);
+  ASSERT_EQ(j["limits"]["video_decode"].size(), 1u) << text;
+  EXPECT_GT(j["limits"]["video_decode"][0]["samples_per_s"].get<double>(), 0);
+
+  // The loader's clips of the same spec: [B, 4, 32, 32, 3]; PyAV's, one at a time, the same.
+  LoaderOptions lo = testing::default_options(d.str("ds"), 2);
+  FieldTransform& f = lo.fields["video"];
+  f.kind = FieldTransform::Kind::kVideoClip;
+  f.video.frames = 4, f.video.stride = 3, f.video.height = f.video.width = 32;
+  Loader loader(lo);
+  const auto b = loader.next();
+  ASSERT_TRUE(b);
+  const auto& shape = (*b)["video"].shape;
+  EXPECT_EQ(av["clip_shape"].get<std::vector<int64_t>>(), std::vector<int64_t>(shape.begin() + 1, shape.end())) << text;
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 4, 32, 32, 3}));
+
+  const std::string md = slurp(d.str("cmp/compare.md"));
+  EXPECT_TRUE(has(md, "| threads | stoker clips/s | PyAV clips/s | stoker / PyAV |")) << md;
+  EXPECT_TRUE(has(md, "| videos | PyAV DataLoader | 1 |")) << md;
+  EXPECT_EQ(slurp(d.str("cmp/compare.png")).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
 }  // namespace

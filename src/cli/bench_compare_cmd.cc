@@ -2,12 +2,14 @@
 // instead (torch DataLoader + PIL, nanoGPT's memmap get_batch, WebDataset/FFCV when
 // importable) next to stoker at several thread counts, in one run; with
 // --fast-crop-dataset also a --fast-crop pack of the same images beside DATASET
-// (fast-crop / plain, train and eval). The orchestration and the Python baselines live
+// (fast-crop / plain, train and eval); for a dataset of videos (or with --videos) its
+// clip feed next to PyAV in a torch DataLoader decoding the same clips. The orchestration and the Python baselines live
 // in bench/compare.py; this command finds it and a Python with torch, and runs it with
 // this very binary as the stoker to measure.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -64,9 +66,30 @@ struct CompareArgs {
   // Passed on to bench/compare.py as given, in this order.
   std::vector<std::pair<const char*, std::string>> pass{
       {"images", ""}, {"tokens", ""}, {"tokens-bin", ""}, {"threads", ""}, {"seconds", ""}, {"batch", ""},
-      {"transform", ""}, {"fast-crop-dataset", ""}, {"rounds", ""}};
+      {"transform", ""}, {"fast-crop-dataset", ""}, {"rounds", ""}, {"videos", ""}, {"clip", ""}};
   std::vector<std::string> fields;  // --field, each passed on
 };
+
+// --clip FRAMES:STRIDE:SIZE in `bench feed --field NAME=clip:...`'s ranges; a stride, not
+// an fps (the PyAV baseline takes every STRIDE-th frame).
+CLI::Validator clip_spec() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const std::string want = "want FRAMES:STRIDE:SIZE (e.g. 16:2:112), got '" + s + "'";
+        if (std::count(s.begin(), s.end(), ':') != 2 || s.find("fps") != std::string::npos) return want;
+        try {
+          parse_field_specs({"video=clip:" + s}, 224);
+        } catch (const UsageError& e) {
+          // "--field 'video=clip:...': WHY (forms: ...)": WHY only.
+          std::string why = e.what();
+          if (const size_t at = why.find("': "); at != std::string::npos) why.erase(0, at + 3);
+          if (const size_t at = why.find(" (forms:"); at != std::string::npos) why.resize(at);
+          return want + ": " + why;
+        }
+        return {};
+      },
+      "FRAMES:STRIDE:SIZE");
+}
 
 int bench_compare_cmd(const CompareArgs& a) {
   const std::string exe = self_exe();
@@ -108,24 +131,31 @@ void setup(CLI::App& tool) {
   auto a = std::make_shared<CompareArgs>();
   CLI::App* c = bench->add_subcommand(
       "compare",
-      "Feed rates of stoker next to torch DataLoader+PIL, nanoGPT memmap and the machine's limits; writes "
-      "compare.json, compare.md and compare.png into --out.");
-  c->add_option("DATASET", a->dataset, "image dataset (packed)")->required();
+      "Feed rates of stoker next to torch DataLoader+PIL, PyAV in a DataLoader (videos), nanoGPT memmap and the "
+      "machine's limits; writes compare.json, compare.md and compare.png into --out.");
+  c->add_option("DATASET", a->dataset,
+                "packed dataset: images, or videos (its first decoded field a video: clips/s next to PyAV)")
+      ->required();
   const char* help[] = {"the ImageFolder the dataset was packed from (for the torch baselines)",
                         "a token dataset (packed)",
                         "the flat token file it was packed from (for the memmap baseline)",
                         "decode thread counts, comma-separated (e.g. 1,2)",
                         "seconds per measurement",
-                        "batch size",
+                        "batch size (default 64 images, 8 clips; tokens 32)",
                         "stoker's image rows: the first image field's transform (train|eval|none; default train)",
                         ("the same images packed with --fast-crop: fed beside DATASET, alternating, for the "
                          "train and eval transforms, with fast-crop/plain (table in compare.md)"),
-                        "alternating rounds of the --fast-crop-dataset comparison (default 2)"};
+                        "alternating rounds of the --fast-crop-dataset and of the video comparisons (default 2)",
+                        ("the videofolder the dataset was packed from: PyAV in a torch DataLoader decodes the same "
+                         "clips from its files (implies the video rows)"),
+                        ("the video rows' clips: FRAMES frames STRIDE apart, resized to SIZE x SIZE, as `bench feed "
+                         "--field NAME=clip:FRAMES:STRIDE:SIZE` (default 16:2:112)")};
   size_t i = 0;
   for (auto& [k, v] : a->pass) {
     CLI::Option* o = c->add_option(std::string("--") + k, v, help[i++]);
     if (std::string(k) == "transform") o->check(CLI::IsMember({"train", "eval", "none"}));
     if (std::string(k) == "rounds") o->check(CLI::Range(1, 1000));
+    if (std::string(k) == "clip") o->check(clip_spec());
   }
   c->add_option("--field", a->fields,
                 "stoker's image rows: a field's transform, as `bench feed --field` (repeatable; e.g. --field "
