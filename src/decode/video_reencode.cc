@@ -15,6 +15,7 @@
 #ifdef STOKER_HAVE_AV
 #include "decode/av_input.h"
 extern "C" {
+#include <libavutil/cpu.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 }
@@ -220,8 +221,13 @@ class Reencoder {
       av_dict_set(&opts, "preset", "veryfast", 0);
       av_dict_set(&opts, "tune", "fastdecode", 0);
       av_dict_set(&opts, "crf", std::to_string(spec_.crf).c_str(), 0);
-      // A keyframe exactly every gop frames: no scene-cut keyframes between.
-      av_dict_set(&opts, "x264-params", "scenecut=0:open-gop=0", 0);
+      // A keyframe exactly every gop frames: no scene-cut keyframes between. No AVX-512
+      // (issue #30): with it the same file re-encoded differently from call to call, as
+      // what the heap held past x264's lookahead rows changed (mbtree=0 or the AVX2 code
+      // end it; x264's AVX-512 mbtree_propagate_list takes 8 macroblocks a step and masks
+      // no lane past the row's end). Every x264 code path gives the same bitstream.
+      const bool avx512 = av_get_cpu_flags() & AV_CPU_FLAG_AVX512;
+      av_dict_set(&opts, "x264-params", avx512 ? "scenecut=0:open-gop=0:asm=AVX2" : "scenecut=0:open-gop=0", 0);
     } else {
       e->flags |= AV_CODEC_FLAG_QSCALE;
       e->global_quality = FF_QP2LAMBDA * 3;
