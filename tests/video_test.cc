@@ -140,6 +140,40 @@ TEST_F(VideoTest, TimeClipsFollowAVariableFrameRate) {
   }
 }
 
+// Frames a clip does not show and no other frame refers to (H.264's non-reference
+// B-frames) are dropped undecoded, by index and by time, and the frames shown stay exact.
+TEST_F(VideoTest, FramesNoneShowsOrRefersToAreNotDecoded) {
+  const auto file = make_video(dir_, "gop.mp4", grey() + " -c:v libx264 -bf 3 -b_strategy 0 -g 50 -pix_fmt yuv420p");
+  const MediaInfo m = probe_media(file, MediaKind::kVideo);
+  ASSERT_EQ(m.frames, 50);
+  for (const bool by_frame : {true, false}) {
+    VideoDecoder dec;
+    uint64_t span = 0;  // frames from the keyframe (frame 0) to each clip's last
+    for (int64_t first : {0, 9, 20, 33}) {
+      ClipPlan p;
+      p.by_frame = by_frame;
+      p.w = m.width, p.h = m.height;
+      std::vector<int64_t> want;
+      for (int k = 0; k < 6; ++k) {
+        want.push_back(std::min<int64_t>(first + 3 * k, 49));
+        // By time: a moment inside the frame's 40 ms.
+        p.at.push_back(by_frame ? want.back() : m.start_pts + (want.back() * 40 + 13) * m.tb_den / (1000 * m.tb_num));
+      }
+      span += static_cast<uint64_t>(want.back() + 1);
+      std::vector<uint8_t> out(6 * 64 * 48 * 3);
+      std::vector<double> pts(6);
+      dec.decode(file, m, p, 64, 48, out.data(), pts.data());
+      for (int k = 0; k < 6; ++k)
+        EXPECT_EQ(grey_index(out.data() + k * 64 * 48 * 3, 64 * 48), want[k]) << "by_frame " << by_frame << " first " << first;
+    }
+    EXPECT_EQ(dec.stats().every_frame, 0u) << "by_frame " << by_frame;
+    EXPECT_GT(dec.stats().packets_marked_skippable, 0u);
+    // Half the frames are non-reference B-frames with -bf 3 (pyramid), two thirds of them
+    // not shown: a fifth of the span (100 of 126 here) is never decoded.
+    EXPECT_LT(dec.stats().frames_decoded * 10, span * 9) << "decoded " << dec.stats().frames_decoded << " of " << span;
+  }
+}
+
 TEST_F(VideoTest, TruncatedAndCorruptFilesAreNamedErrors) {
   const auto file = make_video(dir_, "t.mp4", grey() + " -c:v libx264 -g 10 -pix_fmt yuv420p");
   const MediaInfo m = probe_media(file, MediaKind::kVideo);

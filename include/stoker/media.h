@@ -95,8 +95,9 @@ bool media_available() noexcept;
 ///
 /// The encoder is libx264 by default (GPL-2+, as Debian's libavcodec is built with it):
 /// H.264 is what libavcodec decodes fastest on a CPU, and tune=fastdecode drops CABAC,
-/// the deblocking filter and weighted prediction, the costliest decode steps; no
-/// B-frames, so frames leave the decoder as soon as their packet is in. "mpeg4"
+/// the deblocking filter and weighted prediction, the costliest decode steps; up to 3
+/// B-frames between reference frames and none of them a reference (b-pyramid=none), so a
+/// clip's decoder drops the B-frames it does not show undecoded. "mpeg4"
 /// (libavcodec's own MPEG-4 Part 2, LGPL) is the fallback for a libavcodec without
 /// libx264: larger files at the same quality.
 struct VideoReencodeSpec {

@@ -98,7 +98,128 @@ struct VideoDecoder::Impl {
 
   void emit(const AVFrame* f, size_t k);
   void convert(const AVFrame* f, uint8_t* dst);
+  /// Opens `file`, checks the index's stream and readies the decoder for it.
+  AVFormatContext* open_video(std::span<const uint8_t> file);
+
+  // Read ahead from the keyframe (decode_skipping): the packets, and the pts of the frames
+  // they present, in presentation order.
+  std::vector<AvPacketPtr> ahead;
+  size_t ahead_n = 0;
+  std::vector<int64_t> shown, wanted;
+  /// The clip with the frames nothing refers to and the clip does not show dropped
+  /// undecoded; false when that cannot be decided from the packets (no pts, a seek that
+  /// missed, a stream shorter than its index): decode() then decodes every frame.
+  bool decode_skipping(std::span<const uint8_t> file, const MediaKeyframe& key, VideoDecoder::Stats& stats);
 };
+
+AVFormatContext* VideoDecoder::Impl::open_video(std::span<const uint8_t> file) {
+  in.open(file, false);
+  AVFormatContext* fmt = in.fmt();
+  if (info->stream < 0 || static_cast<unsigned>(info->stream) >= fmt->nb_streams ||
+      fmt->streams[info->stream]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO)
+    refuse("stream " + std::to_string(info->stream) + " is not the indexed video stream");
+  for (unsigned i = 0; i < fmt->nb_streams; ++i)
+    fmt->streams[i]->discard = static_cast<int>(i) == info->stream ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
+  ensure_decoder(fmt->streams[info->stream]->codecpar);
+  return fmt;
+}
+
+// A frame waits in the decoder for at most this many later ones (H.264's and HEVC's
+// reorder limit): once that many frames past the clip's last have been read, no packet
+// still to come is shown before it.
+constexpr size_t kMaxReorder = 16;
+
+bool VideoDecoder::Impl::decode_skipping(std::span<const uint8_t> file, const MediaKeyframe& key,
+                                         VideoDecoder::Stats& stats) {
+  const size_t T = plan->at.size();
+  AVFormatContext* fmt = open_video(file);
+  if (key.frame > 0 && av_seek_frame(fmt, info->stream, key.pts, AVSEEK_FLAG_BACKWARD) < 0) return false;
+  // Read until the frames the clip shows are known: by index, the first (last index + 1)
+  // frames presented from the keyframe on; by time, every frame at or before the last time.
+  for (AvPacketPtr& p : ahead) av_packet_unref(p.get());  // a call that gave up left some
+  ahead_n = 0;
+  shown.clear();
+  const size_t frames_needed = plan->by_frame ? static_cast<size_t>(plan->at[T - 1] - key.frame + 1) : 0;
+  size_t later = 0;  // frames read that are shown after the clip's last time
+  bool eof = false;
+  while (plan->by_frame ? shown.size() < frames_needed + kMaxReorder : later < kMaxReorder) {
+    if (ahead_n == ahead.size()) ahead.push_back(make_av_packet());
+    AVPacket* p = ahead[ahead_n].get();
+    const int rc = av_read_frame(fmt, p);
+    if (rc == AVERROR_EOF) {
+      eof = true;
+      break;
+    }
+    if (rc < 0) refuse("demuxing: " + av_error(rc));
+    if (p->stream_index != info->stream) {
+      av_packet_unref(p);
+      continue;
+    }
+    if (p->flags & AV_PKT_FLAG_CORRUPT) refuse("a packet is truncated or corrupt");
+    ++ahead_n;
+    if (p->pts == AV_NOPTS_VALUE) return false;
+    // The first packet is the keyframe (else the seek missed); an open GOP's leading
+    // pictures (shown before it) are decoded as they come, never shown.
+    if (ahead_n == 1 && key.frame > 0 && (p->pts != key.pts || !(p->flags & AV_PKT_FLAG_KEY))) return false;
+    if (key.frame > 0 && p->pts < key.pts) continue;
+    shown.push_back(p->pts);
+    if (!plan->by_frame && p->pts > plan->at[T - 1]) ++later;
+  }
+  std::sort(shown.begin(), shown.end());
+  if (shown.empty() || std::adjacent_find(shown.begin(), shown.end()) != shown.end()) return false;
+  // A stream that ends before its index's count: decode() names it.
+  if (eof && key.frame + static_cast<int64_t>(shown.size()) < info->frames) return false;
+  wanted.assign(T, 0);
+  for (size_t k = 0; k < T; ++k) {
+    if (plan->by_frame) {
+      const int64_t r = plan->at[k] - key.frame;
+      if (r < 0 || static_cast<size_t>(r) >= shown.size()) return false;
+      wanted[k] = shown[static_cast<size_t>(r)];
+    } else {
+      // A time's frame is the last at or before it (the first before the first, the last
+      // past the end).
+      auto it = std::upper_bound(shown.begin(), shown.end(), plan->at[k]);
+      wanted[k] = it == shown.begin() ? shown.front() : *std::prev(it);
+    }
+  }
+  // Send packets up to the last the clip shows, each the clip does not show marked
+  // AVDISCARD_NONREF (libavcodec drops it if no other frame refers to it), then flush.
+  auto is_wanted = [&](int64_t pts) { return std::binary_search(wanted.begin(), wanted.end(), pts); };
+  size_t last = 0;
+  for (size_t i = 0; i < ahead_n; ++i)
+    if (is_wanted(ahead[i]->pts)) last = i;
+  AVCodecContext* c = dec.get();
+  size_t k = 0;
+  auto drain = [&] {
+    for (;;) {
+      const int rc = avcodec_receive_frame(c, cur.get());
+      if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
+      if (rc < 0) refuse("decoding: " + av_error(rc));
+      ++stats.frames_decoded;
+      const int64_t pts = pts_of(cur.get());
+      if (!(key.frame > 0 && pts < key.pts))
+        while (k < T && wanted[k] == pts) emit(cur.get(), k++);
+      av_frame_unref(cur.get());
+    }
+  };
+  for (size_t i = 0; i <= last && k < T; ++i) {
+    AVPacket* p = ahead[i].get();
+    const bool skip = !is_wanted(p->pts);
+    c->skip_frame = skip ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    stats.packets_marked_skippable += skip;
+    int sent;
+    while ((sent = avcodec_send_packet(c, p)) == AVERROR(EAGAIN)) drain();
+    c->skip_frame = AVDISCARD_DEFAULT;
+    if (sent < 0) refuse("decoding: " + av_error(sent));
+    drain();
+  }
+  for (size_t i = 0; i < ahead_n; ++i) av_packet_unref(ahead[i].get());
+  if (k < T) {
+    if (int rc = avcodec_send_packet(c, nullptr); rc < 0 && rc != AVERROR_EOF) refuse("decoding: " + av_error(rc));
+    drain();
+  }
+  return k == T;
+}
 
 void VideoDecoder::Impl::convert(const AVFrame* f, uint8_t* dst) {
   const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(f->format));
@@ -193,18 +314,14 @@ void VideoDecoder::decode(std::span<const uint8_t> file, const MediaInfo& info, 
   for (const MediaKeyframe& kf : info.keyframes)
     if (plan.by_frame ? kf.frame <= plan.at[0] : kf.pts <= plan.at[0]) key = kf;
 
+  if (key.frame > 0) ++stats_.seeks;
+  if (m.decode_skipping(file, key, stats_)) return;
+  m.last_emitted = INT64_MIN;
+  ++stats_.every_frame;
   for (int attempt = 0;; ++attempt) {
-    m.in.open(file, false);
-    AVFormatContext* fmt = m.in.fmt();
-    if (info.stream < 0 || static_cast<unsigned>(info.stream) >= fmt->nb_streams ||
-        fmt->streams[info.stream]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO)
-      refuse("stream " + std::to_string(info.stream) + " is not the indexed video stream");
-    for (unsigned i = 0; i < fmt->nb_streams; ++i)
-      fmt->streams[i]->discard = static_cast<int>(i) == info.stream ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
-    m.ensure_decoder(fmt->streams[info.stream]->codecpar);
+    AVFormatContext* fmt = m.open_video(file);
     if (attempt > 0) key = MediaKeyframe{info.start_pts, -1, 0};
     if (key.frame > 0) {
-      ++stats_.seeks;
       if (int rc = av_seek_frame(fmt, info.stream, key.pts, AVSEEK_FLAG_BACKWARD); rc < 0) {
         if (attempt > 0) refuse("seeking: " + av_error(rc));
         ++stats_.restarts;

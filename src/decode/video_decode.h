@@ -2,9 +2,13 @@
 // memory, turned upright, cropped, resized and converted to RGB.
 //
 // The file is demuxed through AvInput (no temporary file). The decoder seeks to the
-// keyframe at or before the clip's first frame (from the media index: no scan) and
-// decodes only until its last frame is known; frames come out of libavcodec in
-// presentation order, so a frame's index is counted from the keyframe's. Each frame
+// keyframe at or before the clip's first frame (from the media index: no scan) and reads
+// the packets ahead until the frames the clip shows are known from their pts (a frame's
+// index counted in presentation order from the keyframe's). Packets of frames the clip
+// does not show go to libavcodec marked AVDISCARD_NONREF, so a frame no other frame
+// refers to (most B-frames) is dropped undecoded; decoding stops at the packet of the
+// clip's last frame. When the packets cannot decide (no pts, a seek that missed, a
+// stream shorter than its index) every frame is decoded, counted as it comes out. Each frame
 // delivered is cropped and scaled by libswscale in one pass (its crop box mapped from
 // upright to coded coordinates), then turned and mirrored while it is copied into
 // place (a plain clip is written by libswscale straight into the output). Colour: the
@@ -41,6 +45,10 @@ class VideoDecoder {
     uint64_t frames_decoded = 0;  ///< frames out of libavcodec, delivered or not
     uint64_t seeks = 0;           ///< seeks to a keyframe past the first
     uint64_t restarts = 0;        ///< seeks that missed, decoded again from the start
+    /// packets of frames the clip does not show, sent marked AVDISCARD_NONREF (dropped
+    /// undecoded unless another frame refers to them)
+    uint64_t packets_marked_skippable = 0;
+    uint64_t every_frame = 0;  ///< clips decoded frame by frame (the packets could not decide what to drop)
   };
   const Stats& stats() const noexcept { return stats_; }
 

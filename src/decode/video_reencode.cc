@@ -205,7 +205,7 @@ class Reencoder {
     e->framerate = fps_;
     e->gop_size = spec_.gop;
     e->keyint_min = spec_.gop;
-    e->max_b_frames = 0;
+    e->max_b_frames = spec_.encoder == "libx264" ? 3 : 0;  // mpeg4, the fallback, stays I and P
     e->thread_count = 1;  // the packer's pool is the parallelism: one file per thread
     e->sample_aspect_ratio = rotation_ % 180 ? av_inv_q(par->sample_aspect_ratio) : par->sample_aspect_ratio;
     if (e->sample_aspect_ratio.num <= 0 || e->sample_aspect_ratio.den <= 0) e->sample_aspect_ratio = {0, 1};
@@ -221,13 +221,15 @@ class Reencoder {
       av_dict_set(&opts, "preset", "veryfast", 0);
       av_dict_set(&opts, "tune", "fastdecode", 0);
       av_dict_set(&opts, "crf", std::to_string(spec_.crf).c_str(), 0);
-      // A keyframe exactly every gop frames: no scene-cut keyframes between. No AVX-512
+      // A keyframe exactly every gop frames: no scene-cut keyframes between. B-frames are
+      // never references (b-pyramid=none): a clip's decoder drops those it does not show
+      // (decode/video_decode.h), so half or more of a GOP's frames cost nothing. No AVX-512
       // (issue #30): with it the same file re-encoded differently from call to call, as
       // what the heap held past x264's lookahead rows changed (mbtree=0 or the AVX2 code
       // end it; x264's AVX-512 mbtree_propagate_list takes 8 macroblocks a step and masks
       // no lane past the row's end). Every x264 code path gives the same bitstream.
       const bool avx512 = av_get_cpu_flags() & AV_CPU_FLAG_AVX512;
-      av_dict_set(&opts, "x264-params", avx512 ? "scenecut=0:open-gop=0:asm=AVX2" : "scenecut=0:open-gop=0", 0);
+      av_dict_set(&opts, "x264-params", avx512 ? "scenecut=0:open-gop=0:b-pyramid=none:asm=AVX2" : "scenecut=0:open-gop=0:b-pyramid=none", 0);
     } else {
       e->flags |= AV_CODEC_FLAG_QSCALE;
       e->global_quality = FF_QP2LAMBDA * 3;
