@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -314,13 +315,11 @@ class PackedWork final : public RecordWork {
       // straddle batches: the ids of the last few such documents are kept, so each is
       // tokenised about once. Other samples go through this worker's own buffer.
       if (f.tokenizer && w_.plan_.pieces[job.refs[use.piece].second].end > w_.N_) {
-        kept = w_.recent_.find(use.record);
-        if (!kept) {
+        kept = w_.recent_.get(use.record, [&] {
           auto ids = std::make_shared<std::vector<uint32_t>>();
           document_ids(f, fields[static_cast<size_t>(f.text_field)], *ids);
-          kept = std::move(ids);
-          w_.recent_.put(use.record, kept);
-        }
+          return ids;
+        });
         toks = {reinterpret_cast<const uint8_t*>(kept->data()), kept->size() * 4};
       } else {
         toks = sample_tokens(f, fields, ids_);
@@ -394,26 +393,45 @@ class PackedWork final : public RecordWork {
     std::vector<uint32_t> ids_;  // a text document's ids
   };
 
-  // The ids of the last few split documents tokenised (any thread).
+  // The ids of the last few split documents tokenised (any thread). A document another
+  // decoder is tokenising is waited for, not tokenised twice: two decoders often reach
+  // the rows of one long document together.
   class RecentDocuments {
    public:
+    using Ids = std::shared_ptr<const std::vector<uint32_t>>;
     explicit RecentDocuments(size_t capacity) : capacity_(capacity) {}
-    std::shared_ptr<const std::vector<uint32_t>> find(uint64_t record) {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [r, ids] : docs_)
-        if (r == record) return ids;
-      return nullptr;
-    }
-    void put(uint64_t record, std::shared_ptr<const std::vector<uint32_t>> ids) {
-      std::lock_guard<std::mutex> lock(mu_);
-      docs_.emplace_back(record, std::move(ids));
-      if (docs_.size() > capacity_) docs_.pop_front();
+    /// The ids of `record`: kept, being made by another thread, or made here by make()
+    /// (whose error, if it throws, every thread waiting for it gets).
+    template <typename Make>
+    Ids get(uint64_t record, Make&& make) {
+      std::shared_future<Ids> ids;
+      std::promise<Ids> mine;
+      bool ours = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& [r, f] : docs_)
+          if (r == record) ids = f;
+        if (!ids.valid()) {
+          ids = mine.get_future().share();
+          ours = true;
+          docs_.emplace_back(record, ids);
+          if (docs_.size() > capacity_) docs_.pop_front();
+        }
+      }
+      if (ours) {
+        try {
+          mine.set_value(make());
+        } catch (...) {
+          mine.set_exception(std::current_exception());
+        }
+      }
+      return ids.get();
     }
 
    private:
     std::mutex mu_;
     size_t capacity_;
-    std::deque<std::pair<uint64_t, std::shared_ptr<const std::vector<uint32_t>>>> docs_;
+    std::deque<std::pair<uint64_t, std::shared_future<Ids>>> docs_;
   };
 
   const Context& ctx_;
