@@ -7,7 +7,7 @@ PyAVClips, which `stoker bench compare` runs too), and a `--video-gop` re-encode
 pack of the same videos against the original.
 
     /usr/bin/python3 bench/video_feed.py [--out out/video] [--videos 24] [--seconds 10]
-        [--threads 2] [--frames 16] [--stride 2] [--size 112] [--rounds 3] [--epochs 3] [--warmup-epochs 1] [--cli build/stoker]
+        [--threads 2] [--frames 16] [--stride 2] [--size 112] [--rounds 3] [--epochs 3] [--warmup-epochs 1] [--rss-epochs 5] [--cli build/stoker]
         [--source-gop 50] [--gop 16] [--max-side 0]
 
 Makes the videos with the ffmpeg CLI (testsrc2, 320x240, 25 fps, H.264 with B-frames and
@@ -98,6 +98,7 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--warmup-epochs", type=int, default=1, help="stoker's epochs left out of its figures (start-up)")
+    p.add_argument("--rss-epochs", type=int, default=5, help="epochs of a stoker.Loader whose RSS is printed after each (0: none)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--source-gop", type=int, default=50, help="keyframe interval of the generated originals")
     p.add_argument("--gop", type=int, default=16, help="--video-gop of the re-encoded pack (0: no re-encode)")
@@ -141,6 +142,25 @@ def main():
               f"{med(lambda x: x['rfeed'] / x['feed']):.2f}x (goal 2x); stoker(re-encoded)/PyAV(original) "
               f"{med(lambda x: x['rfeed'] / x['pyav']):.2f}x, /PyAV(re-encoded) "
               f"{med(lambda x: x['rfeed'] / x['rpyav']):.2f}x (goal 3x)")
+    if a.rss_epochs:
+        print(f"RSS after each of {a.rss_epochs} epochs (stoker.Loader over {ds}): "
+              f"{', '.join(str(m) for m in loader_rss(ds, a))} MiB", flush=True)
+
+
+def loader_rss(ds, a):
+    """The process's RSS in MiB after each epoch of a stoker.Loader over `ds` (bounded memory:
+    the footprint is the ring's, flat across epochs)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(a.cli)), "python"))  # build/python beside build/stoker
+    import stoker
+    loader = stoker.Loader(ds, batch_size=a.batch, threads=a.threads, numpy=True,
+                           fields={"video": stoker.VideoClip(frames=a.frames, stride=a.stride, size=a.size)})
+    out = []
+    for _ in range(a.rss_epochs):
+        for _batch in loader:
+            pass
+        with open("/proc/self/status") as f:
+            out.append(next(int(l.split()[1]) // 1024 for l in f if l.startswith("VmRSS")))
+    return out
 
 
 if __name__ == "__main__":
