@@ -100,6 +100,9 @@ struct VideoDecoder::Impl {
   void convert(const AVFrame* f, uint8_t* dst);
   /// Opens `file`, checks the index's stream and readies the decoder for it.
   AVFormatContext* open_video(std::span<const uint8_t> file);
+  /// The indexed stream's next packet into `p`; false at the end of the file. A demux
+  /// error or a corrupt packet is refused.
+  bool read_packet(AVFormatContext* fmt, AVPacket* p);
 
   // Read ahead from the keyframe (decode_skipping): the packets, and the pts of the frames
   // they present, in presentation order.
@@ -124,6 +127,23 @@ AVFormatContext* VideoDecoder::Impl::open_video(std::span<const uint8_t> file) {
   return fmt;
 }
 
+bool VideoDecoder::Impl::read_packet(AVFormatContext* fmt, AVPacket* p) {
+  for (;;) {
+    const int rc = av_read_frame(fmt, p);
+    if (rc == AVERROR_EOF) return false;
+    if (rc < 0) refuse("demuxing: " + av_error(rc));
+    if (p->stream_index != info->stream) {
+      av_packet_unref(p);
+      continue;
+    }
+    if (p->flags & AV_PKT_FLAG_CORRUPT) {
+      av_packet_unref(p);
+      refuse("a packet is truncated or corrupt");
+    }
+    return true;
+  }
+}
+
 // A frame waits in the decoder for at most this many later ones (H.264's and HEVC's
 // reorder limit): once that many frames past the clip's last have been read, no packet
 // still to come is shown before it.
@@ -145,17 +165,10 @@ bool VideoDecoder::Impl::decode_skipping(std::span<const uint8_t> file, const Me
   while (plan->by_frame ? shown.size() < frames_needed + kMaxReorder : later < kMaxReorder) {
     if (ahead_n == ahead.size()) ahead.push_back(make_av_packet());
     AVPacket* p = ahead[ahead_n].get();
-    const int rc = av_read_frame(fmt, p);
-    if (rc == AVERROR_EOF) {
+    if (!read_packet(fmt, p)) {
       eof = true;
       break;
     }
-    if (rc < 0) refuse("demuxing: " + av_error(rc));
-    if (p->stream_index != info->stream) {
-      av_packet_unref(p);
-      continue;
-    }
-    if (p->flags & AV_PKT_FLAG_CORRUPT) refuse("a packet is truncated or corrupt");
     ++ahead_n;
     if (p->pts == AV_NOPTS_VALUE) return false;
     // The first packet is the keyframe (else the seek missed); an open GOP's leading
@@ -369,19 +382,9 @@ void VideoDecoder::decode(std::span<const uint8_t> file, const MediaInfo& info, 
     };
     bool eof = false;
     while (!missed && k < T && !eof) {
-      const int rc = av_read_frame(fmt, m.pkt.get());
-      if (rc == AVERROR_EOF) {
+      if (!m.read_packet(fmt, m.pkt.get())) {
         eof = true;
         break;
-      }
-      if (rc < 0) refuse("demuxing: " + av_error(rc));
-      if (m.pkt->stream_index != info.stream) {
-        av_packet_unref(m.pkt.get());
-        continue;
-      }
-      if (m.pkt->flags & AV_PKT_FLAG_CORRUPT) {
-        av_packet_unref(m.pkt.get());
-        refuse("a packet is truncated or corrupt");
       }
       int sent;
       while ((sent = avcodec_send_packet(m.dec.get(), m.pkt.get())) == AVERROR(EAGAIN) && !missed && k < T) drain();
