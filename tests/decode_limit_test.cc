@@ -4,6 +4,7 @@
 // same spec errors, and token datasets still unpack.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "stoker/dataset.h"
 #include "stoker/error.h"
 #include "stoker/loader.h"
+#include "stoker/order.h"
 #include "util/datasets.h"
 #include "benchlib/image_encode.h"
 #include "util/test_util.h"
@@ -132,6 +134,28 @@ TEST(DecodeLimit, TokenDatasetsUnpackEveryRecord) {
   const auto l = internal::measure_decode_limit(o, 1, 0.01, 1000);
   EXPECT_GE(l.samples, l.records_in_memory);
   EXPECT_GT(l.raw_bytes, 0u);
+}
+
+TEST(DecodeLimit, AShuffledLoadersLimitVisitsItsRecordsShuffledAndTheOthersInIndexOrder) {
+  // A tokenizer is markedly faster on documents in index order (neighbours share words,
+  // its tables stay cached) than in the shuffled order the loader meets them in.
+  OrderOptions order;
+  order.seed = 7;
+  const std::vector<uint64_t> picked = internal::decode_limit_records(100000, 2000);
+  const std::vector<uint64_t> visits = internal::decode_limit_visits(100000, 2000, order);
+  ASSERT_EQ(visits.size(), picked.size());
+  EXPECT_TRUE(std::is_permutation(visits.begin(), visits.end(), picked.begin())) << "the same records";
+  size_t ascending = 0;
+  for (size_t i = 1; i < visits.size(); ++i) ascending += visits[i] > visits[i - 1];
+  EXPECT_GT(ascending, visits.size() / 4);
+  EXPECT_LT(ascending, visits.size() * 3 / 4) << "not in index order";
+  EXPECT_EQ(internal::decode_limit_visits(100000, 2000, order), visits) << "the same order for the same seed";
+  order.seed = 8;
+  EXPECT_NE(internal::decode_limit_visits(100000, 2000, order), visits);
+  for (OrderKind kind : {OrderKind::kSequential, OrderKind::kChunkLocal}) {
+    order.kind = kind;
+    EXPECT_EQ(internal::decode_limit_visits(100000, 2000, order), picked) << order_kind_name(kind);
+  }
 }
 
 }  // namespace

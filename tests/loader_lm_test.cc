@@ -576,6 +576,40 @@ TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) {
   EXPECT_EQ(l.stats().padding_tokens, padding);
 }
 
+TEST(PackedSamples, SmallRecordsReadInAShuffleBringInLittleBesideThem) {
+  // A batch's records of a few hundred bytes lie kilobytes apart: reads merged across
+  // such holes would bring in many times the records' bytes (here 8 times).
+  TempDir dir;
+  write_sample_dataset(dir.str("ds"), lognormal_lengths(6000, 300, 3), true);
+  auto o = packed_options(dir.str("ds"), 4096);
+  o.batch_size = 16;
+  o.io.direct = false;  // buffered: every byte read beyond the records is a hole's
+  Loader l(o);
+  uint64_t rows = 0;
+  while (auto b = l.next()) rows += b->size();
+  ASSERT_GT(rows, 0u);
+  const uint64_t stored = Dataset::open(dir.str("ds"))->manifest().total_bytes();
+  const IoStats io = l.stats().io_engine;
+  EXPECT_GE(io.bytes, stored);
+  EXPECT_LE(io.bytes, 5 * stored) << io.requests << " reads";
+}
+
+TEST(PackedSamples, RecordsUnderABlockAreReadFromThePageCacheLargerOnesDirect) {
+  TempDir dir;
+  write_sample_dataset(dir.str("small"), lognormal_lengths(2000, 300, 4), false);  // ~300 bytes
+  write_sample_dataset(dir.str("large"), std::vector<uint32_t>(300, 1500), false);  // ~6 KB
+  for (const char* name : {"small", "large"}) {
+    auto o = packed_options(dir.str(name), 2048);
+    Loader l(o);
+    while (l.next()) {
+    }
+    const IoStats io = l.stats().io_engine;
+    if (!io.direct) GTEST_SKIP() << "the temporary directory's filesystem refuses O_DIRECT: nothing to tell apart";
+    ASSERT_GT(io.requests, 0u);
+    EXPECT_EQ(io.unaligned_reads, std::string(name) == "small" ? io.requests : 0u) << name << ": buffered reads";
+  }
+}
+
 TEST(PackedSamples, RowsAreTheSameSequenceForAnyWorldSizeAndResumeExactly) {
   TempDir dir;
   write_sample_dataset(dir.str("ds"), lognormal_lengths(600, 128, 3), false);

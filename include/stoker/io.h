@@ -61,7 +61,9 @@ struct IoOptions {
   /// engine. The pread engine has pread_threads reads in flight instead.
   unsigned queue_depth = 64;
   /// Open files with O_DIRECT when the filesystem accepts it (probed per file with an
-  /// aligned read); otherwise buffered, reported once.
+  /// aligned read); otherwise buffered, reported once. A Loader reads a dataset whose
+  /// records average under one block (kDirectAlignment) through the page cache all the
+  /// same (IoStats::unaligned_reads counts them).
   bool direct = true;
   /// Bytes of the aligned slab that alloc() carves buffers from (uring: registered as
   /// one fixed buffer, so reads into it use IORING_OP_READ_FIXED). Rounded up to 4 KiB;

@@ -24,7 +24,7 @@ struct DecodeLimit {
 
 /// Loads up to `max_records` records of the dataset at `opt.path` (evenly spread), then
 /// runs `threads` threads working through them round-robin for about `seconds` (at least
-/// one pass).
+/// one pass), in the order decode_limit_visits gives.
 /// Image datasets: the whole record as the loader does it for `opt` — the fields planned
 /// by plan_image_fields (opt.fields, else opt.transform for the first image field), then
 /// per record the loader's record_fields and put_image_fields: every image decoded with
@@ -38,6 +38,9 @@ struct DecodeLimit {
 /// The records (global indices) the limit holds of a dataset of `records`: up to
 /// `max_records` of them, evenly spread.
 std::vector<uint64_t> decode_limit_records(uint64_t records, uint64_t max_records);
+/// The same records in the order the limit works through them: the loader's kind of
+/// order — a keyed shuffle (order.seed) when it is kShuffled, else index order.
+std::vector<uint64_t> decode_limit_visits(uint64_t records, uint64_t max_records, const OrderOptions& order);
 
 DecodeLimit measure_decode_limit(const LoaderOptions& opt, unsigned threads, double seconds, uint64_t max_records);
 

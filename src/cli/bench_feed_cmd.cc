@@ -353,10 +353,15 @@ int run_feed(const FeedArgs& a) {
   std::printf("feed: %.0f %s/s (%.1f MB/s of records), consumer waited %.1f%%, first batch %.3f s, peak RSS %.0f MiB\n",
               rate, unit.c_str(), bytes / 1e6 / std::max(wall, 1e-9), 100 * wait_frac, first_batch, rss / 1048576.0);
   const char* threads_word = dec_total.threads == 1 ? "thread" : "threads";
-  std::printf("stages: io %.0f%% busy; decode %u %s %.0f%% busy; io engine %s%s\n",
+  const IoStats& ios = last.io_engine;
+  const std::string buffered =
+      ios.direct && ios.unaligned_reads > 0
+          ? " (" + std::to_string(static_cast<int>(100.0 * ios.unaligned_reads / std::max<uint64_t>(1, ios.requests) + 0.5)) +
+                "% of reads buffered: small records)"
+          : "";
+  std::printf("stages: io %.0f%% busy; decode %u %s %.0f%% busy; io engine %s%s%s\n",
               100 * io_total.busy_frac(wall), dec_total.threads, threads_word, 100 * dec_total.busy_frac(wall),
-              last.io_engine.engine.empty() ? "(no stats)" : last.io_engine.engine.c_str(),
-              last.io_engine.direct ? " O_DIRECT" : "");
+              ios.engine.empty() ? "(no stats)" : ios.engine.c_str(), ios.direct ? " O_DIRECT" : "", buffered.c_str());
   std::printf("limit: %.0f %s/s in memory (%u %s, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
               dec_total.threads, threads_word, static_cast<unsigned long long>(limit.records_in_memory), ratio);
   if (remote)
@@ -394,6 +399,7 @@ int run_feed(const FeedArgs& a) {
                     {"peak_rss_bytes", rss},
                     {"io_engine", last.io_engine.engine},
                     {"io_direct", last.io_engine.direct},
+                    {"io_buffered_reads", last.io_engine.direct ? last.io_engine.unaligned_reads : last.io_engine.requests},
                     {"slots", last.slots},
                     {"tune", internal::to_json_value(last)["tune"]},
                     {"consumer_burn_ms", internal::figure(a.consumer_burn_ms)},

@@ -2,11 +2,17 @@
 #include "io/throttled_engine.h"
 #include "util/log.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 namespace stoker::internal {
+
+namespace {
+// The largest hole merged reads take in, in mean records.
+constexpr uint64_t kHoleRecords = 4;
+}  // namespace
 
 bool RecordReads::open(Run& run) {
   try {
@@ -55,7 +61,17 @@ void RecordReads::wait_for_room() const {
 
 PlanOptions RecordReads::plan_options() const {
   PlanOptions po;
-  po.alignment = engine_->direct() ? kDirectAlignment : 1;
+  const uint64_t records = std::max<uint64_t>(1, ctx_.dataset->record_count());
+  const uint64_t mean = ctx_.dataset->manifest().total_bytes() / records;
+  // Records smaller than a block are read through the page cache (unaligned reads go to
+  // the file's buffered descriptor): an O_DIRECT read costs the kernel a block-layer
+  // request (pinned pages, a device command, an interrupt) to move a block or two, where
+  // a cached read is one copy, and such records are read a request each.
+  po.alignment = engine_->direct() && mean >= kDirectAlignment ? kDirectAlignment : 1;
+  // Holes between merged records are read only up to a few records' worth: small records
+  // scattered by a shuffle would otherwise bring in many times their bytes, which the
+  // device moves and the decoders' caches take in, to save fewer requests than that costs.
+  po.max_gap_bytes = std::min(po.max_gap_bytes, std::max<uint64_t>(po.alignment, kHoleRecords * mean));
   // Records by ranged GET: one request per record, its exact bytes (a hole between two
   // records would cross the network to be thrown away, and a record that fails its
   // check is fetched again on its own).
