@@ -52,10 +52,8 @@ struct DecodeTask {
 
 uint64_t record_slab_need(const Context& ctx, const RecordWork& work) {
   // The reads in flight are at most the ring's batches.
-  const uint64_t records = std::max<uint64_t>(1, ctx.dataset->record_count());
-  const uint64_t mean = ctx.dataset->manifest().total_bytes() / records;
   return static_cast<uint64_t>(std::max(ctx.opt->slots, ctx.slots_max) + 1) * work.records_per_batch() *
-         (mean + 2 * kDirectAlignment);
+         RecordReads::slab_bytes_per_record(*ctx.dataset);
 }
 
 class RecordProducer final : public Producer {

@@ -10,9 +10,28 @@
 namespace stoker::internal {
 
 namespace {
+
 // The largest hole merged reads take in, in mean records.
 constexpr uint64_t kHoleRecords = 4;
+
+uint64_t mean_record_bytes(const Dataset& ds) {
+  return ds.manifest().total_bytes() / std::max<uint64_t>(1, ds.record_count());
+}
+
+// Records smaller than a block are read through the page cache (unaligned reads go to
+// the file's buffered descriptor): an O_DIRECT read costs the kernel a block-layer
+// request (pinned pages, a device command, an interrupt) to move a block or two, where
+// a cached read is one copy, and such records are read a request each.
+bool read_buffered(uint64_t mean_bytes) { return mean_bytes < kDirectAlignment; }
+
 }  // namespace
+
+uint64_t RecordReads::slab_bytes_per_record(const Dataset& ds) {
+  const uint64_t mean = mean_record_bytes(ds);
+  // Buffered: the record, a share of a hole, a cache line's alignment; direct: the
+  // record rounded out to blocks at both ends.
+  return read_buffered(mean) ? mean * (1 + kHoleRecords) + 64 : mean + 2 * kDirectAlignment;
+}
 
 bool RecordReads::open(Run& run) {
   try {
@@ -61,13 +80,8 @@ void RecordReads::wait_for_room() const {
 
 PlanOptions RecordReads::plan_options() const {
   PlanOptions po;
-  const uint64_t records = std::max<uint64_t>(1, ctx_.dataset->record_count());
-  const uint64_t mean = ctx_.dataset->manifest().total_bytes() / records;
-  // Records smaller than a block are read through the page cache (unaligned reads go to
-  // the file's buffered descriptor): an O_DIRECT read costs the kernel a block-layer
-  // request (pinned pages, a device command, an interrupt) to move a block or two, where
-  // a cached read is one copy, and such records are read a request each.
-  po.alignment = engine_->direct() && mean >= kDirectAlignment ? kDirectAlignment : 1;
+  const uint64_t mean = mean_record_bytes(*ctx_.dataset);
+  po.alignment = engine_->direct() && !read_buffered(mean) ? kDirectAlignment : 1;
   // Holes between merged records are read only up to a few records' worth: small records
   // scattered by a shuffle would otherwise bring in many times their bytes, which the
   // device moves and the decoders' caches take in, to save fewer requests than that costs.

@@ -20,6 +20,9 @@ namespace stoker::internal {
 
 class RecordReads {
  public:
+  /// Bytes of IO slab one record's read takes, on average over `ds`'s records: what
+  /// a producer's `slab_need` counts per record in flight.
+  static uint64_t slab_bytes_per_record(const Dataset& ds);
   /// `slab_need`: bytes of reads the producer keeps in flight at most.
   RecordReads(const Context& ctx, uint64_t slab_need)
       : ctx_(ctx), slab_need_(slab_need), close_([this](size_t s) { close_shard(s); }) {}
