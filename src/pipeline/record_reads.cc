@@ -33,6 +33,12 @@ uint64_t RecordReads::slab_bytes_per_record(const Dataset& ds) {
   return read_buffered(mean) ? mean * (1 + kHoleRecords) + 64 : mean + 2 * kDirectAlignment;
 }
 
+RecordReads::RecordReads(const Context& ctx, uint64_t slab_need)
+    : ctx_(ctx),
+      slab_need_(slab_need),
+      mean_record_bytes_(mean_record_bytes(*ctx.dataset)),
+      close_([this](size_t s) { close_shard(s); }) {}
+
 bool RecordReads::open(Run& run) {
   try {
     if (!engine_) {
@@ -80,7 +86,7 @@ void RecordReads::wait_for_room() const {
 
 PlanOptions RecordReads::plan_options() const {
   PlanOptions po;
-  const uint64_t mean = mean_record_bytes(*ctx_.dataset);
+  const uint64_t mean = mean_record_bytes_;
   po.alignment = engine_->direct() && !read_buffered(mean) ? kDirectAlignment : 1;
   // Holes between merged records are read only up to a few records' worth: small records
   // scattered by a shuffle would otherwise bring in many times their bytes, which the

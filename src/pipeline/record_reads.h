@@ -24,8 +24,7 @@ class RecordReads {
   /// a producer's `slab_need` counts per record in flight.
   static uint64_t slab_bytes_per_record(const Dataset& ds);
   /// `slab_need`: bytes of reads the producer keeps in flight at most.
-  RecordReads(const Context& ctx, uint64_t slab_need)
-      : ctx_(ctx), slab_need_(slab_need), close_([this](size_t s) { close_shard(s); }) {}
+  RecordReads(const Context& ctx, uint64_t slab_need);
   /// Opens the engine if it is not open; a failure goes to run.fail (returns false).
   bool open(Run& run);
   IoEngine& engine() { return *engine_; }
@@ -66,6 +65,7 @@ class RecordReads {
  private:
   const Context& ctx_;
   uint64_t slab_need_;
+  uint64_t mean_record_bytes_;  // of the dataset's records, as stored
   std::unique_ptr<IoEngine> engine_;
   unsigned limit_ = 0;  // the queue limit last set on engine_ (0: as it opened)
   Clock::time_point published_{};
