@@ -606,7 +606,11 @@ TEST(PackedSamples, RecordsUnderABlockAreReadFromThePageCacheLargerOnesDirect) {
     const IoStats io = l.stats().io_engine;
     if (!io.direct) GTEST_SKIP() << "the temporary directory's filesystem refuses O_DIRECT: nothing to tell apart";
     ASSERT_GT(io.requests, 0u);
-    EXPECT_EQ(io.unaligned_reads, std::string(name) == "small" ? io.requests : 0u) << name << ": buffered reads";
+    // Submissions are counted, so a short read continued counts twice.
+    if (std::string(name) == "small")
+      EXPECT_GE(io.unaligned_reads, io.requests) << "every read buffered";
+    else
+      EXPECT_EQ(io.unaligned_reads, 0u) << "every read O_DIRECT";
   }
 }
 
