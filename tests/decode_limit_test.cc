@@ -137,7 +137,7 @@ TEST(DecodeLimit, TokenDatasetsUnpackEveryRecord) {
 }
 
 TEST(DecodeLimit, AShuffledLoadersLimitVisitsItsRecordsShuffledAndTheOthersInIndexOrder) {
-  // A tokenizer is markedly faster on documents in index order (neighbours share words,
+  // A tokenizer is faster on documents in index order (neighbours share words,
   // its tables stay cached) than in the shuffled order the loader meets them in.
   OrderOptions order;
   order.seed = 7;
