@@ -407,6 +407,11 @@ TEST(MediaIndexHead, ParsesWithoutTheFileAndAsksForWhatItLacks) {
   std::vector<uint8_t> bad = v;
   bad[1] ^= 0x20;
   EXPECT_EQ(testing::error_code_of([&] { internal::media_index_bytes(bad); }), ErrorCode::kDataLoss);
+  // A keyframe far past a stream that starts before zero (the difference overflows int64).
+  m.start_pts = -(int64_t{1} << 58);
+  m.keyframes = {{m.start_pts, 48, 0}, {INT64_MAX - 5, 900, 5}};
+  const std::vector<uint8_t> far = make_media_value(m, std::vector<uint8_t>(500, 7));
+  EXPECT_EQ(testing::error_code_of([&] { internal::parse_media_index(far); }), ErrorCode::kDataLoss);
 }
 
 }  // namespace

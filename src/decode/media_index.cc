@@ -126,7 +126,8 @@ MediaInfo parse_media_index(std::span<const uint8_t> value) {
     kf.pts = get_i64(e);
     kf.pos = get_i64(e + 8);
     kf.frame = get_i64(e + 16);
-    if (kf.pts < m.start_pts || kf.pts - m.start_pts > m.duration) bad("keyframe " + std::to_string(k) + " lies outside the stream");
+    // start_pts + duration stays within the bounds above; kf.pts - start_pts may not.
+    if (kf.pts < m.start_pts || kf.pts > m.start_pts + m.duration) bad("keyframe " + std::to_string(k) + " lies outside the stream");
     if (kf.frame < 0 || kf.frame >= std::max<int64_t>(m.frames, 1)) bad("keyframe " + std::to_string(k) + " names a frame out of range");
     if (k > 0 && (kf.pts <= m.keyframes[k - 1].pts || kf.frame < m.keyframes[k - 1].frame))
       bad("keyframes out of order at " + std::to_string(k));
