@@ -5,7 +5,8 @@
 #      the same share of max_tokens= batches (padded to their longest sample);
 #   2. the in-loader tokenising feed (cl100k_base over real prose) against its own
 #      in-memory limit (the same tokenise + write over the texts in RAM, same threads),
-#      1 and 2 threads;
+#      1 and 2 threads; and the Loader's open, which counts every document's tokens for
+#      the plan (1 and 2 threads) or reads the counts an earlier open kept;
 #   3. the packed-samples feed (stored tokens) against its in-memory limit, and the same
 #      samples in max_tokens= batches (bench feed --max-tokens).
 #   bash bench/packed_feed.sh [BUILD_DIR]          (results in out/packed_feed/)
@@ -25,11 +26,13 @@ out = sys.argv[1]
 text = open(f"{out}/docs.txt", encoding="utf-8", errors="replace").read()
 docs = [d for d in re.split(r"\n\s*\n", text) if d.strip()]
 tok = stoker.Tokenizer(f"{out}/cl100k_base.tiktoken")
-if not os.path.exists(f"{out}/text/MANIFEST"):
-    shutil.rmtree(f"{out}/text", ignore_errors=True)
-    with stoker.Writer(f"{out}/text", fields={"txt": "text"}) as w:
-        for d in docs:
-            w.write({"txt": d})
+for name, copies in (("text", 1), ("text8", 8)):  # text8: the open's figures on more documents
+    if not os.path.exists(f"{out}/{name}/MANIFEST"):
+        shutil.rmtree(f"{out}/{name}", ignore_errors=True)
+        with stoker.Writer(f"{out}/{name}", fields={"txt": "text"}) as w:
+            for _ in range(copies):
+                for d in docs:
+                    w.write({"txt": d})
 real_lengths = np.array([len(tok.encode(d)) + 1 for d in docs])
 rng = np.random.default_rng(2026)
 dists = {"lognormal(5.5, 1.0)": np.clip(rng.lognormal(5.5, 1.0, 20000).astype(int), 1, 4096),
@@ -69,9 +72,23 @@ for name, lengths in dists.items():
         shutil.rmtree(d)
 json.dump(rows, open(f"{out}/packing.json", "w"), indent=1)
 PY
+# Opening: every document's tokens counted (the plan needs them) on 1 and 2 threads, and
+# the counts an earlier open kept read instead; 8 copies of the text (68 MB, 106,592
+# documents).
+rm -rf "$out/token-counts"
+open_text() {  # THREADS COUNTS_DIR LABEL
+  "$build/stoker" bench feed "$out/text8" --tokenizer "$out/cl100k_base.tiktoken" --eos 100257 --seq-len 2048 \
+    --long-samples split --batch 8 --threads "$1" --epochs 1 --limit-seconds 0.1 --token-counts-dir "$2" \
+    2>/dev/null | grep '^open:' | sed "s/^/text x8, $3: /"
+}
+open_text 1 "" "counted on 1 thread"
+open_text 2 "" "counted on 2 threads"
+open_text 2 "$out/token-counts" "counted on 2 threads and kept"
+open_text 2 "$out/token-counts" "kept counts read"
 for t in 1 2; do
   "$build/stoker" bench feed "$out/text" --tokenizer "$out/cl100k_base.tiktoken" --eos 100257 --seq-len 2048 \
-    --long-samples split --batch 8 --threads $t --warmup-epochs 1 --epochs 8 --limit-interleaved --limit-seconds 4 --json > "$out/text_t$t.txt"
+    --long-samples split --batch 8 --threads $t --warmup-epochs 1 --epochs 8 --limit-interleaved --limit-seconds 4 \
+    --token-counts-dir "$out/token-counts" --json > "$out/text_t$t.txt"
   grep -E '^(feed|limit):' "$out/text_t$t.txt" | sed "s/^/text, $t thread(s): /"
 done
 "$build/stoker" bench feed "$out/sft" --seq-len 2048 --long-samples split --batch 8 --threads 2 --warmup-epochs 1 --epochs 3 --json \

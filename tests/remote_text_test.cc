@@ -1,5 +1,6 @@
 // Text tokenised in the loader from a URL dataset (nginx on loopback): opening
-// tokenises every document once with each shard pinned in the cache in turn, and the
+// tokenises every document once with each shard pinned in the cache in turn (or reads
+// the counts kept by the first open, checking a few documents of the first shard), and the
 // batches equal the local dataset's, packed into rows (seq_len) or padded under a
 // token budget (max_tokens), through a cache that holds the whole dataset or a few
 // shards of it.
@@ -51,6 +52,7 @@ class RemoteText : public ::testing::Test {
     o.path = root_.str("text");
     o.tokenizer = root_.str("bytes.tiktoken");
     o.tokenizer_options.pattern = R"( ?\S+|\s+)";
+    o.token_counts_dir = "";  // every open tokenises (the pass over pinned shards)
     o.eos = 10;
     o.threads = 2;
     o.rank = 0;
@@ -97,6 +99,9 @@ TEST_F(RemoteText, RowsAndBudgetBatchesOfAUrlEqualTheLocalOnesInAWholeOrASmallCa
     }
     const auto want = two_epochs(lo);
     ASSERT_GT(want.size(), 4u);
+    // The first URL loader keeps its counts; the others read them, tokenising a few
+    // documents of the first shard again to check them (pinned in a small cache).
+    TempDir counts;
     // The whole dataset cached; 2.5 shards read by ranged GETs; 2.5 shards fetched whole.
     for (const auto& [limit, reads] : {std::pair{uint64_t{0}, RemoteReads::kAuto},
                                        std::pair{largest_ * 5 / 2, RemoteReads::kAuto},
@@ -109,6 +114,7 @@ TEST_F(RemoteText, RowsAndBudgetBatchesOfAUrlEqualTheLocalOnesInAWholeOrASmallCa
       ro.cache_dir = cache.str();
       ro.cache_limit = limit;
       ro.remote_reads = reads;
+      ro.token_counts_dir = counts.str();
       const auto got = two_epochs(ro);
       ASSERT_EQ(got.size(), want.size());
       for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(got[k] == want[k]) << "batch " << k;

@@ -139,6 +139,11 @@ struct LoaderStats : FeedCounters {
   /// and, for the whole dataset's plan, tokens cut off by LongSamples::kTruncate and
   /// samples left out for having no tokens.
   uint64_t padding_tokens = 0, truncated_tokens = 0, empty_samples = 0;
+  /// Seconds the Loader's opening spent on the plan's sample lengths, and for text
+  /// (LoaderOptions::tokenizer) the documents it tokenised to count them: all of them, or
+  /// 0 when it read the counts an earlier run kept (token_counts_dir). 0 otherwise.
+  double plan_s = 0;
+  uint64_t plan_tokenised = 0;
   IoStats io_engine;
   std::string cpu_explanation;
   /// Which stage bounds the feed over the whole run ("network", "storage", "decode",
@@ -150,7 +155,7 @@ struct LoaderStats : FeedCounters {
   TuneStats tune;
   /// The figures by name (stats.h), in this order: wall_s, first_batch_s, batches,
   /// samples, samples_per_s, bytes_read, record_bytes, skipped, padding_tokens,
-  /// truncated_tokens, empty_samples, tokens, the groups io and
+  /// truncated_tokens, empty_samples, plan_s, plan_tokenised, tokens, the groups io and
   /// decode (threads, busy_s, wait_s, items, busy_frac), consumer_wait_s,
   /// consumer_wait_frac, consumer_run_delay_s, decode_queue_avg, slots, slots_ready_avg, slots_free_avg,
   /// io_engine, io_direct, io_fallback, the group network (NetworkStats::visit, then

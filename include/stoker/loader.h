@@ -270,8 +270,11 @@ struct LoaderOptions {
   // packed samples are, with the same outputs: every row starts with a document's start
   // (its BOS) unless a document longer than a row continues there (LongSamples::kSplit,
   // what pretraining text needs; kError refuses it). Planning needs every document's
-  // length, so opening the Loader tokenises the dataset once on `threads` threads (kept
-  // for the Loader's life: epochs do not repeat it). Special tokens' text in the data is
+  // length, so opening the Loader tokenises the dataset once on `threads` threads (the
+  // CPU budget under "auto"; kept for the Loader's life: epochs do not repeat it) and
+  // keeps the counts in token_counts_dir, where the next open with the same dataset and
+  // tokenizer (ranks of a node opening together too) reads them instead;
+  // stats().plan_s and plan_tokenised say which happened. Special tokens' text in the data is
   // ordinary text. The verdict names the stage "tokenize". A URL dataset's shards come
   // into the cache (cache_dir) one at a time for that pass, then are read as any
   // dataset's records are. With max_tokens instead of seq_len, the documents are
@@ -280,6 +283,11 @@ struct LoaderOptions {
   TokenizerOptions tokenizer_options;  ///< a tiktoken file of no known encoding: its pattern and specials
   std::string text_field;            ///< "": the records' one text field besides `__key__`
   std::optional<uint32_t> bos, eos;  ///< ids put before / after each document
+  /// Where document token counts are kept between runs (src/pipeline/token_counts.h: a
+  /// file per dataset and tokenizer, checked before use, written atomically). Unset:
+  /// $XDG_CACHE_HOME/stoker/token-counts, else ~/.cache/stoker/token-counts. "": none
+  /// kept, every open tokenises. A directory that cannot be written is a warning.
+  std::optional<std::string> token_counts_dir;
 
   // --- order ---
   OrderOptions order;         ///< kind (shuffled), seed, chunk params; token data uses kTokenWindow when shuffled

@@ -41,6 +41,12 @@
 
 namespace stoker {
 
+/// Raised whenever some tokenizer here gives other ids for some text than it gave before
+/// (a fix to a format's rules, say). What is kept from tokenising, such as the loader's
+/// document token counts (LoaderOptions::token_counts_dir), records it and is made
+/// again under a new one.
+inline constexpr uint32_t kTokenizerRevision = 1;
+
 /// Which special tokens encode() recognises in the text.
 struct SpecialTokens {
   bool all = false;                ///< every special token of the tokenizer

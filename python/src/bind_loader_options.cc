@@ -169,6 +169,9 @@ void init_loader_options(py::module_& m) {
           "eos", [](const PyLoaderOptions& x) { return x.o.eos; },
           [](PyLoaderOptions& x, std::optional<uint32_t> v) { x.o.eos = v; })
       .def_property(
+          "token_counts_dir", [](const PyLoaderOptions& x) { return x.o.token_counts_dir; },
+          [](PyLoaderOptions& x, std::optional<std::string> v) { x.o.token_counts_dir = std::move(v); })
+      .def_property(
           "pad_id", [](const PyLoaderOptions& x) { return x.o.pad_id; },
           [](PyLoaderOptions& x, int64_t v) { x.o.pad_id = v; })
       .def_property(

@@ -323,9 +323,13 @@ class Loader:
             [eos] (bos/eos: an id, or a token's text such as "<|endoftext|>"), and the
             documents are packed into rows of seq_len as above, each row starting at a
             document's start unless a longer one continues there (or, with max_tokens=,
-            batched as samples are). Opening the Loader tokenises the dataset once to
-            plan the rows; a URL dataset's shards come into cache_dir one at a time for
-            that pass. The verdict names the stage
+            batched as samples are). Opening the Loader tokenises the dataset once, on
+            its threads, to count every document's tokens for the plan, and keeps the
+            counts in token_counts_dir (None: ~/.cache/stoker/token-counts, or under
+            $XDG_CACHE_HOME; False: none kept): the next open with the same dataset and
+            tokenizer, or another rank of the node opening at once, reads them instead
+            (stats()["plan_s"], ["plan_tokenised"]). A URL dataset's shards come into
+            cache_dir one at a time for that pass. The verdict names the stage
             "tokenize" when it bounds the feed. tokenizer_options: for a .tiktoken file
             of no known encoding, {"pattern": its split pattern, "special_tokens":
             {text: id}}, as stoker.Tokenizer takes them.
@@ -408,7 +412,7 @@ class Loader:
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
                  source_fields=None, metrics_port=None, memory_limit=None, reserve_cores=None, seq_len=None,
                  pack_window=1024, long_samples=None, pad_id=0, max_tokens=None, tokenizer=None, tokenizer_options=None,
-                 text_field=None, bos=None, eos=None, buckets=None, _stage=None):
+                 text_field=None, bos=None, eos=None, token_counts_dir=None, buckets=None, _stage=None):
         sources = None
         if isinstance(path, (list, tuple)):
             sources = [os.fspath(p) for p in path]
@@ -489,8 +493,11 @@ class Loader:
             o.tokenizer_pattern = str(topt.get("pattern", ""))
             o.tokenizer_special_tokens = {str(k): int(v) for k, v in (topt.get("special_tokens") or {}).items()}
             o.bos, o.eos = _token_id("bos", bos, o.tokenizer, topt), _token_id("eos", eos, o.tokenizer, topt)
-        elif text_field is not None or bos is not None or eos is not None or tokenizer_options is not None:
-            raise ValueError("text_field=, tokenizer_options=, bos= and eos= go with tokenizer=")
+            if token_counts_dir is not None:
+                o.token_counts_dir = "" if token_counts_dir is False else os.fspath(token_counts_dir)
+        elif (text_field is not None or bos is not None or eos is not None or tokenizer_options is not None
+              or token_counts_dir is not None):
+            raise ValueError("text_field=, tokenizer_options=, bos=, eos= and token_counts_dir= go with tokenizer=")
         if seq_len is not None and max_tokens is not None:
             raise ValueError("seq_len= packs samples into rows, max_tokens= pads them into batches under a "
                              "token budget: give one of them")

@@ -96,6 +96,31 @@ def test_loader_tokenises_text_into_packed_rows(tmp_path):
     assert loader.stats()["tokenize"] is True
 
 
+def test_loader_keeps_document_token_counts_between_opens(tmp_path):
+    """Opening tokenises the documents once to plan the rows and keeps the counts in
+    token_counts_dir: the next open reads them (plan_tokenised 0) and delivers the same
+    rows; token_counts_dir=False keeps none."""
+    ranks = _ranks(tmp_path)
+    with stoker.Writer(str(tmp_path / "text"), fields={"txt": "text"}) as w:
+        for i in range(120):
+            w.write({"txt": f"the {i} aa " * (1 + i % 11)})
+
+    def rows(**kw):
+        loader = stoker.Loader(str(tmp_path / "text"), batch_size=4, seq_len=32, tokenizer=ranks,
+                               tokenizer_options={"pattern": PATTERN}, eos=10, numpy=True, threads=2, seed=3, **kw)
+        got = [b["tokens"].tobytes() for b in loader]
+        return got, loader.stats()["plan_tokenised"]
+
+    first, n = rows(token_counts_dir=tmp_path / "counts")
+    assert n == 120 and len(list((tmp_path / "counts").glob("*.counts"))) == 1
+    again, n = rows(token_counts_dir=tmp_path / "counts")
+    assert n == 0 and again == first
+    none, n = rows(token_counts_dir=False)
+    assert n == 120 and none == first
+    with pytest.raises(ValueError, match="token_counts_dir"):
+        stoker.Loader(str(tmp_path / "text"), batch_size=4, token_counts_dir=tmp_path / "counts")
+
+
 def test_pack_text_and_pack_samples_from_python(tmp_path):
     ranks = _ranks(tmp_path)
     (tmp_path / "a.txt").write_text("the cat and the hat " * 20)

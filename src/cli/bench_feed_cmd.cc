@@ -73,6 +73,7 @@ struct FeedArgs {
   uint64_t max_tokens = 0;
   std::string tokenizer, long_samples = "error";
   std::optional<uint32_t> bos, eos;
+  std::optional<std::string> token_counts_dir;
   std::string mix;  // a second dataset: a 2-source mixture of equal weights
   // A URL: the shard cache, how it is fetched, and a local copy for the limit.
   std::string cache_dir, cache_limit, local, remote_reads = "auto";
@@ -120,6 +121,7 @@ int run_feed(const FeedArgs& a) {
   o.tokenizer = a.tokenizer;
   o.bos = a.bos;
   o.eos = a.eos;
+  o.token_counts_dir = a.token_counts_dir;
   o.long_samples = long_samples_from_name(a.long_samples);
   if (!a.mix.empty()) {
     o.sources = {o.path, a.mix};
@@ -149,6 +151,7 @@ int run_feed(const FeedArgs& a) {
   const double max_seconds = a.max_seconds;
 
   std::optional<Loader> opened;
+  const auto open_t0 = std::chrono::steady_clock::now();
   try {
     opened.emplace(o);
   } catch (const Error& e) {
@@ -159,6 +162,16 @@ int run_feed(const FeedArgs& a) {
     throw;
   }
   Loader& loader = *opened;
+  const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - open_t0).count();
+  if (!o.tokenizer.empty()) {
+    const LoaderStats opening = loader.stats();
+    if (opening.plan_tokenised > 0)
+      std::printf("open: %.2f s, of which %.2f s tokenised %llu documents to count their tokens\n", open_s,
+                  opening.plan_s, static_cast<unsigned long long>(opening.plan_tokenised));
+    else
+      std::printf("open: %.2f s, of which %.2f s read the document token counts an earlier run kept\n", open_s,
+                  opening.plan_s);
+  }
   DiagnoseOptions dopt;
   dopt.cpus_available = plan_cpus().threads;
   BottleneckTracker tracker(dopt);
@@ -396,6 +409,7 @@ int run_feed(const FeedArgs& a) {
                     {"ratio", internal::figure(ratio)},
                     {"consumer_wait_frac", internal::figure(wait_frac)},
                     {"first_batch_s", internal::figure(first_batch)},
+                    {"open_s", internal::figure(open_s)},
                     {"peak_rss_bytes", rss},
                     {"io_engine", last.io_engine.engine},
                     {"io_direct", last.io_engine.direct},
@@ -491,6 +505,9 @@ void setup(CLI::App& tool) {
                 "tokenise the dataset's text field in the loader (needs --seq-len or --max-tokens)");
   c->add_option("--bos", a->bos, "with --tokenizer: the id put before each document");
   c->add_option("--eos", a->eos, "with --tokenizer: the id put after each document");
+  c->add_option("--token-counts-dir", a->token_counts_dir,
+                "with --tokenizer: where document token counts are kept between runs (\"\": none; default: "
+                "~/.cache/stoker/token-counts)");
   c->add_option("--long-samples", a->long_samples, "a sample longer than a row")
       ->check(named_by(long_samples_from_name, "error|truncate|split"))
       ->capture_default_str();

@@ -94,6 +94,8 @@ void LoaderStats::visit(StatsVisitor& v) const {
   v.count("padding_tokens", padding_tokens);
   v.count("truncated_tokens", truncated_tokens);
   v.count("empty_samples", empty_samples);
+  v.figure("plan_s", plan_s);
+  v.count("plan_tokenised", plan_tokenised);
   v.flag("tokens", tokens);
   v.flag("tokenize", tokenize);
   visit_stage(v, "io", io, wall_s);

@@ -60,6 +60,7 @@ class DatasetFeed final : public Feed {
   std::shared_ptr<const PackPlan> plan_;  // packed: which samples each row holds
   // max_tokens: padded batches, each one unit of the order (opt.batch_size is 1 here).
   std::optional<PaddedFacts> padded_;
+  PackedFacts::Counts plan_counts_;  // text: how the plan's token counts came
   bool fast_crop = false;  // manifest meta "fast_crop" (LoaderStats::fast_crop)
   // Token data trims the final step to a multiple of the world size instead of padding it
   // (order.h TailPolicy): padding would need the first window decompressed again.
@@ -181,11 +182,31 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
     throw_error(ErrorCode::kInvalidArgument,
                 "fields: per-field transforms apply to datasets of records, not to token data or packed samples");
 
+  // Threads first: opening text tokenises the dataset on them (token_counts.h).
+  ctx.cpu = plan_cpus(opt.gpu_pci_bus_id);
+  if (!opt.cpus.empty()) {
+    ctx.cpu.cpus = opt.cpus;
+    ctx.cpu.explanation = "threads pinned to the configured CPUs " + format_cpu_list(opt.cpus);
+  }
+  const bool auto_threads = opt.threads == LoaderOptions::kAutoThreads;
+  if (opt.cpus.empty()) {
+    reserve_ = opt.reserve_cores.value_or(ctx.cpu.cpus.size() >= 4 ? 1u : 0u);
+    reserve_ = std::min<unsigned>(reserve_, ctx.cpu.cpus.empty() ? 0u : static_cast<unsigned>(ctx.cpu.cpus.size() - 1));
+  }
+  // The CPU budget: the plan's count (affinity, cgroup quota) less the reserved cores.
+  const unsigned budget = tune_thread_budget(ctx.cpu, reserve_);
+  ctx.threads = auto_threads || opt.threads == 0 ? budget : opt.threads;
+  // The IO queue depth: tuned with the threads for records (loader.h, `io`).
+  const bool auto_depth = auto_threads && opt.io.queue_depth == LoaderOptions::kAutoQueueDepth && !tokens;
+  if (opt.io.queue_depth == LoaderOptions::kAutoQueueDepth)
+    opt.io.queue_depth = auto_depth ? LoaderOptions::kAutoQueueDepthMax : IoOptions{}.queue_depth;
+
   ctx.order_opt = opt.order;
   std::vector<uint64_t> groups;
   PackedFacts pack;
   if (packed && opt.max_tokens > 0) {
     padded_ = plan_padded_batches(opt, ctx);
+    plan_counts_ = padded_->fields.counts;
     groups.assign(padded_->plan->batches(), 1);
     if (ctx.order_opt.kind != OrderKind::kSequential) {
       ctx.order_opt.kind = OrderKind::kShuffled;
@@ -195,6 +216,7 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
   } else if (packed) {
     pack = plan_packed_samples(opt, ctx);
     plan_ = pack.plan;
+    plan_counts_ = pack.counts;
     groups = pack.plan->group_rows;
     // Rows are made of samples from anywhere in the dataset: no chunk keeps reads local.
     // A split sample's rows (a row group) stay together: shuffled as one chunk, within it.
@@ -217,23 +239,6 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
   ensure_open_file_limit(2 * dataset.shard_count() + 256, std::to_string(dataset.shard_count()) + " shards");
   reporter = std::make_unique<LoaderReporter>(opt);
 
-  ctx.cpu = plan_cpus(opt.gpu_pci_bus_id);
-  if (!opt.cpus.empty()) {
-    ctx.cpu.cpus = opt.cpus;
-    ctx.cpu.explanation = "threads pinned to the configured CPUs " + format_cpu_list(opt.cpus);
-  }
-  const bool auto_threads = opt.threads == LoaderOptions::kAutoThreads;
-  if (opt.cpus.empty()) {
-    reserve_ = opt.reserve_cores.value_or(ctx.cpu.cpus.size() >= 4 ? 1u : 0u);
-    reserve_ = std::min<unsigned>(reserve_, ctx.cpu.cpus.empty() ? 0u : static_cast<unsigned>(ctx.cpu.cpus.size() - 1));
-  }
-  // The CPU budget: the plan's count (affinity, cgroup quota) less the reserved cores.
-  const unsigned budget = tune_thread_budget(ctx.cpu, reserve_);
-  ctx.threads = auto_threads || opt.threads == 0 ? budget : opt.threads;
-  // The IO queue depth: tuned with the threads for records (loader.h, `io`).
-  const bool auto_depth = auto_threads && opt.io.queue_depth == LoaderOptions::kAutoQueueDepth && !tokens;
-  if (opt.io.queue_depth == LoaderOptions::kAutoQueueDepth)
-    opt.io.queue_depth = auto_depth ? LoaderOptions::kAutoQueueDepthMax : IoOptions{}.queue_depth;
 
   ImageFacts img;
   VideoFacts vid;
@@ -639,6 +644,8 @@ LoaderStats DatasetFeed::snapshot() const {
     s.truncated_tokens = plan_->truncated_tokens;
     s.empty_samples = plan_->empty_samples;
   }
+  s.plan_s = plan_counts_.seconds;
+  s.plan_tokenised = plan_counts_.tokenised;
   if (padded_) {
     s.truncated_tokens = padded_->plan->truncated_tokens;
     s.empty_samples = padded_->plan->empty_samples;

@@ -478,6 +478,8 @@ LoaderStats MixtureFeed::stats() const {
     s.padding_tokens += t.padding_tokens;
     s.truncated_tokens += t.truncated_tokens;
     s.empty_samples += t.empty_samples;
+    s.plan_s += t.plan_s;
+    s.plan_tokenised += t.plan_tokenised;
     s.wall_s = std::max(s.wall_s, t.wall_s);
     s.decode.threads += t.decode.threads;
     s.decode.busy_s += t.decode.busy_s;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "pipeline/token_counts.h"
 #include "stoker/error.h"
 #include "util/convert.h"
 
@@ -51,66 +52,6 @@ int text_field(const LoaderOptions& opt, const Schema& schema) {
   return found;
 }
 
-// The token counts of documents [begin, end) into lengths[begin, end), tokenised on
-// `threads` threads.
-void tokenise_range(const Context& ctx, const PackedFacts& f, uint64_t begin, uint64_t end,
-                    std::vector<uint32_t>& lengths) {
-  const Dataset& dataset = *ctx.dataset;
-  std::atomic<uint64_t> next{begin};
-  std::mutex mu;
-  std::exception_ptr failed;
-  auto work = [&] {
-    std::vector<uint32_t> ids;
-    constexpr uint64_t kChunk = 64;
-    try {
-      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < end;) {
-        for (uint64_t i = i0; i < std::min(end, i0 + kChunk); ++i) {
-          const Record r = dataset.read(i);
-          ids.clear();
-          document_ids(f, r.fields[static_cast<size_t>(f.text_field)], ids);
-          lengths[i] = static_cast<uint32_t>(std::min<size_t>(ids.size(), UINT32_MAX));
-        }
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!failed) failed = std::current_exception();
-      next = end;
-    }
-  };
-  std::vector<std::thread> pool;
-  const uint64_t chunks = (end - begin + 63) / 64;
-  for (unsigned t = 1; t < std::min<uint64_t>(std::max(1u, ctx.threads), chunks); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (failed) std::rethrow_exception(failed);
-}
-
-// Every document's token count, tokenising the dataset once. A remote dataset's shards
-// come into the cache one at a time, each pinned while its documents are tokenised (its
-// reader closed before the pin goes, as for_each_record_location does).
-std::vector<uint32_t> text_lengths(const Context& ctx, const PackedFacts& f) {
-  const Dataset& dataset = *ctx.dataset;
-  std::vector<uint32_t> lengths(dataset.record_count());
-  if (!ctx.cached) {
-    tokenise_range(ctx, f, 0, lengths.size(), lengths);
-    return lengths;
-  }
-  uint64_t first = 0;
-  for (size_t s = 0; s < dataset.shard_count(); ++s) {
-    const uint64_t n = dataset.manifest().shards[s].records;
-    ShardCache::Pin pin = ctx.cached->pin(s);
-    try {
-      tokenise_range(ctx, f, first, first + n, lengths);
-    } catch (...) {
-      dataset.close_shard(s);
-      throw;
-    }
-    dataset.close_shard(s);
-    first += n;
-  }
-  return lengths;
-}
-
 }  // namespace
 
 std::span<const uint8_t> sample_tokens(const PackedFacts& f, const std::vector<std::span<const uint8_t>>& fields,
@@ -133,6 +74,9 @@ PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema) {
   if (!opt.tokenizer.empty()) {
     f.text_field = text_field(opt, schema);
     f.tokenizer = open_tokenizer(opt.tokenizer, opt.tokenizer_options);
+    f.tokenizer_path = opt.tokenizer;
+    f.tokenizer_options = opt.tokenizer_options;
+    f.token_counts_dir = token_counts_dir(opt.token_counts_dir);
     f.bos = opt.bos;
     f.eos = opt.eos;
     for (const auto& id : {opt.bos, opt.eos})
@@ -164,11 +108,16 @@ PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema) {
   return f;
 }
 
-std::vector<uint32_t> sample_lengths(const Context& ctx, const PackedFacts& f) {
+std::vector<uint32_t> sample_lengths(const Context& ctx, PackedFacts& f) {
   const Dataset& dataset = *ctx.dataset;
   std::vector<uint32_t> lengths;
   if (f.tokenizer) {
-    lengths = text_lengths(ctx, f);
+    TokenCounts counts = document_token_counts(
+        ctx, TokenCountsOf{f.text_field, f.tokenizer.get(), f.tokenizer_path, f.tokenizer_options}, f.token_counts_dir);
+    const uint32_t around = (f.bos ? 1u : 0u) + (f.eos ? 1u : 0u);
+    for (uint32_t& n : counts.counts) n = n > UINT32_MAX - around ? UINT32_MAX : n + around;
+    lengths = std::move(counts.counts);
+    f.counts = PackedFacts::Counts{counts.file, counts.tokenised, counts.seconds};
   } else {
     const size_t tok = static_cast<size_t>(f.tokens_field);
     const uint64_t tsize = elem_size(f.stored_type);

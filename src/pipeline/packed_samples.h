@@ -9,8 +9,8 @@
 // tokens and targets, and per position the sample's position, its place in the row
 // (doc_ids) and the loss mask (the stored mask of the target, 0 at the sample's end).
 // Text: the plan needs every document's token count, so opening tokenises the dataset
-// once (on the decode threads' count of threads); a worker then tokenises a document
-// again for each of its pieces.
+// once on the loader's threads, or reads the counts an earlier run kept
+// (token_counts.h); a worker then tokenises a document again for each of its pieces.
 // What needs no record (the padding, cu_seqlens, the row's samples) is written as the
 // batch starts.
 #pragma once
@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "pipeline/producer.h"
@@ -36,6 +37,15 @@ struct PackedFacts {
   int text_field = -1;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<uint32_t> bos, eos;
+  std::string tokenizer_path;  ///< text: the tokenizer's file and options, what its counts are of
+  TokenizerOptions tokenizer_options;
+  std::string token_counts_dir;  ///< text: where counts are kept ("" nowhere)
+  /// Text: how the plan's document token counts came (sample_lengths fills it).
+  struct Counts {
+    std::string file;        ///< the kept file ("" none)
+    uint64_t tokenised = 0;  ///< documents tokenised to count them (0: read from `file`)
+    double seconds = 0;
+  } counts;
   ElemType stored_type = ElemType::kUint16;
   std::shared_ptr<const PackPlan> plan;
   int tokens_t = -1, targets_t = -1, index_t = -1, position_t = -1, mask_t = -1, doc_ids_t = -1;
@@ -48,11 +58,10 @@ struct PackedFacts {
 /// bad bos/eos; what open_tokenizer throws.
 PackedFacts packed_facts(const LoaderOptions& opt, const Schema& schema);
 
-/// Every sample's token count, in record order: from the shard indexes, or for text by
-/// tokenising the dataset once (on ctx.threads threads; a URL dataset's shards fetched
-/// into the cache one at a time). kDataLoss: a stored loss_mask whose length is not
-/// the tokens'.
-std::vector<uint32_t> sample_lengths(const Context& ctx, const PackedFacts& f);
+/// Every sample's token count, in record order: from the shard indexes, or for text
+/// document_token_counts' (token_counts.h) with bos and eos (f.counts says how they came).
+/// kDataLoss: a stored loss_mask whose length is not the tokens'.
+std::vector<uint32_t> sample_lengths(const Context& ctx, PackedFacts& f);
 
 /// The schema's fields for packing, the plan (kInvalidArgument: no usable `tokens`
 /// field, a sample too long under LongSamples::kError, naming it) and the outputs,
