@@ -3,7 +3,7 @@
 // tokenizer reads them and delivers the same batches; another tokenizer, pattern or
 // dataset gets counts of its own; a damaged, stale or foreign file is named in a warning
 // and replaced; loaders opening at once tokenise once; a directory that cannot be used
-// is a warning, not a failure.
+// is a warning, not a failure, and one where no lock can be made is still read.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -246,9 +246,22 @@ TEST_F(TokenCounts, ADirectoryThatCannotBeUsedIsAWarningAndTheLoaderStillOpens) 
   LoaderOptions none = options();
   none.token_counts_dir = "";
   EXPECT_EQ(got.batches, run(none).batches);
-  bool named = false;
-  for (const auto& w : warnings()) named = named || w.find(root_.str("a-file/counts")) != std::string::npos;
-  EXPECT_TRUE(named) << "a warning names the directory";
+  const auto w = warnings();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find(root_.str("a-file/counts")), std::string::npos) << "the warning names the directory: " << w[0];
+}
+
+TEST_F(TokenCounts, KeptCountsAreReadWhereNoLockCanBeMade) {
+  const Run want = run(options());
+  ASSERT_EQ(kept().size(), 1u);
+  // A lock that cannot be opened for writing, as in a directory others prepared read-only.
+  const std::string lock = kept()[0].string() + ".lock";
+  fs::remove(lock);
+  fs::create_directory(lock);
+  const Run got = run(options());
+  EXPECT_EQ(got.tokenised, 0u);
+  EXPECT_EQ(got.batches, want.batches);
+  EXPECT_TRUE(warnings().empty());
 }
 
 TEST_F(TokenCounts, UnsetTheyGoUnderTheUsersCacheDirectory) {

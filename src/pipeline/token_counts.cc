@@ -175,7 +175,7 @@ std::optional<std::vector<uint32_t>> read_kept(const std::string& path, const st
                                                std::string& why) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
-    if (errno != ENOENT) why = std::string("cannot be opened: ") + std::strerror(errno);
+    if (errno != ENOENT && errno != ENOTDIR) why = std::string("cannot be opened: ") + std::strerror(errno);
     return std::nullopt;
   }
   struct stat st{};
@@ -278,14 +278,11 @@ TokenCounts document_token_counts(const Context& ctx, const TokenCountsOf& of, c
   const std::string path = dir + "/" + file_name(header);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  // Without the lock (a read-only directory, say) kept counts are still read; new ones
+  // are made and not kept.
   DirLock lock(path + ".lock");
-  if (!lock) {
-    log_warn_once("token-counts:" + dir, dir + ": cannot keep document token counts there (" +
-                                             (ec ? ec.message() : std::string(std::strerror(errno))) +
-                                             "); every open tokenises the dataset");
-    make();
-    return finish();
-  }
+  const std::string unlocked_why =
+      lock ? "" : (ec ? ec.message() : std::string(std::strerror(errno)));
   std::string why;
   if (auto kept = read_kept(path, header, ctx.dataset->record_count(), why)) {
     why = spot_check(ctx, of, *kept);
@@ -299,6 +296,11 @@ TokenCounts document_token_counts(const Context& ctx, const TokenCountsOf& of, c
   }
   if (!why.empty()) log_warn(path + ": not used (" + why + "); tokenising the dataset again");
   make();
+  if (!lock) {
+    log_warn_once("token-counts:" + dir, dir + ": cannot keep document token counts there (" + unlocked_why +
+                                             "); every open tokenises the dataset");
+    return finish();
+  }
   try {
     write_kept(path, header, out.counts);
     out.file = path;

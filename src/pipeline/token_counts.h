@@ -13,8 +13,9 @@
 //
 // Ranks of one node open together: an flock(2) of <name>.lock is held while a process
 // reads or makes the file, so one tokenises and the others wait and read its file. The
-// file is written to a temporary name and renamed. A directory that cannot be used is a
-// warning; the counts are then made and not kept.
+// file is written to a temporary name and renamed. A directory where the lock cannot be
+// made (read-only, say) still has its files read; counts that must be made there are a
+// warning, and not kept.
 #pragma once
 
 #include <cstdint>
