@@ -261,7 +261,7 @@ TokenCounts document_token_counts(const Context& ctx, const TokenCountsOf& of, c
       log_info(what + ": document token counts read from " + out.file);
     else
       log_info(what + ": tokenised " + std::to_string(out.tokenised) + " documents to plan the rows in " +
-               seconds_text(out.seconds) + " on " + std::to_string(threads) + " threads" +
+               seconds_text(out.seconds) + " on " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
                (out.file.empty() ? std::string(" (counts not kept)") : "; counts kept in " + out.file));
     return std::move(out);
   };
