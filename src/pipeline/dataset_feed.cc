@@ -239,7 +239,6 @@ DatasetFeed::DatasetFeed(const LoaderOptions& options, RankInfo rank, std::share
   ensure_open_file_limit(2 * dataset.shard_count() + 256, std::to_string(dataset.shard_count()) + " shards");
   reporter = std::make_unique<LoaderReporter>(opt);
 
-
   ImageFacts img;
   VideoFacts vid;
   BucketedField bucketed;
