@@ -84,10 +84,36 @@ uint32_t count_of(const Tokenizer& tok, std::span<const uint8_t> text, std::vect
   return static_cast<uint32_t>(std::min<size_t>(ids.size(), UINT32_MAX));
 }
 
+// A line every kEvery of a long count, for whoever watches a big dataset open.
+class CountProgress {
+ public:
+  CountProgress(std::string what, uint64_t total) : what_(std::move(what)), total_(total) {}
+  void add(uint64_t n) {
+    const uint64_t done = done_ += n;
+    const int64_t at = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
+    int64_t due = due_.load();
+    if (at < due || !due_.compare_exchange_strong(due, at + kEvery.count())) return;
+    const double frac = static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(1, total_));
+    char b[96];
+    std::snprintf(b, sizeof b, "%llu of %llu (%.0f %%), about %.0f s left", static_cast<unsigned long long>(done),
+                  static_cast<unsigned long long>(total_), 100 * frac, at / 1e9 * (1 - frac) / std::max(frac, 1e-9));
+    log_info(what_ + ": counting the documents' tokens for the plan: " + b);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::nanoseconds kEvery = std::chrono::seconds(10);
+  const std::string what_;
+  const uint64_t total_;
+  const Clock::time_point t0_ = Clock::now();
+  std::atomic<uint64_t> done_{0};
+  std::atomic<int64_t> due_{kEvery.count()};
+};
+
 // Records [begin, end) into counts[begin, end), on `threads` threads in chunks of
 // neighbours (a tokenizer is faster on text in file order).
 void count_range(const Context& ctx, const TokenCountsOf& of, uint64_t begin, uint64_t end, unsigned threads,
-                 std::vector<uint32_t>& counts) {
+                 CountProgress& progress, std::vector<uint32_t>& counts) {
   constexpr uint64_t kChunk = 64;
   std::atomic<uint64_t> next{begin};
   std::mutex mu;
@@ -95,9 +121,12 @@ void count_range(const Context& ctx, const TokenCountsOf& of, uint64_t begin, ui
   auto work = [&] {
     std::vector<uint32_t> ids;
     try {
-      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < end;)
-        for (uint64_t i = i0; i < std::min(end, i0 + kChunk); ++i)
+      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < end;) {
+        const uint64_t i1 = std::min(end, i0 + kChunk);
+        for (uint64_t i = i0; i < i1; ++i)
           counts[i] = count_of(*of.tokenizer, ctx.dataset->read(i).fields[static_cast<size_t>(of.text_field)], ids);
+        progress.add(i1 - i0);
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       if (!failed) failed = std::current_exception();
@@ -140,8 +169,11 @@ void for_each_shard_range(const Context& ctx, size_t shards, Fn&& fn) {
 std::vector<uint32_t> count_all(const Context& ctx, const TokenCountsOf& of, unsigned threads) {
   const Dataset& dataset = *ctx.dataset;
   std::vector<uint32_t> counts(dataset.record_count());
-  if (!ctx.cached) count_range(ctx, of, 0, counts.size(), threads, counts);
-  else for_each_shard_range(ctx, dataset.shard_count(), [&](uint64_t a, uint64_t b) { count_range(ctx, of, a, b, threads, counts); });
+  CountProgress progress(ctx.opt ? ctx.opt->path : dataset.dir(), counts.size());
+  if (!ctx.cached) count_range(ctx, of, 0, counts.size(), threads, progress, counts);
+  else
+    for_each_shard_range(ctx, dataset.shard_count(),
+                         [&](uint64_t a, uint64_t b) { count_range(ctx, of, a, b, threads, progress, counts); });
   return counts;
 }
 
