@@ -243,14 +243,17 @@ std::optional<std::vector<uint32_t>> read_kept(const std::string& path, const st
   }
 }
 
+// Written from the counts in place: a copy would double the open's memory on a big
+// dataset.
 void write_kept(const std::string& path, const std::string& header, const std::vector<uint32_t>& counts) {
-  std::string data = header;
   const size_t payload = 4 * counts.size();
-  data.resize(header.size() + payload + 4);
-  std::memcpy(data.data() + header.size(), counts.data(), payload);
-  put_u32(reinterpret_cast<uint8_t*>(data.data()) + header.size() + payload,
-          crc32c(data.data(), header.size() + payload));
-  write_file_atomic(path, data, path + ".tmp-" + std::to_string(::getpid()));
+  uint8_t tail[4];
+  put_u32(tail, crc32c_extend(crc_of(header), counts.data(), payload));
+  write_file_atomic(path,
+                    {{reinterpret_cast<const uint8_t*>(header.data()), header.size()},
+                     {reinterpret_cast<const uint8_t*>(counts.data()), payload},
+                     {tail, sizeof tail}},
+                    path + ".tmp-" + std::to_string(::getpid()));
 }
 
 // An flock(2) held for its life; false when the lock file cannot be made.

@@ -82,12 +82,17 @@ std::string read_small_file(const std::string& path, size_t max_bytes) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& data, const std::string& tmp_name) {
+  write_file_atomic(path, {{reinterpret_cast<const uint8_t*>(data.data()), data.size()}}, tmp_name);
+}
+
+void write_file_atomic(const std::string& path, std::initializer_list<std::span<const uint8_t>> parts,
+                       const std::string& tmp_name) {
   const std::string tmp = tmp_name.empty() ? path + ".tmp" : tmp_name;
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) throw errno_error("create " + tmp, errno);
     try {
-      write_full(fd.get(), data.data(), data.size(), tmp);
+      for (const auto& part : parts) write_full(fd.get(), part.data(), part.size(), tmp);
       if (::fsync(fd.get()) != 0) throw errno_error("fsync " + tmp, errno);
     } catch (...) {
       ::unlink(tmp.c_str());

@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,5 +53,8 @@ std::string read_small_file(const std::string& path, size_t max_bytes);
 /// Writes `data` to `path` atomically: `tmp` (default path.tmp), fsync, rename, fsync dir.
 /// On failure `tmp` is removed and `path` is unchanged.
 void write_file_atomic(const std::string& path, const std::string& data, const std::string& tmp = {});
+/// The same with the bytes in parts, written one after another (never joined in memory).
+void write_file_atomic(const std::string& path, std::initializer_list<std::span<const uint8_t>> parts,
+                       const std::string& tmp = {});
 
 }  // namespace stoker::internal
