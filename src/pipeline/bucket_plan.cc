@@ -2,10 +2,7 @@
 #include "pipeline/bucket_plan.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <mutex>
-#include <thread>
 
 #include "decode/clip_plan.h"
 #include "decode/media_index.h"
@@ -14,6 +11,7 @@
 #include "stoker/error.h"
 #include "util/bytes.h"
 #include "util/log.h"
+#include "util/parallel_units.h"
 
 namespace stoker::internal {
 namespace {
@@ -175,9 +173,6 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, BucketedField
   const auto t0 = std::chrono::steady_clock::now();
   const Dataset& ds = *ctx.dataset;
   plan->of.assign(ds.record_count(), 0);
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::exception_ptr failed;
   std::vector<uint64_t> first(ds.shard_count() + 1, 0);
   for (size_t s = 0; s < ds.shard_count(); ++s) first[s + 1] = first[s] + ds.manifest().shards[s].records;
   plan->width.assign(ds.record_count(), 0);
@@ -187,35 +182,21 @@ std::shared_ptr<const BucketPlan> plan_buckets(const Context& ctx, BucketedField
   std::vector<std::pair<size_t, uint64_t>> units;  // (shard, first record in it)
   for (size_t s = 0; s < ds.shard_count(); ++s)
     for (uint64_t i = 0; i < ds.manifest().shards[s].records; i += kRecordsPerUnit) units.emplace_back(s, i);
-  auto work = [&] {
-    std::vector<uint8_t> buf;
-    for (size_t u; (u = next.fetch_add(1)) < units.size();) {
-      try {
-        const auto [s, begin] = units[u];
-        const auto shard = ds.shard(s);
-        for (uint64_t i = begin; i < std::min(begin + kRecordsPerUnit, shard->record_count()); ++i) {
-          const StoredSize size = probe_field(*shard, i, bucket_field, key_field, source, buf);
-          const uint64_t r = first[s] + i;
-          plan->of[r] = nearest_bucket(plan->sizes, size.width, size.height);
-          plan->width[r] = static_cast<uint32_t>(size.width);
-          plan->height[r] = static_cast<uint32_t>(size.height);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!failed) failed = std::current_exception();
-        next = units.size();
-      }
-    }
-  };
   // The reads wait on storage more than they use a CPU: more threads than decoders keep
   // more of them in flight (a cold dataset on NVMe).
   const unsigned n = static_cast<unsigned>(
       std::clamp<size_t>(std::max(ctx.threads, kMinHeaderThreads), 1, std::max<size_t>(units.size(), 1)));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (failed) std::rethrow_exception(failed);
+  parallel_units<std::vector<uint8_t>>(units.size(), n, [&](size_t u, std::vector<uint8_t>& buf) {
+    const auto [s, begin] = units[u];
+    const auto shard = ds.shard(s);
+    for (uint64_t i = begin; i < std::min(begin + kRecordsPerUnit, shard->record_count()); ++i) {
+      const StoredSize size = probe_field(*shard, i, bucket_field, key_field, source, buf);
+      const uint64_t r = first[s] + i;
+      plan->of[r] = nearest_bucket(plan->sizes, size.width, size.height);
+      plan->width[r] = static_cast<uint32_t>(size.width);
+      plan->height[r] = static_cast<uint32_t>(size.height);
+    }
+  });
   plan->counts.assign(plan->sizes.size(), 0);
   for (uint32_t b : plan->of) ++plan->counts[b];
   plan->open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

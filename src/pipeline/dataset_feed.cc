@@ -60,7 +60,7 @@ class DatasetFeed final : public Feed {
   std::shared_ptr<const PackPlan> plan_;  // packed: which samples each row holds
   // max_tokens: padded batches, each one unit of the order (opt.batch_size is 1 here).
   std::optional<PaddedFacts> padded_;
-  PackedFacts::Counts plan_counts_;  // text: how the plan's token counts came
+  TokenCountsReport plan_counts_;  // text: how the plan's token counts came
   bool fast_crop = false;  // manifest meta "fast_crop" (LoaderStats::fast_crop)
   // Token data trims the final step to a multiple of the world size instead of padding it
   // (order.h TailPolicy): padding would need the first window decompressed again.

@@ -2,12 +2,10 @@
 #include "pipeline/packed_samples.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
-#include <thread>
 
 #include "pipeline/token_counts.h"
 #include "stoker/error.h"
@@ -117,7 +115,7 @@ std::vector<uint32_t> sample_lengths(const Context& ctx, PackedFacts& f) {
     const uint32_t around = (f.bos ? 1u : 0u) + (f.eos ? 1u : 0u);
     for (uint32_t& n : counts.counts) n = n > UINT32_MAX - around ? UINT32_MAX : n + around;
     lengths = std::move(counts.counts);
-    f.counts = PackedFacts::Counts{counts.file, counts.tokenised, counts.seconds};
+    f.counts = std::move(counts.report);
   } else {
     const size_t tok = static_cast<size_t>(f.tokens_field);
     const uint64_t tsize = elem_size(f.stored_type);

@@ -24,6 +24,7 @@
 
 #include "pipeline/producer.h"
 #include "pipeline/sample_packing.h"
+#include "pipeline/token_counts.h"
 #include "stoker/tokenizer.h"
 
 namespace stoker::internal {
@@ -40,12 +41,7 @@ struct PackedFacts {
   std::string tokenizer_path;  ///< text: the tokenizer's file and options, what its counts are of
   TokenizerOptions tokenizer_options;
   std::string token_counts_dir;  ///< text: where counts are kept ("" nowhere)
-  /// Text: how the plan's document token counts came (sample_lengths fills it).
-  struct Counts {
-    std::string file;        ///< the kept file ("" none)
-    uint64_t tokenised = 0;  ///< documents tokenised to count them (0: read from `file`)
-    double seconds = 0;
-  } counts;
+  TokenCountsReport counts;  ///< text: how the plan's document token counts came (sample_lengths fills it)
   ElemType stored_type = ElemType::kUint16;
   std::shared_ptr<const PackPlan> plan;
   int tokens_t = -1, targets_t = -1, index_t = -1, position_t = -1, mask_t = -1, doc_ids_t = -1;

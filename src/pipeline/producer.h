@@ -151,6 +151,11 @@ struct TokenFacts {
 /// The schema's first tokens field (token data), or -1 (a dataset of records).
 int tokens_field(const Schema& schema);
 
+/// fn(shard, its first record's global index) for shards [0, shards) in order, each with
+/// the shard at hand: a remote dataset's shard pinned in the cache meanwhile, one at a
+/// time, and its reader closed before the pin goes.
+void for_each_shard_at_hand(const Context& ctx, size_t shards, const std::function<void(size_t, uint64_t)>& fn);
+
 /// fn(shard, record, its location) for every record of the dataset, in order. A remote
 /// dataset's shards are pinned in the cache one at a time meanwhile.
 void for_each_record_location(const Context& ctx,

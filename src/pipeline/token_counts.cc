@@ -15,13 +15,12 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <mutex>
-#include <thread>
 
 #include "stoker/crc32c.h"
 #include "stoker/error.h"
 #include "util/bytes.h"
 #include "util/log.h"
+#include "util/parallel_units.h"
 
 namespace stoker::internal {
 
@@ -115,55 +114,13 @@ class CountProgress {
 void count_range(const Context& ctx, const TokenCountsOf& of, uint64_t begin, uint64_t end, unsigned threads,
                  CountProgress& progress, std::vector<uint32_t>& counts) {
   constexpr uint64_t kChunk = 64;
-  std::atomic<uint64_t> next{begin};
-  std::mutex mu;
-  std::exception_ptr failed;
-  auto work = [&] {
-    std::vector<uint32_t> ids;
-    try {
-      for (uint64_t i0; (i0 = next.fetch_add(kChunk)) < end;) {
-        const uint64_t i1 = std::min(end, i0 + kChunk);
-        for (uint64_t i = i0; i < i1; ++i)
-          counts[i] = count_of(*of.tokenizer, ctx.dataset->read(i).fields[static_cast<size_t>(of.text_field)], ids);
-        progress.add(i1 - i0);
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!failed) failed = std::current_exception();
-      next = end;
-    }
-  };
-  std::vector<std::thread> pool;
-  const uint64_t chunks = (end - begin + kChunk - 1) / kChunk;
-  for (unsigned t = 1; t < std::min<uint64_t>(threads, chunks); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (failed) std::rethrow_exception(failed);
-}
-
-// fn(first, end) over each shard's records with the shard at hand: a URL dataset's
-// shards come into the cache one at a time, each pinned meanwhile (its reader closed
-// before the pin goes, as for_each_record_location does).
-template <class Fn>
-void for_each_shard_range(const Context& ctx, size_t shards, Fn&& fn) {
-  const Dataset& dataset = *ctx.dataset;
-  uint64_t first = 0;
-  for (size_t s = 0; s < shards; ++s) {
-    const uint64_t n = dataset.manifest().shards[s].records;
-    if (!ctx.cached) {
-      fn(first, first + n);
-    } else {
-      ShardCache::Pin pin = ctx.cached->pin(s);
-      try {
-        fn(first, first + n);
-      } catch (...) {
-        dataset.close_shard(s);
-        throw;
-      }
-      dataset.close_shard(s);
-    }
-    first += n;
-  }
+  parallel_units<std::vector<uint32_t>>((end - begin + kChunk - 1) / kChunk, threads,
+                                        [&](size_t u, std::vector<uint32_t>& ids) {
+    const uint64_t i0 = begin + u * kChunk, i1 = std::min(end, i0 + kChunk);
+    for (uint64_t i = i0; i < i1; ++i)
+      counts[i] = count_of(*of.tokenizer, ctx.dataset->read(i).fields[static_cast<size_t>(of.text_field)], ids);
+    progress.add(i1 - i0);
+  });
 }
 
 std::vector<uint32_t> count_all(const Context& ctx, const TokenCountsOf& of, unsigned threads) {
@@ -172,8 +129,9 @@ std::vector<uint32_t> count_all(const Context& ctx, const TokenCountsOf& of, uns
   CountProgress progress(ctx.opt ? ctx.opt->path : dataset.dir(), counts.size());
   if (!ctx.cached) count_range(ctx, of, 0, counts.size(), threads, progress, counts);
   else
-    for_each_shard_range(ctx, dataset.shard_count(),
-                         [&](uint64_t a, uint64_t b) { count_range(ctx, of, a, b, threads, progress, counts); });
+    for_each_shard_at_hand(ctx, dataset.shard_count(), [&](size_t s, uint64_t first) {
+      count_range(ctx, of, first, first + dataset.manifest().shards[s].records, threads, progress, counts);
+    });
   return counts;
 }
 
@@ -187,9 +145,9 @@ std::string spot_check(const Context& ctx, const TokenCountsOf& of, const std::v
   if (shard == dataset.shard_count()) return "";
   std::string why;
   std::vector<uint32_t> ids;
-  for_each_shard_range(ctx, shard + 1, [&](uint64_t first, uint64_t end) {
-    if (first == end) return;
-    const uint64_t n = end - first;
+  for_each_shard_at_hand(ctx, shard + 1, [&](size_t s, uint64_t first) {
+    const uint64_t n = dataset.manifest().shards[s].records;
+    if (n == 0) return;
     for (size_t k = 0; k < std::min<uint64_t>(kSpotChecks, n) && why.empty(); ++k) {
       const uint64_t i = first + k * n / std::min<uint64_t>(kSpotChecks, n);
       const uint32_t c = count_of(*of.tokenizer, dataset.read(i).fields[static_cast<size_t>(of.text_field)], ids);
@@ -289,21 +247,21 @@ TokenCounts document_token_counts(const Context& ctx, const TokenCountsOf& of, c
   const auto t0 = std::chrono::steady_clock::now();
   const unsigned threads = std::max(1u, ctx.threads);
   TokenCounts out;
+  TokenCountsReport& rep = out.report;
   auto finish = [&] {
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string what = ctx.opt ? ctx.opt->path : ctx.dataset->dir();
-    if (out.from_file)
-      log_info(what + ": document token counts read from " + out.file);
+    if (rep.tokenised == 0 && !rep.file.empty())
+      log_info(what + ": document token counts read from " + rep.file);
     else
-      log_info(what + ": tokenised " + std::to_string(out.tokenised) + " documents to plan the rows in " +
-               seconds_text(out.seconds) + " on " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
-               (out.file.empty() ? std::string(" (counts not kept)") : "; counts kept in " + out.file));
+      log_info(what + ": tokenised " + std::to_string(rep.tokenised) + " documents to plan the rows in " +
+               seconds_text(rep.seconds) + " on " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+               (rep.file.empty() ? std::string(" (counts not kept)") : "; counts kept in " + rep.file));
     return std::move(out);
   };
   auto make = [&] {
     out.counts = count_all(ctx, of, threads);
-    out.tokenised = out.counts.size();
-    out.threads = threads;
+    rep.tokenised = out.counts.size();
   };
   if (dir.empty()) {
     make();
@@ -323,8 +281,7 @@ TokenCounts document_token_counts(const Context& ctx, const TokenCountsOf& of, c
     why = spot_check(ctx, of, *kept);
     if (why.empty()) {
       out.counts = std::move(*kept);
-      out.file = path;
-      out.from_file = true;
+      rep.file = path;
       return finish();
     }
     why = "a spot check disagrees: " + why;
@@ -338,7 +295,7 @@ TokenCounts document_token_counts(const Context& ctx, const TokenCountsOf& of, c
   }
   try {
     write_kept(path, header, out.counts);
-    out.file = path;
+    rep.file = path;
   } catch (const std::exception& e) {
     log_warn(std::string("document token counts not kept: ") + e.what());
   }

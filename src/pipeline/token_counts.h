@@ -36,14 +36,17 @@ struct TokenCountsOf {
   TokenizerOptions tokenizer_options;
 };
 
+/// How an open's counts came.
+struct TokenCountsReport {
+  std::string file;        ///< the kept file; "" when none is kept
+  uint64_t tokenised = 0;  ///< documents tokenised to make them (0: read from `file`)
+  double seconds = 0;      ///< spent making or reading them
+};
+
 struct TokenCounts {
   /// Per record, in record order: the tokenizer's ids of the text alone (no BOS, no EOS).
   std::vector<uint32_t> counts;
-  std::string file;        ///< the kept file; "" when none is kept
-  bool from_file = false;  ///< read from `file` (only the spot check tokenised)
-  uint64_t tokenised = 0;  ///< documents tokenised to make them (0 when read)
-  unsigned threads = 0;    ///< threads that tokenised them
-  double seconds = 0;      ///< spent making or reading them
+  TokenCountsReport report;
 };
 
 /// The directory LoaderOptions::token_counts_dir names: itself when set ("" keeps no

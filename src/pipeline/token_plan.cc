@@ -13,12 +13,12 @@ int tokens_field(const Schema& schema) {
   return -1;
 }
 
-void for_each_record_location(const Context& ctx,
-                              const std::function<void(size_t, uint64_t, const RecordLocation&)>& fn) {
+void for_each_shard_at_hand(const Context& ctx, size_t shards, const std::function<void(size_t, uint64_t)>& fn) {
   const Dataset& dataset = *ctx.dataset;
-  for (size_t s = 0; s < dataset.shard_count(); ++s) {
-    // A remote dataset: every shard's record index is needed now, one shard at a time
-    // in the cache (its reader closed before the pin goes: see cached_shards.h).
+  uint64_t first = 0;
+  for (size_t s = 0; s < shards; ++s) {
+    // A remote dataset: one shard at a time in the cache, its reader closed before the
+    // pin goes (see cached_shards.h).
     ShardCache::Pin pin;
     if (ctx.cached) pin = ctx.cached->pin(s);
     struct Close {
@@ -29,9 +29,17 @@ void for_each_record_location(const Context& ctx,
         if (remote) d.close_shard(s);
       }
     } close{dataset, s, ctx.cached != nullptr};
-    auto r = dataset.shard(s);
-    for (uint64_t i = 0; i < r->record_count(); ++i) fn(s, i, r->location(i));
+    fn(s, first);
+    first += dataset.manifest().shards[s].records;
   }
+}
+
+void for_each_record_location(const Context& ctx,
+                              const std::function<void(size_t, uint64_t, const RecordLocation&)>& fn) {
+  for_each_shard_at_hand(ctx, ctx.dataset->shard_count(), [&](size_t s, uint64_t) {
+    auto r = ctx.dataset->shard(s);
+    for (uint64_t i = 0; i < r->record_count(); ++i) fn(s, i, r->location(i));
+  });
 }
 
 std::vector<uint64_t> plan_token_rows(const Context& ctx, TokenFacts& tok) {
