@@ -78,7 +78,7 @@ tsan_dir=build-tsan
 # ranged-GET engine's workers, staging, decode threads the auto-tuner parks and wakes, and
 # text loaders opening at once that count their documents' tokens once between them.
 tsan_tests=(loader_test loader_tokens_test loader_skip_test loader_report_test io_test
-  remote_loader_test stage_test autotune_test token_counts_test)
+  remote_loader_test stage_test autotune_test token_counts_test mapped_shards_test)
 
 fuzz_targets() { ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//'; }
 

@@ -136,6 +136,17 @@ TEST(DecodeLimit, TokenDatasetsUnpackEveryRecord) {
   EXPECT_GT(l.raw_bytes, 0u);
 }
 
+TEST(DecodeLimit, HoldsEveryRecordWhileTheyFitItsBytesAndAtLeastItsFloor) {
+  TempDir d;
+  testing::write_sample_dataset(d.str("ds"), std::vector<uint32_t>(3000, 20), false);  // ~100 bytes a record
+  auto ds = Dataset::open(d.str("ds"));
+  const uint64_t mean = ds->manifest().total_bytes() / ds->record_count();
+  EXPECT_EQ(internal::decode_limit_default_records(*ds), 3000u) << "small records: all of them";
+  EXPECT_EQ(internal::decode_limit_default_records(*ds, 2500 * mean, 100), 2500u) << "as many as the bytes hold";
+  EXPECT_EQ(internal::decode_limit_default_records(*ds, 10 * mean, 100), 100u) << "large records: the floor";
+  EXPECT_EQ(internal::decode_limit_default_records(*ds, 10 * mean, 5000), 3000u) << "never more than there are";
+}
+
 TEST(DecodeLimit, AShuffledLoadersLimitVisitsItsRecordsShuffledAndTheOthersInIndexOrder) {
   // A tokenizer is faster on documents in index order (neighbours share words,
   // its tables stay cached) than in the shuffled order the loader meets them in.

@@ -584,6 +584,7 @@ TEST(PackedSamples, SmallRecordsReadInAShuffleBringInLittleBesideThem) {
   auto o = packed_options(dir.str("ds"), 4096);
   o.batch_size = 16;
   o.io.direct = false;  // buffered: every byte read beyond the records is a hole's
+  o.io.map_cached = false;  // the engine's reads, not a mapping of the cached shard
   Loader l(o);
   uint64_t rows = 0;
   while (auto b = l.next()) rows += b->size();
@@ -600,6 +601,7 @@ TEST(PackedSamples, RecordsUnderABlockAreReadFromThePageCacheLargerOnesDirect) {
   write_sample_dataset(dir.str("large"), std::vector<uint32_t>(300, 1500), false);  // ~6 KB
   for (const char* name : {"small", "large"}) {
     auto o = packed_options(dir.str(name), 2048);
+    o.io.map_cached = false;  // the engine's reads, not a mapping of the cached shard
     Loader l(o);
     while (l.next()) {
     }

@@ -83,6 +83,15 @@ struct IoOptions {
   /// the queue depth (or a lower queue limit) bounds how many are out, so the rate is at
   /// most queue_limit / latency reads per second.
   double read_latency_s = 0;
+  /// A Loader's records under a block (those it reads through the page cache) are taken
+  /// straight from a read-only mapping of their shard, with no read and no copy, when
+  /// the shard is in the page cache at the run's start (99 % of its pages; asked once a
+  /// run; a page missing is read back by the fault of the decoder that touches it).
+  /// Other shards, remote datasets and rehearsed storage (limit_bytes_per_s,
+  /// read_latency_s, LoaderOptions::wrap_io) are read by the engine. The mapped pages
+  /// are the page cache's, shared and reclaimable, though the process's RSS counts
+  /// those it touches. IoStats::mapped_records counts what was taken so.
+  bool map_cached = true;
 };
 
 /// One read: `length` bytes of file `file` (an id from add_file) at `offset` into `buf`.
@@ -127,6 +136,11 @@ struct IoStats {
   /// of them in flight): a large share of the time says the limit, not the storage,
   /// holds the reads back (the tuner of threads="auto" raises it then).
   double queue_full_s = 0;
+  /// A Loader's records taken from a mapping of their cached shard instead of read
+  /// (IoOptions::map_cached), their bytes, and the size of the shards mapped now.
+  uint64_t mapped_records = 0;
+  uint64_t mapped_bytes = 0;
+  uint64_t mapped_shard_bytes = 0;
   std::string fallback_reason;  ///< why something slower is used; empty when nothing is
 };
 

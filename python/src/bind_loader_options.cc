@@ -292,6 +292,9 @@ void init_loader_options(py::module_& m) {
           "io_direct", [](const PyLoaderOptions& x) { return x.o.io.direct; },
           [](PyLoaderOptions& x, bool v) { x.o.io.direct = v; })
       .def_property(
+          "io_map_cached", [](const PyLoaderOptions& x) { return x.o.io.map_cached; },
+          [](PyLoaderOptions& x, bool v) { x.o.io.map_cached = v; })
+      .def_property(
           "io_queue_depth", [](const PyLoaderOptions& x) { return x.o.io.queue_depth; },
           [](PyLoaderOptions& x, unsigned v) { x.o.io.queue_depth = v; })
       .def_property(

@@ -356,6 +356,12 @@ class Loader:
         order: "shuffled", "sequential", "chunk_local" (overrides shuffle).
         io_engine: "auto", "uring" or "pread".
         io_limit_mbps: throttle reads to this many MB/s (simulating slow storage).
+        direct: read with O_DIRECT where the filesystem allows it (records under a
+            block are read through the page cache all the same).
+        map_cached: records under a block are taken straight from a read-only mapping
+            of their shard, with no read and no copy, when the shard is in the page
+            cache as an epoch starts. The process's RSS then counts the pages touched
+            (the page cache's, shared and reclaimable). False: every record is read.
         cache_dir: a URL's node-local shard cache (required with a URL; ranks on one
             node share it and fetch each shard once).
         cache_limit: bytes the cache may hold; None: the dataset's size. At least
@@ -406,7 +412,7 @@ class Loader:
                  on_error="error", as_tuple=False, numpy=False, targets=False, *, slots=None,
                  token_dtype=None, pixel_format="u8_hwc", mean=None, std=None, order=None,
                  chunk_size=None, window_chunks=None, io_engine="auto", io_limit_mbps=None,
-                 direct=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
+                 direct=True, map_cached=True, device_slots=3, fields=None, max_skipped=None, pin_memory=False,
                  position_ids=False, loss_mask=False, doc_ids=False, cu_seqlens=False, weights=None,
                  samples_per_epoch=None, cache_dir=None, cache_limit=None, cache_prefetch=4,
                  remote_reads="auto", remote_connections=None, remote_profile=None, remote_timeout=60,
@@ -554,6 +560,7 @@ class Loader:
             o.max_skipped = _number("max_skipped", max_skipped, 0)
         o.io_engine = _choice("io_engine", io_engine, ("auto", "uring", "pread"))
         o.io_direct = _flag("direct", direct)
+        o.io_map_cached = _flag("map_cached", map_cached)
         if io_limit_mbps is not None:
             o.io_limit_bytes_per_s = _number("io_limit_mbps", io_limit_mbps, 0) * 1e6
         o.pin_memory = _flag("pin_memory", pin_memory)

@@ -121,6 +121,28 @@ def test_loader_keeps_document_token_counts_between_opens(tmp_path):
         stoker.Loader(str(tmp_path / "text"), batch_size=4, token_counts_dir=tmp_path / "counts")
 
 
+def test_loader_takes_small_records_from_a_mapping_of_their_cached_shard(tmp_path):
+    """Documents of a few dozen bytes are taken from a mapping of their shard when it is
+    in the page cache (the one just written is): the rows are those the engine's reads
+    give with map_cached=False."""
+    ranks = _ranks(tmp_path)
+    with stoker.Writer(str(tmp_path / "text"), fields={"txt": "text"}) as w:
+        for i in range(200):
+            w.write({"txt": f"the {i} aa " * (1 + i % 7)})
+
+    def rows(map_cached):
+        loader = stoker.Loader(str(tmp_path / "text"), batch_size=4, seq_len=32, tokenizer=ranks,
+                               tokenizer_options={"pattern": PATTERN}, eos=10, numpy=True, threads=2, seed=5,
+                               token_counts_dir=False, map_cached=map_cached)
+        got = [b["tokens"].tobytes() for b in loader]
+        return got, loader.stats()["io_mapped_records"]
+
+    mapped, n = rows(True)
+    assert n > 0
+    read, n = rows(False)
+    assert n == 0 and read == mapped
+
+
 def test_pack_text_and_pack_samples_from_python(tmp_path):
     ranks = _ranks(tmp_path)
     (tmp_path / "a.txt").write_text("the cat and the hat " * 20)

@@ -22,6 +22,12 @@
 
 namespace stoker::internal {
 
+uint64_t decode_limit_default_records(const Dataset& ds, uint64_t max_bytes, uint64_t min_records) {
+  const uint64_t records = ds.record_count();
+  const uint64_t mean = std::max<uint64_t>(1, ds.manifest().total_bytes() / std::max<uint64_t>(1, records));
+  return std::min(records, std::max(min_records, max_bytes / mean));
+}
+
 std::vector<uint64_t> decode_limit_records(uint64_t records, uint64_t max_records) {
   const uint64_t take = std::min<uint64_t>(records, std::max<uint64_t>(1, max_records));
   std::vector<uint64_t> picked(take);

@@ -35,6 +35,13 @@ struct DecodeLimit {
 /// Packed samples (opt.seq_len): a sample's tokens written out as the loader writes a
 /// row's piece; text (opt.tokenizer): tokenised first, as the loader does.
 /// kInvalidArgument for specs the loader refuses (the same messages).
+/// How many records the limit holds by default: every record while they fit in
+/// `max_bytes` (as stored, by their mean size), and at least `min_records` (or all).
+/// Work whose speed depends on which records it meets wants them all: a tokenizer is
+/// faster on a few thousand documents than on the whole text, whose words reach more
+/// of its tables. Records of images or clips take the floor, as before.
+uint64_t decode_limit_default_records(const Dataset& ds, uint64_t max_bytes = uint64_t{256} << 20,
+                                      uint64_t min_records = 2000);
 /// The records (global indices) the limit holds of a dataset of `records`: up to
 /// `max_records` of them, evenly spread.
 std::vector<uint64_t> decode_limit_records(uint64_t records, uint64_t max_records);

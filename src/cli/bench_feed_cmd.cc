@@ -65,9 +65,9 @@ struct FeedArgs {
   int64_t reserve_cores = -1;
   double consumer_burn_ms = 0;
   int64_t batch = 64, size = 224, seed = 0, window_chunks = OrderOptions{}.window_chunks, slots = 0, qd = 0,
-          epochs = 1, warmup_epochs = 0, limit_records = 2000, metrics_port = 0;
+          epochs = 1, warmup_epochs = 0, limit_records = 0, metrics_port = 0;
   double io_limit_mbps = 0, io_latency_ms = 0, consumer_ms = 0, report = 0, max_seconds = 0, limit_seconds = 3.0;
-  bool no_direct = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
+  bool no_direct = false, no_map = false, json = false, position_ids = false, loss_mask = false, limit_interleaved = false;
   // Packed samples / text tokenised in the loader, or padded batches under a token budget.
   uint32_t seq_len = 0;
   uint64_t max_tokens = 0;
@@ -112,6 +112,7 @@ int run_feed(const FeedArgs& a) {
   o.io.engine = io_engine_kind_from_name(a.engine);
   o.io.queue_depth = static_cast<unsigned>(a.qd);
   o.io.direct = !a.no_direct;
+  o.io.map_cached = !a.no_map;
   o.on_error = on_error_from_name(a.on_error);
   o.position_ids = a.position_ids;  // token data packed with --eos
   o.loss_mask = a.loss_mask;
@@ -223,6 +224,10 @@ int run_feed(const FeedArgs& a) {
   // The cache's shards that hold the limit's records, pinned while it runs (the loader
   // may have evicted them, or, reading records by ranged GET, never fetched them).
   std::shared_ptr<ShardCache> limit_cache;
+  auto limit_records_of = [&](const Dataset& ds) {
+    return a.limit_records > 0 ? static_cast<uint64_t>(a.limit_records) : internal::decode_limit_default_records(ds);
+  };
+  uint64_t limit_records = 0;  // set with the limit's options
   std::vector<ShardCache::Pin> limit_pins;
   std::optional<LoaderOptions> limit_opts;
   auto limit_options = [&]() -> const LoaderOptions& {
@@ -239,7 +244,8 @@ int run_feed(const FeedArgs& a) {
         lo.path = limit_cache->local_dir();
         const auto ds = Dataset::open(lo.path);
         std::vector<bool> pinned(ds->shard_count());
-        for (uint64_t g : internal::decode_limit_records(ds->record_count(), static_cast<uint64_t>(a.limit_records))) {
+        limit_records = limit_records_of(*ds);
+        for (uint64_t g : internal::decode_limit_records(ds->record_count(), limit_records)) {
           const size_t s = ds->locate(g).first;
           if (!pinned[s]) limit_pins.push_back(limit_cache->acquire(s));
           pinned[s] = true;
@@ -247,6 +253,7 @@ int run_feed(const FeedArgs& a) {
       }
       lo.cache_dir.clear();
     }
+    if (limit_records == 0) limit_records = limit_records_of(*Dataset::open(lo.path));
     return *(limit_opts = std::move(lo));
   };
   // Warm-up epochs: the run's start-up (threads, first reads, slot pages) out of the
@@ -316,7 +323,8 @@ int run_feed(const FeedArgs& a) {
     if (a.limit_interleaved) {
       if (!meter) {
         rss = peak_rss_bytes();
-        meter = std::make_unique<internal::DecodeLimitMeter>(limit_options(), static_cast<uint64_t>(a.limit_records));
+        const LoaderOptions& lo = limit_options();  // sets limit_records
+        meter = std::make_unique<internal::DecodeLimitMeter>(lo, limit_records);
       }
       meter->run(dec_total.threads, a.limit_seconds / epochs, false);
     }
@@ -331,8 +339,8 @@ int run_feed(const FeedArgs& a) {
     limit = meter->result();
   } else {
     rss = peak_rss_bytes();
-    limit = internal::measure_decode_limit(limit_options(), dec_total.threads, a.limit_seconds,
-                                           static_cast<uint64_t>(a.limit_records));
+    const LoaderOptions& lo = limit_options();  // sets limit_records
+    limit = internal::measure_decode_limit(lo, dec_total.threads, a.limit_seconds, limit_records);
   }
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
@@ -367,11 +375,17 @@ int run_feed(const FeedArgs& a) {
               rate, unit.c_str(), bytes / 1e6 / std::max(wall, 1e-9), 100 * wait_frac, first_batch, rss / 1048576.0);
   const char* threads_word = dec_total.threads == 1 ? "thread" : "threads";
   const IoStats& ios = last.io_engine;
-  const std::string buffered =
-      ios.direct && ios.unaligned_reads > 0
-          ? " (" + std::to_string(static_cast<int>(100.0 * ios.unaligned_reads / std::max<uint64_t>(1, ios.requests) + 0.5)) +
-                "% of reads buffered: small records)"
-          : "";
+  auto percent = [](uint64_t part, uint64_t whole) {
+    return std::to_string(static_cast<int>(100.0 * part / std::max<uint64_t>(1, whole) + 0.5)) + "%";
+  };
+  std::string buffered = ios.direct && ios.unaligned_reads > 0
+                             ? " (" + percent(ios.unaligned_reads, ios.requests) + " of reads buffered: small records)"
+                             : "";
+  if (ios.mapped_records > 0)  // shards mapped by the loader (IoOptions::map_cached)
+    buffered = " (small records: " + percent(ios.mapped_records, ios.mapped_records + ios.requests) + " taken from " +
+               format_bytes(static_cast<double>(ios.mapped_shard_bytes)) +
+               " of shards mapped from the page cache, which the RSS counts" +
+               (ios.requests > 0 ? std::string("; the rest read buffered)") : std::string(")"));
   std::printf("stages: io %.0f%% busy; decode %u %s %.0f%% busy; io engine %s%s%s\n",
               100 * io_total.busy_frac(wall), dec_total.threads, threads_word, 100 * dec_total.busy_frac(wall),
               ios.engine.empty() ? "(no stats)" : ios.engine.c_str(), ios.direct ? " O_DIRECT" : "", buffered.c_str());
@@ -414,6 +428,7 @@ int run_feed(const FeedArgs& a) {
                     {"io_engine", last.io_engine.engine},
                     {"io_direct", last.io_engine.direct},
                     {"io_buffered_reads", last.io_engine.direct ? last.io_engine.unaligned_reads : last.io_engine.requests},
+                    {"io_mapped_records", last.io_engine.mapped_records},
                     {"slots", last.slots},
                     {"tune", internal::to_json_value(last)["tune"]},
                     {"consumer_burn_ms", internal::figure(a.consumer_burn_ms)},
@@ -475,6 +490,9 @@ void setup(CLI::App& tool) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   c->add_flag("--no-direct", a->no_direct, "buffered reads (no O_DIRECT)");
+  c->add_flag("--no-map", a->no_map,
+              "read records under a block through the engine even where their shard is all in the page cache "
+              "(no mapping)");
   c->add_option("--io-limit-mbps", a->io_limit_mbps, "throttle reads to this many MB/s (rehearses slow storage)")
       ->check(non_negative());
   c->add_option("--io-latency-ms", a->io_latency_ms, "each read takes this long, many at once (rehearses networked storage)")
@@ -487,8 +505,9 @@ void setup(CLI::App& tool) {
               "measure the limit in slices after each epoch (--limit-seconds / --epochs each, at least one pass in "
               "all) instead of once after the feed: on a shared machine, load swings then weigh on both alike "
               "(the peak RSS is then taken after the first epoch)");
-  c->add_option("--limit-records", a->limit_records, "records held in memory for the limit")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))->capture_default_str();
+  c->add_option("--limit-records", a->limit_records,
+                "records held in memory for the limit (default: all while they fit in 256 MiB, at least 2000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
   c->add_option("--report", a->report, "print the verdict as a JSON line on stderr every SECONDS")
       ->check(non_negative());
   c->add_option("--max-seconds", a->max_seconds, "stop after this long in all (0: whole epochs)")

@@ -109,6 +109,7 @@ void LoaderStats::visit(StatsVisitor& v) const {
   v.figure("slots_free_avg", slots_free_avg);
   v.text("io_engine", io_engine.engine);
   v.flag("io_direct", io_engine.direct);
+  v.count("io_mapped_records", io_engine.mapped_records);
   v.text("io_fallback", io_engine.fallback_reason);
   if (network.remote) {
     v.begin_group("network");

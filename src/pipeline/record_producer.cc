@@ -8,7 +8,9 @@
 // (zero-copy when it is stored raw: the fields are sliced out of the IO buffer), has the
 // work's per-thread Worker write it into the batch's slot (an image decoded and
 // transformed straight there), and hands the use over. An IO buffer
-// goes back to the engine when the last record in it is decoded. A remote dataset's
+// goes back to the engine when the last record in it is decoded. Records of a shard
+// that RecordReads maps (small records, the whole shard in the page cache) skip the
+// engine: their tasks point into the mapping and are queued as the batch is planned. A remote dataset's
 // shard is held from a record's planning to its decode (RecordReads::range / done);
 // when the cache has no room for the next shard, the reader thread submits what it has
 // planned and reaps until decoders free some, mid-batch if need be.
@@ -37,6 +39,7 @@ struct ReadGroup {
   };
   std::shared_ptr<Job> job;
   IoBuffer buf;  // back to the engine when the last record in it is decoded
+  const uint8_t* base = nullptr;  // where `Rec::at` counts from: buf's bytes, or a shard's mapping
   std::vector<Rec> recs;
 };
 
@@ -86,6 +89,8 @@ class RecordProducer final : public Producer {
   /// Plans and submits the reads of the records gathered for `job` (cleared after).
   void submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
                     std::vector<std::pair<size_t, uint64_t>>& where, std::vector<RecordWork::Use>& uses);
+  /// Queues a task per record of `group`, whose bytes are in a mapping.
+  void queue_mapped(const std::shared_ptr<ReadGroup>& group);
   /// Reaps completions into decode tasks and queues them; whether any arrived.
   bool reap_some(size_t min_complete, std::chrono::milliseconds timeout);
   void decode_main(unsigned id);
@@ -134,9 +139,24 @@ void RecordProducer::start_job(uint64_t k, size_t slot) {
   std::vector<RecordRange> ranges;
   std::vector<std::pair<size_t, uint64_t>> where;
   std::vector<RecordWork::Use> planned;  // the use of each planned record
+  std::shared_ptr<ReadGroup> mapped;     // this batch's records of one mapped shard so far
   for (const RecordWork::Use& use : uses) {
     auto [s, r] = ctx_.dataset->locate(use.record);
     try {
+      const std::span<const uint8_t> file = reads_.mapped(s);
+      // A record the file is too short for goes to the engine, whose short read names it.
+      const RecordLocation* loc = file.empty() ? nullptr : &ctx_.location(s, r);
+      if (loc && loc->offset <= file.size() && loc->stored_size <= file.size() - loc->offset) {
+        if (mapped && mapped->base != file.data()) queue_mapped(mapped);
+        if (!mapped || mapped->base != file.data()) {
+          mapped = std::make_shared<ReadGroup>();
+          mapped->job = job;
+          mapped->base = file.data();
+        }
+        mapped->recs.push_back({use, s, r, loc->offset, static_cast<uint32_t>(loc->stored_size)});
+        reads_.count_mapped(loc->stored_size);
+        continue;
+      }
       std::optional<RecordRange> range;
       while (!(range = reads_.range(s, r))) {
         // A remote dataset's cache has no room for shard s until reads in use end: hand
@@ -155,7 +175,23 @@ void RecordProducer::start_job(uint64_t k, size_t slot) {
       run.finish_one(*job);
     }
   }
+  if (mapped) queue_mapped(mapped);
   submit_reads(job, ranges, where, planned);
+}
+
+void RecordProducer::queue_mapped(const std::shared_ptr<ReadGroup>& group) {
+  uint64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(qmu_);
+    for (uint32_t q = 0; q < group->recs.size(); ++q) {
+      bytes += group->recs[q].stored;
+      queue_.push_back(DecodeTask{group, q, {}, ErrorCode::kIoError});
+    }
+  }
+  qcv_.notify_all();
+  Counters& c = run_->c;
+  c.io_records += group->recs.size();
+  c.io_bytes += bytes;
 }
 
 void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
@@ -176,6 +212,7 @@ void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<R
     auto group = std::make_shared<ReadGroup>();
     group->job = job;
     group->buf = engine.alloc(bytes);
+    group->base = group->buf.data();
     group->recs.reserve(plan.reads[e - 1].first_record + plan.reads[e - 1].record_count - plan.reads[i].first_record);
     for (uint64_t at = 0; i < e; ++i) {
       const ReadPlan::Read& rd = plan.reads[i];
@@ -304,7 +341,7 @@ void RecordProducer::process(DecodeTask& t, RecordWork::Worker& worker, std::vec
   const std::string where = ctx_.record_name(r.shard, r.record);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
   const RecordLocation& loc = ctx_.location(r.shard, r.record);
-  std::span<const uint8_t> stored(g.buf.data() + r.at, loc.stored_size);
+  std::span<const uint8_t> stored(g.base + r.at, loc.stored_size);
   std::vector<uint8_t> again;
   std::vector<std::span<const uint8_t>> fields;
   try {

@@ -37,7 +37,14 @@ RecordReads::RecordReads(const Context& ctx, uint64_t slab_need)
     : ctx_(ctx),
       slab_need_(slab_need),
       mean_record_bytes_(mean_record_bytes(*ctx.dataset)),
-      close_([this](size_t s) { close_shard(s); }) {}
+      close_([this](size_t s) { close_shard(s); }) {
+  const IoOptions& io = ctx.opt->io;
+  // Rehearsed storage and a wrapped engine must see every read; a remote dataset's
+  // shards come and go with its cache.
+  if (io.map_cached && read_buffered(mean_record_bytes_) && !ctx.cached && !ctx.opt->wrap_io &&
+      io.limit_bytes_per_s == 0 && io.read_latency_s == 0)
+    maps_ = std::make_unique<MappedShards>(ctx.dataset->shard_count());
+}
 
 bool RecordReads::open(Run& run) {
   try {
@@ -50,6 +57,7 @@ bool RecordReads::open(Run& run) {
       limit_ = 0;
       file_ids_.assign(ctx_.dataset->shard_count(), -1);
     }
+    if (maps_) maps_->new_run();
     return true;
   } catch (...) {
     run.fail(std::current_exception());
@@ -102,6 +110,9 @@ PlanOptions RecordReads::plan_options() const {
 void RecordReads::publish() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = engine_->stats();
+  stats_.mapped_records = mapped_records_;
+  stats_.mapped_bytes = mapped_bytes_;
+  stats_.mapped_shard_bytes = maps_ ? maps_->mapped_bytes() : 0;
 }
 
 IoStats RecordReads::stats() const {

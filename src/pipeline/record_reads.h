@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/mapped_shards.h"
 #include "pipeline/producer.h"
 #include "stoker/io.h"
 
@@ -40,6 +41,18 @@ class RecordReads {
   /// call it once the record is decoded or given up. nullopt when the shard cannot be
   /// held until uses end: submit what is planned, reap, wait_for_room(), ask again.
   std::optional<RecordRange> range(size_t shard, uint64_t record);
+  /// Shard `shard`'s file mapped, when its records are taken from the mapping this run
+  /// (IoOptions::map_cached; see io/mapped_shards.h); empty: read them through range().
+  std::span<const uint8_t> mapped(size_t shard) {
+    if (!maps_) return {};
+    if (auto known = maps_->answered(shard)) return *known;
+    return maps_->at(shard, ctx_.dataset->shard_path(shard));
+  }
+  /// A record of `bytes` was taken from a mapping (counted in stats()).
+  void count_mapped(uint64_t bytes) {
+    mapped_records_++;
+    mapped_bytes_ += bytes;
+  }
   /// The use range() counted for a record of `shard` is over. Any thread.
   void done(size_t shard) const {
     if (ctx_.cached) ctx_.cached->release(shard);
@@ -67,6 +80,8 @@ class RecordReads {
   uint64_t slab_need_;
   uint64_t mean_record_bytes_;  // of the dataset's records, as stored
   std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<MappedShards> maps_;  // null: every record is read by the engine
+  uint64_t mapped_records_ = 0, mapped_bytes_ = 0;
   unsigned limit_ = 0;  // the queue limit last set on engine_ (0: as it opened)
   Clock::time_point published_{};
   void close_shard(size_t shard);  // CachedShards' close callback

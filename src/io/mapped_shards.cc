@@ -1,0 +1,69 @@
+#include "io/mapped_shards.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/unique_fd.h"
+
+namespace stoker::internal {
+
+MappedShards::~MappedShards() {
+  for (Map& m : maps_) unmap(m);
+}
+
+void MappedShards::unmap(Map& m) noexcept {
+  if (m.base) {
+    munmap(const_cast<uint8_t*>(m.base), m.len);
+    mapped_bytes_ -= m.len;
+  }
+  m = Map{};
+}
+
+bool MappedShards::cached(const Map& m) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  pages_.resize((m.len + page - 1) / page);
+  if (mincore(const_cast<uint8_t*>(m.base), m.len, pages_.data()) != 0) return false;
+  size_t missing = 0;
+  for (unsigned char p : pages_) missing += !(p & 1);
+  return missing * 100 <= pages_.size();
+}
+
+std::span<const uint8_t> MappedShards::at(size_t shard, const std::string& path) {
+  if (shard >= maps_.size()) return {};
+  Map& m = maps_[shard];
+  if (m.asked_run == run_) return m.resident ? std::span<const uint8_t>(m.base, m.len) : std::span<const uint8_t>();
+  m.asked_run = run_;
+  m.resident = false;
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0 || st.st_size <= 0) {
+    unmap(m);
+    m.asked_run = run_;
+    return {};
+  }
+  if (m.base && (m.dev != static_cast<uint64_t>(st.st_dev) || m.ino != static_cast<uint64_t>(st.st_ino) ||
+                 m.len != static_cast<size_t>(st.st_size))) {
+    unmap(m);  // replaced or resized since: map the file there now
+    m.asked_run = run_;
+  }
+  if (!m.base) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat fst{};
+    if (!fd || fstat(fd.get(), &fst) != 0 || fst.st_size <= 0) return {};
+    void* p = mmap(nullptr, static_cast<size_t>(fst.st_size), PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) return {};
+    // Records are taken in shuffled order: a page evicted meanwhile is faulted back alone,
+    // not with a readahead window of neighbours no record asked for.
+    madvise(p, static_cast<size_t>(fst.st_size), MADV_RANDOM);
+    m.base = static_cast<const uint8_t*>(p);
+    m.len = static_cast<size_t>(fst.st_size);
+    m.dev = static_cast<uint64_t>(fst.st_dev);
+    m.ino = static_cast<uint64_t>(fst.st_ino);
+    mapped_bytes_ += m.len;
+  }
+  m.resident = cached(m);
+  return m.resident ? std::span<const uint8_t>(m.base, m.len) : std::span<const uint8_t>();
+}
+
+}  // namespace stoker::internal

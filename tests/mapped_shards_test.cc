@@ -1,0 +1,235 @@
+// Records under a block taken from a mapping of their cached shard (IoOptions::map_cached):
+// the mapping itself (io/mapped_shards.h), and a Loader that uses it delivering what the
+// engine's reads deliver, catching corruption the same way, and leaving rehearsed or
+// wrapped storage every read.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+
+#include "io/mapped_shards.h"
+#include "stoker/dataset.h"
+#include "stoker/error.h"
+#include "stoker/loader.h"
+#include "util/datasets.h"
+#include "util/fault_engine.h"
+#include "util/test_util.h"
+
+using namespace stoker;
+using stoker::internal::MappedShards;
+using stoker::testing::lognormal_lengths;
+using stoker::testing::read_file;
+using stoker::testing::TempDir;
+using stoker::testing::write_file;
+using stoker::testing::write_sample_dataset;
+
+namespace {
+
+// Drops the file's pages from the page cache; false where the filesystem keeps them
+// (tmpfs), checked by mapping the file and asking mincore.
+bool evict(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  fdatasync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  const size_t len = std::filesystem::file_size(path);
+  void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return false;
+  std::vector<unsigned char> pages((len + 4095) / 4096);
+  const bool asked = mincore(p, len, pages.data()) == 0;
+  munmap(p, len);
+  size_t cached = 0;
+  for (unsigned char c : pages) cached += c & 1;
+  return asked && cached * 2 < pages.size();
+}
+
+void warm(const std::string& path) { (void)read_file(path); }
+
+}  // namespace
+
+TEST(MappedShards, ACachedFileIsMappedAndReadsAsTheFile) {
+  TempDir dir;
+  const auto bytes = stoker::testing::random_bytes(3 * 4096 + 17, 1);
+  write_file(dir.str("a"), bytes);
+  warm(dir.str("a"));
+  MappedShards maps(2);
+  EXPECT_FALSE(maps.answered(0)) << "nothing asked yet this run";
+  const auto m = maps.at(0, dir.str("a"));
+  ASSERT_EQ(m.size(), bytes.size());
+  EXPECT_EQ(std::memcmp(m.data(), bytes.data(), bytes.size()), 0);
+  ASSERT_TRUE(maps.answered(0));
+  EXPECT_EQ(maps.answered(0)->data(), m.data()) << "asked once a run";
+  EXPECT_EQ(maps.mapped_bytes(), bytes.size());
+}
+
+TEST(MappedShards, AFileOutOfThePageCacheIsLeftToTheEngineUntilCachedAgain) {
+  TempDir dir;
+  write_file(dir.str("a"), stoker::testing::random_bytes(64 * 4096, 2));
+  if (!evict(dir.str("a"))) GTEST_SKIP() << "this filesystem keeps the file's pages: nothing to tell apart";
+  MappedShards maps(1);
+  EXPECT_TRUE(maps.at(0, dir.str("a")).empty()) << "not cached: read by the engine";
+  warm(dir.str("a"));
+  EXPECT_TRUE(maps.at(0, dir.str("a")).empty()) << "the run's answer stands until the next run";
+  maps.new_run();
+  EXPECT_EQ(maps.at(0, dir.str("a")).size(), 64u * 4096) << "cached by the time the next run asks";
+}
+
+TEST(MappedShards, AFileReplacedOrResizedIsMappedAnewAtTheNextRun) {
+  TempDir dir;
+  write_file(dir.str("a"), std::vector<uint8_t>(5000, 1));
+  warm(dir.str("a"));
+  MappedShards maps(1);
+  ASSERT_EQ(maps.at(0, dir.str("a")).size(), 5000u);
+  // Replaced by rename, as datasets are written: the next run maps the new file.
+  write_file(dir.str("b"), std::vector<uint8_t>(7000, 2));
+  std::filesystem::rename(dir.str("b"), dir.str("a"));
+  warm(dir.str("a"));
+  EXPECT_EQ(maps.at(0, dir.str("a")).size(), 5000u) << "this run keeps its mapping";
+  maps.new_run();
+  auto m = maps.at(0, dir.str("a"));
+  ASSERT_EQ(m.size(), 7000u);
+  EXPECT_EQ(m[6999], 2);
+  EXPECT_EQ(maps.mapped_bytes(), 7000u);
+  // Cut in place to a different size: mapped anew at its size.
+  std::filesystem::resize_file(dir.str("a"), 6000);
+  warm(dir.str("a"));
+  maps.new_run();
+  EXPECT_EQ(maps.at(0, dir.str("a")).size(), 6000u);
+}
+
+TEST(MappedShards, AFileThatCannotBeMappedIsLeftToTheEngine) {
+  TempDir dir;
+  MappedShards maps(2);
+  EXPECT_TRUE(maps.at(0, dir.str("missing")).empty());
+  write_file(dir.str("empty"), std::vector<uint8_t>());
+  EXPECT_TRUE(maps.at(1, dir.str("empty")).empty());
+  EXPECT_TRUE(maps.at(5, dir.str("missing")).empty()) << "a shard number past the dataset's";
+  EXPECT_EQ(maps.mapped_bytes(), 0u);
+}
+
+namespace {
+
+LoaderOptions small_record_options(const std::string& dir) {
+  LoaderOptions o;
+  o.path = dir;
+  o.batch_size = 4;
+  o.threads = 2;
+  o.seq_len = 512;
+  o.pack_window = 32;
+  o.position_ids = o.loss_mask = o.cu_seqlens = true;
+  return o;
+}
+
+// Every tensor of every batch of epochs 0 and 1, as bytes.
+std::vector<std::vector<uint8_t>> two_epochs(Loader& l) {
+  std::vector<std::vector<uint8_t>> out;
+  for (uint64_t e = 0; e < 2; ++e) {
+    l.set_epoch(e);
+    while (auto b = l.next()) {
+      for (const auto& t : b->tensors()) {
+        const auto* p = static_cast<const uint8_t*>(t.data);
+        out.emplace_back(p, p + t.bytes());
+      }
+    }
+  }
+  return out;
+}
+
+std::string shard_of(const std::string& dir) { return Dataset::open(dir)->shard_path(0); }
+
+// Reads every shard (into the page cache); returns their bytes together.
+uint64_t warm_shards(const std::string& dir) {
+  auto ds = Dataset::open(dir);
+  uint64_t bytes = 0;
+  for (size_t s = 0; s < ds->shard_count(); ++s) {
+    warm(ds->shard_path(s));
+    bytes += std::filesystem::file_size(ds->shard_path(s));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+TEST(MappedRecords, BatchesAreTheSameWhetherRecordsAreMappedOrRead) {
+  TempDir dir;
+  write_sample_dataset(dir.str("ds"), lognormal_lengths(1500, 120, 5), true);  // records of ~500 bytes
+  const uint64_t shard_bytes = warm_shards(dir.str("ds"));
+  auto o = small_record_options(dir.str("ds"));
+  Loader mapped(o);
+  const auto from_mapping = two_epochs(mapped);
+  o.io.map_cached = false;
+  Loader read(o);
+  const auto from_reads = two_epochs(read);
+  ASSERT_FALSE(from_reads.empty());
+  EXPECT_EQ(from_mapping, from_reads);
+
+  const IoStats m = mapped.stats().io_engine, r = read.stats().io_engine;
+  EXPECT_EQ(r.mapped_records, 0u);
+  EXPECT_GT(r.requests, 0u);
+  EXPECT_GT(m.mapped_records, 0u);
+  EXPECT_EQ(m.mapped_shard_bytes, shard_bytes);
+  const uint64_t stored = Dataset::open(dir.str("ds"))->manifest().total_bytes();
+  EXPECT_GE(m.mapped_bytes + m.bytes, stored) << "every record taken or read";
+}
+
+TEST(MappedRecords, ARecordCorruptedInPlaceIsCaughtAndNamed) {
+  TempDir dir;
+  write_sample_dataset(dir.str("ds"), lognormal_lengths(400, 120, 6), false);
+  const std::string shard = shard_of(dir.str("ds"));
+  warm_shards(dir.str("ds"));
+  auto o = small_record_options(dir.str("ds"));
+  Loader l(o);
+  while (l.next()) {
+  }
+  ASSERT_GT(l.stats().io_engine.mapped_records, 0u) << "the epoch took its records from the mapping";
+  // A byte of record 123 flipped in the file: the mapping shows the page cache's bytes.
+  const RecordLocation loc = Dataset::open(dir.str("ds"))->shard(0)->location(123);
+  const int fd = ::open(shard.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t byte = 0;
+  ASSERT_EQ(pread(fd, &byte, 1, static_cast<off_t>(loc.offset + loc.stored_size / 2)), 1);
+  byte ^= 0x5A;
+  ASSERT_EQ(pwrite(fd, &byte, 1, static_cast<off_t>(loc.offset + loc.stored_size / 2)), 1);
+  ::close(fd);
+  l.set_epoch(1);
+  std::string message;
+  EXPECT_EQ(stoker::testing::error_code_of([&] {
+              while (l.next()) {
+              }
+            }, &message),
+            ErrorCode::kDataLoss);
+  EXPECT_NE(message.find(shard + ": record 123"), std::string::npos) << message;
+}
+
+TEST(MappedRecords, RehearsedOrWrappedStorageSeesEveryRead) {
+  TempDir dir;
+  write_sample_dataset(dir.str("ds"), lognormal_lengths(300, 120, 7), false);
+  warm_shards(dir.str("ds"));
+  auto o = small_record_options(dir.str("ds"));
+  std::atomic<int> wrapped{0};
+  o.wrap_io = [&](std::unique_ptr<IoEngine> e) {
+    wrapped++;
+    return make_faulty_engine(std::move(e), FaultPlan{});
+  };
+  {
+    Loader l(o);
+    while (l.next()) {
+    }
+    EXPECT_EQ(wrapped.load(), 1);
+    EXPECT_EQ(l.stats().io_engine.mapped_records, 0u);
+    EXPECT_GT(l.stats().io_engine.requests, 0u);
+  }
+  o.wrap_io = nullptr;
+  o.io.limit_bytes_per_s = 1e9;
+  Loader l(o);
+  while (l.next()) {
+  }
+  EXPECT_EQ(l.stats().io_engine.mapped_records, 0u);
+  EXPECT_GT(l.stats().io_engine.requests, 0u);
+}
