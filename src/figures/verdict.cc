@@ -310,6 +310,7 @@ Verdict diagnose(const FeedFigures& f, const DiagnoseOptions& o, Bottleneck curr
                     "chunk_local starts once the first shards are in";
       break;
     }
+    case Bottleneck::kTokenize:  // not a classification: kDecode's case names tokenising work so
     case Bottleneck::kUnknown: break;
   }
   return v;

@@ -9,9 +9,9 @@
 // work's per-thread Worker write it into the batch's slot (an image decoded and
 // transformed straight there), and hands the use over. An IO buffer
 // goes back to the engine when the last record in it is decoded. Records of a shard
-// that RecordReads maps (small records, the whole shard in the page cache) skip the
-// engine: their tasks point into the mapping and are queued as the batch is planned. A remote dataset's
-// shard is held from a record's planning to its decode (RecordReads::range / done);
+// that RecordReads maps (small records, their shard in the page cache) skip the engine:
+// their tasks point into the mapping and are queued as the batch is planned. A remote
+// dataset's shard is held from a record's planning to its decode (RecordReads::range / done);
 // when the cache has no room for the next shard, the reader thread submits what it has
 // planned and reaps until decoders free some, mid-batch if need be.
 #include <cstring>
@@ -192,6 +192,7 @@ void RecordProducer::queue_mapped(const std::shared_ptr<ReadGroup>& group) {
   Counters& c = run_->c;
   c.io_records += group->recs.size();
   c.io_bytes += bytes;
+  reads_.publish_if_due();  // no completion may come to publish the mapped counts
 }
 
 void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
