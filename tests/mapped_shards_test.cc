@@ -32,24 +32,49 @@ namespace {
 
 // Drops the file's pages from the page cache; false where the filesystem keeps them
 // (tmpfs), checked by mapping the file and asking mincore.
-bool evict(const std::string& path) {
+// Which of the file's pages are in the page cache (mincore over a mapping of it).
+std::vector<bool> cached_pages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return false;
-  fdatasync(fd);
-  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   const size_t len = std::filesystem::file_size(path);
-  void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) return false;
+  void* p = fd < 0 ? MAP_FAILED : mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  if (fd >= 0) ::close(fd);
+  if (p == MAP_FAILED) return {};
   std::vector<unsigned char> pages((len + 4095) / 4096);
   const bool asked = mincore(p, len, pages.data()) == 0;
   munmap(p, len);
-  size_t cached = 0;
-  for (unsigned char c : pages) cached += c & 1;
-  return asked && cached * 2 < pages.size();
+  std::vector<bool> cached;
+  if (asked)
+    for (unsigned char c : pages) cached.push_back(c & 1);
+  return cached;
+}
+
+// Drops pages [first, first + count) of the file (all: count 0) from the page cache;
+// false where the filesystem keeps them (tmpfs).
+bool evict(const std::string& path, size_t first = 0, size_t count = 0) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  fdatasync(fd);
+  posix_fadvise(fd, static_cast<off_t>(first * 4096), static_cast<off_t>(count * 4096), POSIX_FADV_DONTNEED);
+  ::close(fd);
+  const std::vector<bool> cached = cached_pages(path);
+  if (cached.empty()) return false;
+  const size_t end = count == 0 ? cached.size() : first + count;
+  for (size_t i = first; i < end; ++i)
+    if (cached[i]) return false;
+  return true;
 }
 
 void warm(const std::string& path) { (void)read_file(path); }
+
+// The file written a page per write(): its pages cached one by one, so that a few can
+// be dropped (pages written together may be cached, and dropped, as one).
+void write_in_pages(const std::string& path, const std::vector<uint8_t>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  for (size_t at = 0; at < bytes.size(); at += 4096)
+    ASSERT_GT(::write(fd, bytes.data() + at, std::min<size_t>(4096, bytes.size() - at)), 0);
+  ::close(fd);
+}
 
 }  // namespace
 
@@ -78,6 +103,25 @@ TEST(MappedShards, AFileOutOfThePageCacheIsLeftToTheEngineUntilCachedAgain) {
   EXPECT_TRUE(maps.at(0, dir.str("a")).empty()) << "the run's answer stands until the next run";
   maps.new_run();
   EXPECT_EQ(maps.at(0, dir.str("a")).size(), 64u * 4096) << "cached by the time the next run asks";
+}
+
+TEST(MappedShards, AFileMissingAFewPagesIsMappedAndTheyAreReadAhead) {
+  TempDir dir;
+  write_in_pages(dir.str("a"), stoker::testing::random_bytes(400 * 4096, 3));
+  if (!evict(dir.str("a"), 200, 2)) GTEST_SKIP() << "this filesystem keeps the file's pages: nothing to tell apart";
+  MappedShards maps(1);
+  EXPECT_EQ(maps.at(0, dir.str("a")).size(), 400u * 4096) << "2 pages of 400 missing: cached enough";
+  // Asked for, not faulted in: they arrive without anything touching them.
+  bool back = false;
+  for (int i = 0; i < 200 && !back; ++i) {
+    const std::vector<bool> cached = cached_pages(dir.str("a"));
+    back = cached.size() == 400 && cached[200] && cached[201];
+    if (!back) usleep(5000);
+  }
+  EXPECT_TRUE(back) << "the missing pages were read ahead";
+  ASSERT_TRUE(evict(dir.str("a"), 0, 10));
+  maps.new_run();
+  EXPECT_TRUE(maps.at(0, dir.str("a")).empty()) << "10 pages of 400 missing: read by the engine";
 }
 
 TEST(MappedShards, AFileReplacedOrResizedIsMappedAnewAtTheNextRun) {

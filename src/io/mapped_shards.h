@@ -8,12 +8,14 @@
 // file): at least 99 % of its pages must be. A shard that is not (a dataset larger than
 // the memory, a first epoch from cold storage) goes on being read by the engine, whose
 // buffered reads cache it for the next run. The few pages missing (a shared machine's
-// page cache loses scattered pages even with memory free), or evicted during the run,
-// are read back by the fault of the thread that touches them: one 4 KiB read each
-// (MADV_RANDOM), a stall, not an error. A shard truncated in place while mapped would fault with
-// SIGBUS: stoker never modifies a shard in place (datasets are written whole and
-// renamed), and a shard replaced by rename keeps its mapping of the old file, as an
-// open descriptor keeps the old file for the engine.
+// page cache loses scattered pages even with memory free) are asked for then
+// (MADV_WILLNEED); one evicted during the run is read back by the fault of the thread
+// that touches it: one 4 KiB read (MADV_RANDOM), a stall, not an error.
+//
+// A shard truncated in place while mapped would fault with SIGBUS: stoker never
+// modifies a shard in place (datasets are written whole and renamed), and a shard
+// replaced by rename keeps its mapping of the old file, as an open descriptor keeps the
+// old file for the engine.
 //
 // Threading: new_run / at are called by the one reader thread; the bytes at() returns
 // are read by any thread until the MappedShards is destroyed.
@@ -62,7 +64,8 @@ class MappedShards {
     bool resident = false;   // the answer that run got
   };
   void unmap(Map& m) noexcept;
-  /// Whether at least 99 % of `m`'s pages are in the page cache.
+  /// Whether at least 99 % of `m`'s pages are in the page cache; if so, the others are
+  /// asked for (read ahead of the threads that will touch them).
   bool cached(const Map& m);
   std::vector<Map> maps_;
   uint64_t run_ = 1;

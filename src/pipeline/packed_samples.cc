@@ -261,7 +261,7 @@ class PackedWork final : public RecordWork {
       // A split document's rows are one group of consecutive positions, which may
       // straddle batches: the ids of the last few such documents are kept, so each is
       // tokenised about once. Other samples go through this worker's own buffer.
-      if (f.tokenizer && w_.plan_.pieces[job.refs[use.piece].second].end > w_.N_) {
+      if (split_document(job, use)) {
         kept = w_.recent_.get(use.record, [&] {
           auto ids = std::make_shared<std::vector<uint32_t>>();
           document_ids(f, fields[static_cast<size_t>(f.text_field)], *ids);
@@ -290,7 +290,14 @@ class PackedWork final : public RecordWork {
       }
     }
 
+    bool would_wait(const Job& job, const Use& use) const override {
+      return split_document(job, use) && w_.recent_.in_progress(use.record);
+    }
+
    private:
+    bool split_document(const Job& job, const Use& use) const {
+      return w_.f_.tokenizer && w_.plan_.pieces[job.refs[use.piece].second].end > w_.N_;
+    }
     // Piece `p` (plan index `piece`) of row j: its tokens and targets, and per position
     // the sample's position, its place in the row and the mask of its target.
     void write_piece(Job& job, uint32_t j, uint64_t piece, const PackedPiece& p, std::span<const uint8_t> toks,
@@ -373,6 +380,13 @@ class PackedWork final : public RecordWork {
         }
       }
       return ids.get();
+    }
+    /// Whether another thread is making the ids of `record` now.
+    bool in_progress(uint64_t record) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [r, f] : docs_)
+        if (r == record) return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+      return false;
     }
 
    private:

@@ -243,6 +243,10 @@ class RecordWork {
     /// `where` (the record) and the record's source.
     virtual void put(const Run& run, Job& job, const Use& use, const std::vector<std::span<const uint8_t>>& fields,
                      const std::string& where) = 0;
+    /// Whether put() of `use` would wait now for another thread's work on its record (a
+    /// long document another decoder is tokenising): the decoder then takes other tasks
+    /// first. A hint, read without the record: put() is right either way.
+    virtual bool would_wait(const Job& /*job*/, const Use& /*use*/) const { return false; }
   };
   virtual ~RecordWork() = default;
   /// ring->mu held: sets job.samples (the order's samples of batch job.k) and appends the

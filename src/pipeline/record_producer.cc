@@ -45,10 +45,14 @@ struct ReadGroup {
 
 // Reads sharing one buffer: up to this many bytes (a longer read has its own).
 constexpr uint64_t kGroupBytes = 1u << 20;
+// Times a task whose record another decoder is busy with is put behind others (8, 16,
+// 32, 64 tasks: a long document takes tens of short ones' time to tokenise).
+constexpr uint32_t kMaxDeferrals = 4;
 
 struct DecodeTask {
   std::shared_ptr<ReadGroup> group;
   uint32_t rec = 0;      // in group->recs
+  uint32_t deferred = 0;  // times put behind other tasks (RecordWork::Worker::would_wait)
   std::string io_error;  // non-empty: the read failed
   ErrorCode io_code = ErrorCode::kIoError;
 };
@@ -185,7 +189,7 @@ void RecordProducer::queue_mapped(const std::shared_ptr<ReadGroup>& group) {
     std::lock_guard<std::mutex> lock(qmu_);
     for (uint32_t q = 0; q < group->recs.size(); ++q) {
       bytes += group->recs[q].stored;
-      queue_.push_back(DecodeTask{group, q, {}, ErrorCode::kIoError});
+      queue_.push_back(DecodeTask{group, q, 0, {}, ErrorCode::kIoError});
     }
   }
   qcv_.notify_all();
@@ -260,7 +264,7 @@ bool RecordProducer::reap_some(size_t min_complete, std::chrono::milliseconds ti
     free_places_.push_back(place);
     if (d.result > 0) c.io_bytes += static_cast<uint64_t>(d.result);
     for (uint32_t q = pr.first; q < pr.first + pr.count; ++q) {
-      DecodeTask t{pr.group, q, {}, ErrorCode::kIoError};
+      DecodeTask t{pr.group, q, 0, {}, ErrorCode::kIoError};
       const ReadGroup::Rec& r = pr.group->recs[q];
       if (auto bad = read_failure(d, r.at - pr.at + r.stored)) {
         t.io_error = bad->what();
@@ -380,6 +384,15 @@ void RecordProducer::decode_main(unsigned id) {
       c.queue_sum += queue_.size();
       t = std::move(queue_.front());
       queue_.pop_front();
+      // A record another decoder is busy with (a long document's tokens) goes behind a
+      // few other tasks, farther each time, rather than leave this thread idle until it
+      // is done; after kMaxDeferrals, put() waits for it.
+      if (!queue_.empty() && t.deferred < kMaxDeferrals && t.io_error.empty() &&
+          worker->would_wait(*t.group->job, t.group->recs[t.rec].use)) {
+        const size_t behind = std::min<size_t>(queue_.size(), size_t{8} << t.deferred++);
+        queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(behind), std::move(t));
+        continue;
+      }
     }
     const auto b0 = Clock::now();
     c.dec_wait_ns += nanos(b0 - idle_since);
