@@ -18,6 +18,7 @@
 #include "stoker/loader.h"
 #include "util/datasets.h"
 #include "util/fault_engine.h"
+#include "util/loader_util.h"
 #include "util/test_util.h"
 
 using namespace stoker;
@@ -30,8 +31,6 @@ using stoker::testing::write_sample_dataset;
 
 namespace {
 
-// Drops the file's pages from the page cache; false where the filesystem keeps them
-// (tmpfs), checked by mapping the file and asking mincore.
 // Which of the file's pages are in the page cache (mincore over a mapping of it).
 std::vector<bool> cached_pages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -160,9 +159,7 @@ TEST(MappedShards, AFileThatCannotBeMappedIsLeftToTheEngine) {
 namespace {
 
 LoaderOptions small_record_options(const std::string& dir) {
-  LoaderOptions o;
-  o.path = dir;
-  o.batch_size = 4;
+  LoaderOptions o = stoker::testing::default_options(dir, 4);
   o.threads = 2;
   o.seq_len = 512;
   o.pack_window = 32;
@@ -231,16 +228,12 @@ TEST(MappedRecords, ARecordCorruptedInPlaceIsCaughtAndNamed) {
   Loader l(o);
   while (l.next()) {
   }
-  ASSERT_GT(l.stats().io_engine.mapped_records, 0u) << "the epoch took its records from the mapping";
-  // A byte of record 123 flipped in the file: the mapping shows the page cache's bytes.
-  const RecordLocation loc = Dataset::open(dir.str("ds"))->shard(0)->location(123);
-  const int fd = ::open(shard.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t byte = 0;
-  ASSERT_EQ(pread(fd, &byte, 1, static_cast<off_t>(loc.offset + loc.stored_size / 2)), 1);
-  byte ^= 0x5A;
-  ASSERT_EQ(pwrite(fd, &byte, 1, static_cast<off_t>(loc.offset + loc.stored_size / 2)), 1);
-  ::close(fd);
+  const uint64_t mapped = l.stats().io_engine.mapped_records;
+  ASSERT_GT(mapped, 0u) << "the epoch took its records from the mapping";
+  // A byte of record 123 flipped in the file, rewritten in place: the mapping shows the
+  // page cache's bytes.
+  ASSERT_EQ(Dataset::open(dir.str("ds"))->locate(123).first, 0u);
+  stoker::testing::corrupt_records(dir.str("ds"), {123});
   l.set_epoch(1);
   std::string message;
   EXPECT_EQ(stoker::testing::error_code_of([&] {
@@ -249,6 +242,7 @@ TEST(MappedRecords, ARecordCorruptedInPlaceIsCaughtAndNamed) {
             }, &message),
             ErrorCode::kDataLoss);
   EXPECT_NE(message.find(shard + ": record 123"), std::string::npos) << message;
+  EXPECT_GT(l.stats().io_engine.mapped_records, mapped) << "the second epoch took its records from the mapping too";
 }
 
 TEST(MappedRecords, RehearsedOrWrappedStorageSeesEveryRead) {

@@ -94,7 +94,8 @@ DecodeLimitMeter::DecodeLimitMeter(const LoaderOptions& opt, uint64_t max_record
     }
   }
   Dataset& ds = *m.ds;
-  const std::vector<uint64_t> picked = decode_limit_visits(ds.record_count(), max_records, opt.order);
+  const std::vector<uint64_t> picked =
+      decode_limit_visits(ds.record_count(), decode_limit_record_count(ds, max_records), opt.order);
   m.items.reserve(picked.size());
   for (uint64_t g : picked) {
     auto [s, r] = ds.locate(g);

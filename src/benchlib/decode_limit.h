@@ -22,7 +22,8 @@ struct DecodeLimit {
   double seconds = 0;
 };
 
-/// Loads up to `max_records` records of the dataset at `opt.path` (evenly spread), then
+/// Loads up to `max_records` records of the dataset at `opt.path` (evenly spread; 0: as
+/// many as decode_limit_default_records says), then
 /// runs `threads` threads working through them round-robin for about `seconds` (at least
 /// one pass), in the order decode_limit_visits gives.
 /// Image datasets: the whole record as the loader does it for `opt` — the fields planned
@@ -42,6 +43,10 @@ struct DecodeLimit {
 /// of its tables. Records of images or clips take the floor, as before.
 uint64_t decode_limit_default_records(const Dataset& ds, uint64_t max_bytes = uint64_t{256} << 20,
                                       uint64_t min_records = 2000);
+/// `max_records` when it is set (> 0), else decode_limit_default_records(ds).
+inline uint64_t decode_limit_record_count(const Dataset& ds, uint64_t max_records) {
+  return max_records > 0 ? max_records : decode_limit_default_records(ds);
+}
 /// The records (global indices) the limit holds of a dataset of `records`: up to
 /// `max_records` of them, evenly spread.
 std::vector<uint64_t> decode_limit_records(uint64_t records, uint64_t max_records);

@@ -224,10 +224,7 @@ int run_feed(const FeedArgs& a) {
   // The cache's shards that hold the limit's records, pinned while it runs (the loader
   // may have evicted them, or, reading records by ranged GET, never fetched them).
   std::shared_ptr<ShardCache> limit_cache;
-  auto limit_records_of = [&](const Dataset& ds) {
-    return a.limit_records > 0 ? static_cast<uint64_t>(a.limit_records) : internal::decode_limit_default_records(ds);
-  };
-  uint64_t limit_records = 0;  // set with the limit's options
+  const auto limit_records = static_cast<uint64_t>(a.limit_records);  // 0: the limit's default
   std::vector<ShardCache::Pin> limit_pins;
   std::optional<LoaderOptions> limit_opts;
   auto limit_options = [&]() -> const LoaderOptions& {
@@ -244,8 +241,8 @@ int run_feed(const FeedArgs& a) {
         lo.path = limit_cache->local_dir();
         const auto ds = Dataset::open(lo.path);
         std::vector<bool> pinned(ds->shard_count());
-        limit_records = limit_records_of(*ds);
-        for (uint64_t g : internal::decode_limit_records(ds->record_count(), limit_records)) {
+        for (uint64_t g : internal::decode_limit_records(ds->record_count(),
+                                                         internal::decode_limit_record_count(*ds, limit_records))) {
           const size_t s = ds->locate(g).first;
           if (!pinned[s]) limit_pins.push_back(limit_cache->acquire(s));
           pinned[s] = true;
@@ -253,7 +250,6 @@ int run_feed(const FeedArgs& a) {
       }
       lo.cache_dir.clear();
     }
-    if (limit_records == 0) limit_records = limit_records_of(*Dataset::open(lo.path));
     return *(limit_opts = std::move(lo));
   };
   // Warm-up epochs: the run's start-up (threads, first reads, slot pages) out of the
@@ -323,8 +319,7 @@ int run_feed(const FeedArgs& a) {
     if (a.limit_interleaved) {
       if (!meter) {
         rss = peak_rss_bytes();
-        const LoaderOptions& lo = limit_options();  // sets limit_records
-        meter = std::make_unique<internal::DecodeLimitMeter>(lo, limit_records);
+        meter = std::make_unique<internal::DecodeLimitMeter>(limit_options(), limit_records);
       }
       meter->run(dec_total.threads, a.limit_seconds / epochs, false);
     }
@@ -339,8 +334,7 @@ int run_feed(const FeedArgs& a) {
     limit = meter->result();
   } else {
     rss = peak_rss_bytes();
-    const LoaderOptions& lo = limit_options();  // sets limit_records
-    limit = internal::measure_decode_limit(lo, dec_total.threads, a.limit_seconds, limit_records);
+    limit = internal::measure_decode_limit(limit_options(), dec_total.threads, a.limit_seconds, limit_records);
   }
   double limit_rate = limit.samples_per_s;
   std::string unit = "samples";
@@ -378,17 +372,18 @@ int run_feed(const FeedArgs& a) {
   auto percent = [](uint64_t part, uint64_t whole) {
     return std::to_string(static_cast<int>(100.0 * part / std::max<uint64_t>(1, whole) + 0.5)) + "%";
   };
-  std::string buffered = ios.direct && ios.unaligned_reads > 0
-                             ? " (" + percent(ios.unaligned_reads, ios.requests) + " of reads buffered: small records)"
-                             : "";
+  std::string small_records =
+      ios.direct && ios.unaligned_reads > 0
+          ? " (" + percent(ios.unaligned_reads, ios.requests) + " of reads buffered: small records)"
+          : "";
   if (ios.mapped_records > 0)  // shards mapped by the loader (IoOptions::map_cached)
-    buffered = " (small records: " + percent(ios.mapped_records, ios.mapped_records + ios.requests) + " taken from " +
-               format_bytes(static_cast<double>(ios.mapped_shard_bytes)) +
-               " of shards mapped from the page cache, which the RSS counts" +
-               (ios.requests > 0 ? std::string("; the rest read buffered)") : std::string(")"));
+    small_records = " (small records: " + percent(ios.mapped_records, ios.mapped_records + ios.requests) +
+                    " taken from " + format_bytes(static_cast<double>(ios.mapped_shard_bytes)) +
+                    " of shards mapped from the page cache, which the RSS counts" +
+                    (ios.requests > 0 ? std::string("; the rest read buffered)") : std::string(")"));
   std::printf("stages: io %.0f%% busy; decode %u %s %.0f%% busy; io engine %s%s%s\n",
               100 * io_total.busy_frac(wall), dec_total.threads, threads_word, 100 * dec_total.busy_frac(wall),
-              ios.engine.empty() ? "(no stats)" : ios.engine.c_str(), ios.direct ? " O_DIRECT" : "", buffered.c_str());
+              ios.engine.empty() ? "(no stats)" : ios.engine.c_str(), ios.direct ? " O_DIRECT" : "", small_records.c_str());
   std::printf("limit: %.0f %s/s in memory (%u %s, %llu records), pipeline/limit = %.3f\n", limit_rate, unit.c_str(),
               dec_total.threads, threads_word, static_cast<unsigned long long>(limit.records_in_memory), ratio);
   if (remote)

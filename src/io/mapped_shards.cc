@@ -43,40 +43,38 @@ bool MappedShards::cached(const Map& m) {
   return true;
 }
 
+void MappedShards::map(Map& m, const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st{};
+  if (!fd || fstat(fd.get(), &st) != 0 || st.st_size <= 0) return;
+  const auto len = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return;
+  // Records are taken in shuffled order: a page evicted meanwhile is faulted back alone,
+  // not with a readahead window of neighbours no record asked for.
+  madvise(p, len, MADV_RANDOM);
+  m.base = static_cast<const uint8_t*>(p);
+  m.len = len;
+  m.dev = static_cast<uint64_t>(st.st_dev);
+  m.ino = static_cast<uint64_t>(st.st_ino);
+  mapped_bytes_ += len;
+}
+
 std::span<const uint8_t> MappedShards::at(size_t shard, const std::string& path) {
   if (shard >= maps_.size()) return {};
   Map& m = maps_[shard];
-  if (m.asked_run == run_) return m.resident ? std::span<const uint8_t>(m.base, m.len) : std::span<const uint8_t>();
-  m.asked_run = run_;
-  m.resident = false;
-  struct stat st{};
-  if (stat(path.c_str(), &st) != 0 || st.st_size <= 0) {
-    unmap(m);
-    m.asked_run = run_;
-    return {};
-  }
-  if (m.base && (m.dev != static_cast<uint64_t>(st.st_dev) || m.ino != static_cast<uint64_t>(st.st_ino) ||
-                 m.len != static_cast<size_t>(st.st_size))) {
-    unmap(m);  // replaced or resized since: map the file there now
+  if (m.asked_run != run_) {
+    struct stat st{};
+    const bool there = stat(path.c_str(), &st) == 0 && st.st_size > 0;
+    // Gone, replaced or resized since the last run: the mapping is of another file now.
+    if (m.base && (!there || m.dev != static_cast<uint64_t>(st.st_dev) ||
+                   m.ino != static_cast<uint64_t>(st.st_ino) || m.len != static_cast<size_t>(st.st_size)))
+      unmap(m);
+    if (there && !m.base) map(m, path);
+    m.resident = m.base && cached(m);
     m.asked_run = run_;
   }
-  if (!m.base) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat fst{};
-    if (!fd || fstat(fd.get(), &fst) != 0 || fst.st_size <= 0) return {};
-    void* p = mmap(nullptr, static_cast<size_t>(fst.st_size), PROT_READ, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) return {};
-    // Records are taken in shuffled order: a page evicted meanwhile is faulted back alone,
-    // not with a readahead window of neighbours no record asked for.
-    madvise(p, static_cast<size_t>(fst.st_size), MADV_RANDOM);
-    m.base = static_cast<const uint8_t*>(p);
-    m.len = static_cast<size_t>(fst.st_size);
-    m.dev = static_cast<uint64_t>(fst.st_dev);
-    m.ino = static_cast<uint64_t>(fst.st_ino);
-    mapped_bytes_ += m.len;
-  }
-  m.resident = cached(m);
-  return m.resident ? std::span<const uint8_t>(m.base, m.len) : std::span<const uint8_t>();
+  return answer(m);
 }
 
 }  // namespace stoker::internal

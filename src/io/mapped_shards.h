@@ -43,8 +43,7 @@ class MappedShards {
   /// nullopt: the reader's path per record costs no file name.
   std::optional<std::span<const uint8_t>> answered(size_t shard) const {
     if (shard >= maps_.size() || maps_[shard].asked_run != run_) return std::nullopt;
-    const Map& m = maps_[shard];
-    return m.resident ? std::span<const uint8_t>(m.base, m.len) : std::span<const uint8_t>();
+    return answer(maps_[shard]);
   }
   /// Shard `shard`'s file (`path`) mapped, when it was cached (99 % of its pages) at
   /// this run's first ask (then the file was stated again: one replaced or resized
@@ -63,7 +62,12 @@ class MappedShards {
     uint64_t asked_run = 0;  // the run whose first at() asked about this shard (0: none)
     bool resident = false;   // the answer that run got
   };
+  static std::span<const uint8_t> answer(const Map& m) {
+    return m.resident ? std::span<const uint8_t>(m.base, m.len) : std::span<const uint8_t>();
+  }
   void unmap(Map& m) noexcept;
+  /// Maps `path` into `m` (left empty when the file cannot be opened or mapped).
+  void map(Map& m, const std::string& path);
   /// Whether at least 99 % of `m`'s pages are in the page cache; if so, the others are
   /// asked for (read ahead of the threads that will touch them).
   bool cached(const Map& m);

@@ -151,14 +151,13 @@ void RecordProducer::start_job(uint64_t k, size_t slot) {
       // A record the file is too short for goes to the engine, whose short read names it.
       const RecordLocation* loc = file.empty() ? nullptr : &ctx_.location(s, r);
       if (loc && loc->offset <= file.size() && loc->stored_size <= file.size() - loc->offset) {
-        if (mapped && mapped->base != file.data()) queue_mapped(mapped);
         if (!mapped || mapped->base != file.data()) {
+          if (mapped) queue_mapped(mapped);
           mapped = std::make_shared<ReadGroup>();
           mapped->job = job;
           mapped->base = file.data();
         }
         mapped->recs.push_back({use, s, r, loc->offset, static_cast<uint32_t>(loc->stored_size)});
-        reads_.count_mapped(loc->stored_size);
         continue;
       }
       std::optional<RecordRange> range;
@@ -196,6 +195,7 @@ void RecordProducer::queue_mapped(const std::shared_ptr<ReadGroup>& group) {
   Counters& c = run_->c;
   c.io_records += group->recs.size();
   c.io_bytes += bytes;
+  reads_.count_mapped(group->recs.size(), bytes);
   reads_.publish_if_due();  // no completion may come to publish the mapped counts
 }
 

@@ -48,9 +48,9 @@ class RecordReads {
     if (auto known = maps_->answered(shard)) return *known;
     return maps_->at(shard, ctx_.dataset->shard_path(shard));
   }
-  /// A record of `bytes` was taken from a mapping (counted in stats()).
-  void count_mapped(uint64_t bytes) {
-    mapped_records_++;
+  /// `records` records of `bytes` in all were taken from a mapping (counted in stats()).
+  void count_mapped(uint64_t records, uint64_t bytes) {
+    mapped_records_ += records;
     mapped_bytes_ += bytes;
   }
   /// The use range() counted for a record of `shard` is over. Any thread.
