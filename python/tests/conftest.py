@@ -98,6 +98,26 @@ def token_dataset(tmp_path_factory):
     return out, stream, rows
 
 
+@pytest.fixture(params=["host", "cuda"])
+def staged(request):
+    """Loader keyword arguments for the staged path: the Stager's host backend (the same
+    ring, events and release protocol, memcpy for the copies) everywhere, and its CUDA
+    backend (device="cuda:0") where this build has CUDA and torch sees a GPU."""
+    if request.param == "host":
+        return {"_stage": "host"}
+    if not stoker.has_cuda:
+        pytest.skip("this stoker was built without CUDA")
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    return {"device": "cuda:0"}
+
+
+def staged_backend(kwargs):
+    """The stats()["stage"]["backend"] and tensor device type the `staged` kwargs give."""
+    return "cuda" if "device" in kwargs else "host"
+
+
 def clone_batches(loader, limit=None):
     """The loader's batches (at most `limit`), each tensor cloned so it outlives its slot."""
     out = []
@@ -112,5 +132,5 @@ def same(x, y):
     """Equal batch entries: tensors element-wise, lists of str/bytes (``__key__``, text) as lists."""
     import torch
     if isinstance(x, torch.Tensor):
-        return torch.equal(x, y)
+        return torch.equal(x.cpu(), y.cpu())  # staged batches live on the GPU
     return x == y

@@ -14,11 +14,11 @@ BUCKETS = [(32, 40), (40, 32)]  # (h, w): landscape, portrait
 def epoch(loader):
     out = []
     for b in loader:
-        image, bucket = b["image"], b["bucket"].numpy()
+        image, bucket = b["image"], b["bucket"].cpu().numpy()
         assert (bucket == bucket[0]).all()
         h, w = loader.buckets[int(bucket[0])]
         assert tuple(image.shape) == (len(bucket), h, w, 3)
-        out.append((b["index"].numpy().copy(), int(bucket[0]), image.numpy().copy()))
+        out.append((b["index"].cpu().numpy().copy(), int(bucket[0]), image.cpu().numpy().copy()))
     return out
 
 
@@ -116,12 +116,12 @@ def test_chw_float_output_has_the_buckets_shape(image_dataset):
         assert np.allclose(b["image"].numpy(), want, atol=1e-6)
 
 
-def test_staged_batches_change_shape_with_their_bucket(image_dataset):
-    """The staging ring (device="cuda" on a GPU; its host backend here) sizes its slots for
+def test_staged_batches_change_shape_with_their_bucket(image_dataset, staged):
+    """The staging ring (device="cuda" on a GPU, its host backend everywhere) sizes its slots for
     the largest bucket and passes each batch's shape through."""
     path, _ = image_dataset
     opts = dict(batch_size=4, size=32, buckets=BUCKETS, threads=2, seed=4)
     plain = epoch(stoker.Loader(path, **opts))
-    staged = epoch(stoker.Loader(path, _stage="host", **opts))
-    assert [(i.tolist(), b) for i, b, _ in staged] == [(i.tolist(), b) for i, b, _ in plain]
-    assert all((a[2] == b[2]).all() for a, b in zip(staged, plain))
+    got = epoch(stoker.Loader(path, **staged, **opts))
+    assert [(i.tolist(), b) for i, b, _ in got] == [(i.tolist(), b) for i, b, _ in plain]
+    assert all((a[2] == b[2]).all() for a, b in zip(got, plain))

@@ -1,5 +1,6 @@
-"""The staged path (device="cuda" on a GPU) run on the CPU with the Stager's host
-backend: the same ring, events and release protocol, with memcpy for the copies."""
+"""The staged path: device="cuda" on a GPU, and everywhere the Stager's host backend (the
+same ring, events and release protocol, with memcpy for the copies); see conftest's
+`staged` fixture."""
 
 import os
 import shutil
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import stoker
-from conftest import clone_batches as run, same as same_entry
+from conftest import clone_batches as run, same as same_entry, staged_backend
 
 S = 16
 
@@ -18,24 +19,26 @@ def same(a, b):
     return len(a) == len(b) and all(same_entry(x[k], y[k]) for x, y in zip(a, b) for k in y)
 
 
-def test_staged_batches_equal_direct_batches(image_dataset):
+def test_staged_batches_equal_direct_batches(image_dataset, staged):
     path, _ = image_dataset
     opts = dict(batch_size=8, size=S, seed=3, threads=2)
     direct = run(stoker.Loader(path, **opts))
-    staged_loader = stoker.Loader(path, _stage="host", **opts)
-    staged = run(staged_loader)
-    assert same(staged, direct)
+    staged_loader = stoker.Loader(path, **staged, **opts)
+    batches = run(staged_loader)
+    assert same(batches, direct)
+    want = staged_backend(staged)
+    assert {b["image"].device.type for b in batches} == {"cpu" if want == "host" else "cuda"}
     st = staged_loader.stats()["stage"]
-    assert st["backend"] == "host" and st["batches"] == len(direct)
+    assert st["backend"] == want and st["batches"] == len(direct)
 
 
-def test_staged_set_epoch_and_restart(image_dataset):
+def test_staged_set_epoch_and_restart(image_dataset, staged):
     path, _ = image_dataset
     opts = dict(batch_size=8, size=S, seed=3, threads=2)
     ref = stoker.Loader(path, **opts)
     ref.set_epoch(2)
     want = run(ref)
-    loader = stoker.Loader(path, _stage="host", **opts)
+    loader = stoker.Loader(path, **staged, **opts)
     run(loader, limit=2)
     loader.set_epoch(2)
     assert loader.epoch == 2 and len(loader) == len(want)
@@ -44,14 +47,14 @@ def test_staged_set_epoch_and_restart(image_dataset):
 
 
 @pytest.mark.parametrize("k", [0, 3])
-def test_staged_resume_continues_with_the_next_batch(image_dataset, k):
+def test_staged_resume_continues_with_the_next_batch(image_dataset, k, staged):
     path, _ = image_dataset
     opts = dict(batch_size=8, size=S, seed=17, threads=2)
     full = run(stoker.Loader(path, **opts))
-    a = stoker.Loader(path, _stage="host", **opts)
+    a = stoker.Loader(path, **staged, **opts)
     head = run(a, limit=k) if k else []
     state = a.state_dict()
-    b = stoker.Loader(path, _stage="host", **opts)
+    b = stoker.Loader(path, **staged, **opts)
     b.load_state_dict(state)
     assert len(b) == len(full) - k
     assert same(head + run(b), full)
@@ -62,11 +65,11 @@ def test_staged_resume_continues_with_the_next_batch(image_dataset, k):
     assert c.state_dict()["order_state"] == state["order_state"]
 
 
-def test_staged_list_copies_when_the_device_ring_is_held_and_warns_once(big_image_dataset):
+def test_staged_list_copies_when_the_device_ring_is_held_and_warns_once(big_image_dataset, staged):
     path, _ = big_image_dataset
     opts = dict(batch_size=6, size=S, seed=5, threads=2)
     ref = run(stoker.Loader(path, **opts))
-    loader = stoker.Loader(path, _stage="host", device_slots=3, **opts)
+    loader = stoker.Loader(path, **staged, device_slots=3, **opts)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         held = list(loader)
@@ -75,10 +78,10 @@ def test_staged_list_copies_when_the_device_ring_is_held_and_warns_once(big_imag
     assert same(held, ref)
 
 
-def test_staged_tensors_stay_valid_while_the_loader_advances(big_image_dataset):
+def test_staged_tensors_stay_valid_while_the_loader_advances(big_image_dataset, staged):
     path, _ = big_image_dataset
     # device_slots=4: ours, the previous batch the loop variable holds, the new one, one free.
-    loader = stoker.Loader(path, batch_size=6, size=S, threads=2, _stage="host", device_slots=4)
+    loader = stoker.Loader(path, batch_size=6, size=S, threads=2, **staged, device_slots=4)
     it = iter(loader)
     kept = next(it)["image"]
     clone = kept.clone()
@@ -89,7 +92,7 @@ def test_staged_tensors_stay_valid_while_the_loader_advances(big_image_dataset):
     assert torch.equal(kept, clone)
 
 
-def test_staged_errors_name_the_record(image_dataset, tmp_path):
+def test_staged_errors_name_the_record(image_dataset, tmp_path, staged):
     path = str(tmp_path / "ds")
     shutil.copytree(image_dataset[0], path)
     loc = stoker.record_location(path, 5)
@@ -99,7 +102,7 @@ def test_staged_errors_name_the_record(image_dataset, tmp_path):
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([b[0] ^ 1]))
     with pytest.raises(stoker.DataLossError, match=f"record {loc['record']}"):
-        for _ in stoker.Loader(path, batch_size=4, size=S, shuffle=False, _stage="host"):
+        for _ in stoker.Loader(path, batch_size=4, size=S, shuffle=False, **staged):
             pass
 
 
