@@ -76,9 +76,10 @@ tsan_dir=build-tsan
 # skip policy, stats() read from another thread while epochs run, the IO engines, a
 # remote dataset's shards held and released across threads and records fetched by the
 # ranged-GET engine's workers, staging, decode threads the auto-tuner parks and wakes, and
-# text loaders opening at once that count their documents' tokens once between them.
+# text loaders opening at once that count their documents' tokens once between them, and
+# packed samples' rows filled by decoders that take several records from the queue at once.
 tsan_tests=(loader_test loader_tokens_test loader_skip_test loader_report_test io_test
-  remote_loader_test stage_test autotune_test token_counts_test mapped_shards_test)
+  remote_loader_test stage_test autotune_test token_counts_test mapped_shards_test loader_lm_test)
 
 fuzz_targets() { ls tests/fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//'; }
 

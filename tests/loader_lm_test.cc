@@ -507,13 +507,18 @@ TEST(SamplePacking, LongSamplesAreRefusedTruncatedOrSplit) {
   EXPECT_EQ(covered.size(), 4u);
 }
 
-TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) {
+namespace {
+
+// Every token of every sample delivered once, its outputs from its own sample, with
+// `threads` decoders (8 take several records at a time from the queue).
+void check_every_token_once(unsigned threads) {
   TempDir dir;
   auto len = lognormal_lengths(400, 300, 2);
   len[5] = 700;  // split over rows
   write_sample_dataset(dir.str("ds"), len, true);
   auto o = packed_options(dir.str("ds"), 256);
   o.long_samples = LongSamples::kSplit;
+  o.threads = threads;
   Loader l(o);
   std::map<uint64_t, std::vector<int>> seen;  // per sample, per token: times delivered
   uint64_t padding = 0;
@@ -575,6 +580,12 @@ TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) {
     for (int x : v) ASSERT_EQ(x, 1) << "sample " << s << ": every token exactly once";
   EXPECT_EQ(l.stats().padding_tokens, padding);
 }
+
+}  // namespace
+
+TEST(PackedSamples, EveryTokenOnceWithOutputsTakenFromItsSample) { check_every_token_once(2); }
+
+TEST(PackedSamples, EveryTokenOnceWithManyDecoders) { check_every_token_once(8); }
 
 TEST(PackedSamples, SmallRecordsReadInAShuffleBringInLittleBesideThem) {
   // A batch's records of a few hundred bytes lie kilobytes apart: reads merged across

@@ -14,6 +14,7 @@
 // dataset's shard is held from a record's planning to its decode (RecordReads::range / done);
 // when the cache has no room for the next shard, the reader thread submits what it has
 // planned and reaps until decoders free some, mid-batch if need be.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -48,6 +49,10 @@ constexpr uint64_t kGroupBytes = 1u << 20;
 // Times a task whose record another decoder is busy with is put behind others (8, 16,
 // 32, 64 tasks: a long document takes tens of short ones' time to tokenise).
 constexpr uint32_t kMaxDeferrals = 4;
+// Tasks a decoder takes from the queue at once, at most, and their stored bytes at most
+// beyond the first's (decode_main): ~0.3 ms of tokenising.
+constexpr size_t kMaxTaken = 8;
+constexpr uint64_t kTakenBytes = 8u << 10;
 
 struct DecodeTask {
   std::shared_ptr<ReadGroup> group;
@@ -95,6 +100,8 @@ class RecordProducer final : public Producer {
                     std::vector<std::pair<size_t, uint64_t>>& where, std::vector<RecordWork::Use>& uses);
   /// Queues a task per record of `group`, whose bytes are in a mapping.
   void queue_mapped(const std::shared_ptr<ReadGroup>& group);
+  /// The read figures for stats(): every 20 ms, and at once for the run's last records.
+  void publish_reads();
   /// Reaps completions into decode tasks and queues them; whether any arrived.
   bool reap_some(size_t min_complete, std::chrono::milliseconds timeout);
   void decode_main(unsigned id);
@@ -184,19 +191,26 @@ void RecordProducer::start_job(uint64_t k, size_t slot) {
 
 void RecordProducer::queue_mapped(const std::shared_ptr<ReadGroup>& group) {
   uint64_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(qmu_);
-    for (uint32_t q = 0; q < group->recs.size(); ++q) {
-      bytes += group->recs[q].stored;
-      queue_.push_back(DecodeTask{group, q, 0, {}, ErrorCode::kIoError});
-    }
-  }
-  qcv_.notify_all();
+  for (const ReadGroup::Rec& r : group->recs) bytes += r.stored;
   Counters& c = run_->c;
   c.io_records += group->recs.size();
   c.io_bytes += bytes;
   reads_.count_mapped(group->recs.size(), bytes);
-  reads_.publish_if_due();  // no completion may come to publish the mapped counts
+  publish_reads();  // no completion may come to publish the mapped counts
+  {
+    std::lock_guard<std::mutex> lock(qmu_);
+    for (uint32_t q = 0; q < group->recs.size(); ++q) queue_.push_back(DecodeTask{group, q, 0, {}, ErrorCode::kIoError});
+  }
+  qcv_.notify_all();
+}
+
+void RecordProducer::publish_reads() {
+  // The run's last records: their figures go out before their tasks are queued, so
+  // stats() taken once the last batch is out holds every read of the run.
+  if (run_->next_start >= run_->sched->num_batches() && reads_.engine().inflight() == 0)
+    reads_.publish();
+  else
+    reads_.publish_if_due();
 }
 
 void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<RecordRange>& ranges,
@@ -254,7 +268,7 @@ bool RecordProducer::reap_some(size_t min_complete, std::chrono::milliseconds ti
   auto w0 = Clock::now();
   engine.reap(done, min_complete, timeout);
   c.io_wait_ns += nanos(Clock::now() - w0);
-  if (!done.empty()) reads_.publish_if_due();
+  if (!done.empty()) publish_reads();
   tasks_.clear();
   for (ReadCompletion& d : done) {
     const uint32_t place = static_cast<uint32_t>(d.tag);
@@ -369,11 +383,12 @@ void RecordProducer::decode_main(unsigned id) {
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-dec/" + std::to_string(id));
   std::unique_ptr<RecordWork::Worker> worker = work_->worker();
   std::vector<uint8_t> scratch;
+  std::vector<DecodeTask> taken;
   // One clock reading between tasks: it ends one task's busy time and starts the wait
   // for the next (a reading costs a fifth of a microsecond on some VMs).
   auto idle_since = Clock::now();
   for (;;) {
-    DecodeTask t;
+    taken.clear();
     {
       std::unique_lock<std::mutex> lock(qmu_);
       qcv_.wait(lock, [&] { return run.stop || (!queue_.empty() && id < active_.load()); });
@@ -381,34 +396,54 @@ void RecordProducer::decode_main(unsigned id) {
         c.dec_wait_ns += nanos(Clock::now() - idle_since);
         return;
       }
-      c.queue_sum += queue_.size();
-      t = std::move(queue_.front());
-      queue_.pop_front();
-      // A record another decoder is busy with (a long document's tokens) goes behind a
-      // few other tasks, farther each time, rather than leave this thread idle until it
-      // is done; after kMaxDeferrals, put() waits for it.
-      if (!queue_.empty() && t.deferred < kMaxDeferrals && t.io_error.empty() &&
-          worker->would_wait(*t.group->job, t.group->recs[t.rec].use)) {
-        const size_t behind = std::min<size_t>(queue_.size(), size_t{8} << t.deferred++);
-        queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(behind), std::move(t));
-        continue;
+      // Four or more decoders take several small records at a time from a deep queue:
+      // a short document takes microseconds to tokenise, and the lock taken for every
+      // one is what 8 or 16 decoders then wait on. Two or three barely meet on it; a
+      // large record (an image) is worth the lock alone, and taking several would leave
+      // the epoch's last ones to few threads; a shallow queue is shared one at a time.
+      const size_t decoders = std::max<size_t>(1, std::min<size_t>(active_.load(), ctx_.threads));
+      const size_t want =
+          decoders < 4 ? 1 : std::clamp<size_t>(queue_.size() / (4 * decoders), 1, kMaxTaken);
+      uint64_t taken_bytes = 0;
+      const size_t queued = queue_.size();
+      while (taken.size() < want && !queue_.empty()) {
+        const uint64_t bytes = queue_.front().group->recs[queue_.front().rec].stored;
+        if (!taken.empty() && taken_bytes + bytes > kTakenBytes) break;
+        DecodeTask t = std::move(queue_.front());
+        queue_.pop_front();
+        // A record another decoder is busy with (a long document's tokens) goes behind a
+        // few other tasks, farther each time, rather than leave this thread idle until it
+        // is done; after kMaxDeferrals, put() waits for it.
+        if (!queue_.empty() && t.deferred < kMaxDeferrals && t.io_error.empty() &&
+            worker->would_wait(*t.group->job, t.group->recs[t.rec].use)) {
+          const size_t behind = std::min<size_t>(queue_.size(), size_t{8} << t.deferred++);
+          queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(behind), std::move(t));
+          if (taken.empty()) continue;
+          break;
+        }
+        taken_bytes += bytes;
+        taken.push_back(std::move(t));
       }
+      c.queue_sum += queued * taken.size();  // the queue each task met, as one at a time
     }
-    const auto b0 = Clock::now();
-    c.dec_wait_ns += nanos(b0 - idle_since);
-    const std::shared_ptr<Job> job = t.group->job;
-    const ReadGroup::Rec& r = t.group->recs[t.rec];
-    try {
-      process(t, *worker, scratch);
-      c.dec_samples++;
-    } catch (...) {
-      ctx_.sample_failed(run, *job, r.use.j, std::current_exception());
+    for (DecodeTask& t : taken) {
+      if (run.stop) break;  // the rest are dropped with the run, as the queue's are
+      const auto b0 = Clock::now();
+      c.dec_wait_ns += nanos(b0 - idle_since);
+      const std::shared_ptr<Job> job = t.group->job;
+      const ReadGroup::Rec& r = t.group->recs[t.rec];
+      try {
+        process(t, *worker, scratch);
+        c.dec_samples++;
+      } catch (...) {
+        ctx_.sample_failed(run, *job, r.use.j, std::current_exception());
+      }
+      reads_.done(r.shard);  // a remote shard may be closed once its records are decoded
+      t.group.reset();  // the IO buffer goes back as soon as its last record is decoded
+      idle_since = Clock::now();
+      c.dec_busy_ns += nanos(idle_since - b0);
+      run.finish_one(*job);
     }
-    reads_.done(r.shard);  // a remote shard may be closed once its records are decoded
-    t.group.reset();  // the IO buffer goes back as soon as its last record is decoded
-    idle_since = Clock::now();
-    c.dec_busy_ns += nanos(idle_since - b0);
-    run.finish_one(*job);
   }
 }
 
