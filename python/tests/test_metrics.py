@@ -1,10 +1,10 @@
-"""metrics_port=: a scrape with curl, parsed by Prometheus's own client library
+"""metrics_port=: a scrape over HTTP (urllib), parsed by Prometheus's own client library
 (Debian's python3-prometheus-client): the types, counters that never go down over
 epochs, two loaders of one process told apart by their labels, and a port in use
 refused naming the port."""
 
 import socket
-import subprocess
+import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,8 +19,9 @@ def free_port():
 
 
 def scrape(port):
-    out = subprocess.run(["curl", "-sS", "--fail", "--max-time", "10", f"http://127.0.0.1:{port}/metrics"],
-                         check=True, capture_output=True, text=True).stdout
+    # urllib rather than the curl CLI, which a user's environment may not have.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        out = r.read().decode()
     return {f.name: f for f in text_string_to_metric_families(out)}
 
 
