@@ -7,11 +7,11 @@
 # gpu_check puts <build>/bundled-libs first on LD_LIBRARY_PATH. glibc, libstdc++ and
 # libgcc_s stay the host's (a second C++ runtime in one process is not a fix), so the host's
 # glibc must be at least the build machine's.
-#   usage: bench/gpu_bundle.sh BUILD_DIR OUT.tar.xz
+#   usage: bench/gpu_bundle.sh BUILD_DIR OUT.tar.xz   (from the checkout's root)
 set -euo pipefail
 build=${1:?usage: gpu_bundle.sh BUILD_DIR OUT.tar.xz}
 out=${2:?usage: gpu_bundle.sh BUILD_DIR OUT.tar.xz}
-build=${build%/}
+build=$(realpath --relative-to=. "$build")  # the tarball holds it at this path: unpack it in the checkout
 [[ -x $build/stoker ]] || { echo "gpu_bundle: $build/stoker is not built" >&2; exit 1; }
 compgen -G "$build/*gpu_test" >/dev/null ||
   { echo "gpu_bundle: $build has no GPU tests (configured without CUDA?)" >&2; exit 1; }
