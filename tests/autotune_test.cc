@@ -99,6 +99,42 @@ TEST(AutoTune, TokenizeBoundAddsThreads) {
   EXPECT_NE(t.history().front().reason.find("tokenize bound"), std::string::npos) << t.history().front().reason;
 }
 
+// A consumer that waits most of the time (a GPU starving) gets twice the threads a move:
+// 16 threads in 4 moves; once a step up is undone, the climb goes one thread at a time.
+TEST(AutoTune, AStarvingConsumerDoublesTheThreadsUntilAStepIsUndone) {
+  Model m;
+  m.per_thread = 100;
+  AutoTuner t(TuneKnob{1, 1, 16, true}, TuneKnob{4, 4, 4, false});
+  drive(t, m);
+  EXPECT_EQ(t.threads().value, 16u);
+  std::vector<unsigned> to;
+  for (const auto& c : t.history()) to.push_back(c.to);
+  EXPECT_EQ(to, (std::vector<unsigned>{2, 4, 8, 16}));
+
+  Model capped;
+  capped.per_thread = 100;
+  capped.cpu_cap = 3;  // a fourth thread finds no core: 4 gains on 2, 8 not on 4
+  AutoTuner u(TuneKnob{1, 1, 16, true}, TuneKnob{4, 4, 4, false});
+  drive(u, capped);
+  std::vector<std::pair<unsigned, unsigned>> moves;
+  for (const auto& c : u.history()) moves.emplace_back(c.from, c.to);
+  const std::vector<std::pair<unsigned, unsigned>> want{{1, 2}, {2, 4}, {4, 8}, {8, 4}, {4, 5}, {5, 4}};
+  EXPECT_EQ(moves, want);
+  EXPECT_EQ(u.threads().value, 4u);
+}
+
+// A consumer that waits less than half the time: one thread more a move.
+TEST(AutoTune, AConsumerWaitingLittleGetsOneThreadAMove) {
+  Model m;
+  m.per_thread = 100;
+  m.consumer = 300;  // at 2 threads it waits a third of the time
+  AutoTuner t(TuneKnob{2, 1, 16, true}, TuneKnob{4, 4, 4, false});
+  drive(t, m);
+  ASSERT_FALSE(t.history().empty());
+  EXPECT_EQ(t.history().front().from, 2u);
+  EXPECT_EQ(t.history().front().to, 3u) << t.history().front().to_string();
+}
+
 TEST(AutoTune, StorageBoundAddsSlotsNotThreads) {
   Model m;
   m.per_thread = 10000;

@@ -87,9 +87,9 @@ class TopTest : public ::testing::Test {
     if (sh("command -v tmux >/dev/null 2>&1") != 0) GTEST_SKIP() << "tmux is not installed (.ci/install-deps adds it)";
     testing::write_image_dataset(dir_.str("ds"), {.count = 96});
   }
-  // bench feed in the background on `port`, for `seconds`; its pid file under dir_.
-  void feed(unsigned port, double seconds, const std::string& threads = "1") {
-    ASSERT_EQ(sh(tool() + " bench feed " + dir_.str("ds") + " --size 32 --batch 8 --epochs 100000 --threads " + threads +
+  // bench feed of dir_/`ds` in the background on `port`, for `seconds`; its pid file under dir_.
+  void feed(unsigned port, double seconds, const std::string& threads = "1", const std::string& ds = "ds") {
+    ASSERT_EQ(sh(tool() + " bench feed " + dir_.str(ds) + " --size 32 --batch 8 --epochs 100000 --threads " + threads +
                  " --limit-records 8 --limit-seconds 0.1 --max-seconds " + std::to_string(seconds) +
                  " --metrics-port " + std::to_string(port) + " >" + dir_.str("feed.out") + " 2>&1 </dev/null & echo $! > " +
                  dir_.str("feed.pid")),
@@ -125,8 +125,12 @@ TEST_F(TopTest, ShowsTheStagesOfALiveLoaderAndQuitsOnQ) {
 
 // Under threads="auto" the view shows the tuner's knobs and its last change with the reason.
 TEST_F(TopTest, ShowsTheTunersKnobsAndLastChange) {
+  // Epochs of tens of milliseconds: 96 images make epochs of a few, and on a loaded
+  // machine each one's start-up (its threads, their first reads) left the tuner no
+  // interval to judge within the wait below.
+  testing::write_image_dataset(dir_.str("many"), {.count = 1536});
   const unsigned port = free_port();
-  feed(port, 30, "auto");
+  feed(port, 30, "auto", "many");
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/metrics";
   // A small feed: the tuner's first move comes after about 1.2 s of feed.
   EXPECT_TRUE(within(15, [&] {

@@ -304,7 +304,8 @@ struct LoaderOptions {
   /// threads == kAutoThreads (the default): the loader tunes itself (threads="auto"). It
   /// starts with one decode thread and the slots below, and every few batches moves one
   /// knob by one step, the one of the stage the verdict (verdict.h) names as the bound:
-  /// decode threads (decode bound); ring slots (storage bound: more reads ahead), or the
+  /// decode threads (decode bound; doubled while the consumer waits half the time or
+  /// more, until a step up is undone); ring slots (storage bound: more reads ahead), or the
   /// IO queue depth when reads wait for room in the queue (storage or network bound); or
   /// a decode thread fewer once the consumer no longer waits. A move is kept only when the
   /// feed rate rose by more than its measured noise (a step back: unless it fell), else

@@ -173,13 +173,15 @@ def test_ctrl_c_during_a_pack_raises_keyboardinterrupt_and_leaves_nothing(tmp_pa
     import signal
     import threading
     f = tmp_path / "t.bin"
-    f.write_bytes(np.random.default_rng(1).integers(0, 65535, 12 << 20, dtype=np.uint16).tobytes())
+    f.write_bytes(np.random.default_rng(1).integers(0, 64, 24 << 20, dtype=np.uint16).tobytes())
     out = tmp_path / "ds"
     timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            # Incompressible tokens at zstd 19 on one thread: far longer than a second.
+            # Compressible tokens at zstd 19 on one thread: ~6 s on the 2-core VM, far longer
+            # than the second before the interrupt (incompressible ones took 1 s: zstd only
+            # stores them).
             stoker.pack_tokens(str(f), str(out), dtype="uint16", seq_len=1024, zstd=19, threads=1,
                                shard_size=1 << 20)
     finally:

@@ -78,11 +78,15 @@ void AutoTuner::share_threads(std::shared_ptr<TuneThreadBudget> budget) {
   budget_->hold(threads_.value);
 }
 
-bool AutoTuner::draw(const TuneKnob& k, unsigned from, unsigned to) {
-  if (!budget_ || &k != &threads_ || to == from) return true;
-  if (to > from) return budget_->take();
-  budget_->give();
-  return true;
+unsigned AutoTuner::draw(const TuneKnob& k, unsigned from, unsigned to) {
+  if (!budget_ || &k != &threads_ || to == from) return to;
+  if (to < from) {
+    for (unsigned i = to; i < from; ++i) budget_->give();
+    return to;
+  }
+  unsigned got = from;
+  while (got < to && budget_->take()) ++got;
+  return got;  // as many as the other sources left
 }
 
 namespace {
@@ -168,7 +172,7 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
       // Back where it was: a step up's thread returns to a shared budget, a step down's is
       // held again (overdrawing it if another source took it meanwhile).
       if (budget_ && t.knob == &threads_) {
-        if (t.from < t.knob->value) budget_->give();
+        if (t.from < t.knob->value) draw(*t.knob, t.knob->value, t.from);
         else budget_->hold(t.from - t.knob->value);
       }
       t.knob->value = t.from;
@@ -212,7 +216,11 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
         c = move(depth_, "queue_depth", kUp, base, batches,
                  waited + " while the decoders were " + std::to_string(static_cast<int>(100 * decode_busy)) +
                      "% busy: " + why);
-      if (!c) c = move(threads_, "threads", kUp, base, batches, why);
+      // A consumer that mostly waits (a GPU starving) gets twice the threads a move, until
+      // a step up is undone: a big machine reaches its count in a few trials, not dozens.
+      if (!c)
+        c = move(threads_, "threads", kUp, base, batches, why,
+                 f.consumer_wait_frac() >= opt_.starving_wait && undos(threads_, kUp) == 0);
       break;
     case Bottleneck::kStorage:
     case Bottleneck::kNetwork:
@@ -242,12 +250,14 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
 }
 
 std::optional<TuneChange> AutoTuner::move(TuneKnob& k, const char* name, Dir dir, const FeedFigures& f,
-                                          uint64_t batches, std::string reason) {
+                                          uint64_t batches, std::string reason, bool double_up) {
   if (!k.tuned || undos(k, dir) >= opt_.max_undos) return std::nullopt;
   if (dir == kUp ? k.value >= k.max : k.value <= k.min) return std::nullopt;
-  const unsigned to = k.doubles ? (dir == kUp ? std::min(k.max, 2 * k.value) : std::max(k.min, k.value / 2))
-                                : (dir == kUp ? k.value + 1 : k.value - 1);
-  if (!draw(k, k.value, to)) return std::nullopt;  // the other sources hold the shared budget
+  const bool doubles = k.doubles || (double_up && dir == kUp);
+  unsigned to = doubles ? (dir == kUp ? std::min(k.max, 2 * k.value) : std::max(k.min, k.value / 2))
+                        : (dir == kUp ? k.value + 1 : k.value - 1);
+  to = draw(k, k.value, to);
+  if (to == k.value) return std::nullopt;  // the other sources hold the shared budget
   TuneChange c;
   c.batch = batches;
   c.at_s = feed_s_;

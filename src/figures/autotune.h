@@ -6,7 +6,9 @@
 // the tuner reads the interval's figures and, when no trial is pending, moves at most one
 // knob by one step:
 //   decode bound   threads + 1 (up to the CPU budget, and what a shared budget has left:
-//                  the sources of a mixture draw on one); but queue depth × 2 first
+//                  the sources of a mixture draw on one), or threads × 2 while the
+//                  consumer waits at least `starving_wait` of the interval and no step up
+//                  of threads has been undone; but queue depth × 2 first
 //                  when reads waited for room in the IO queue (as below) and the
 //                  decoders were under busy_high (bursts of completions queue records
 //                  for decoders that are not saturated);
@@ -63,6 +65,7 @@ struct AutoTuneOptions {
   unsigned max_undos = 2;         ///< undone trials that close a knob's direction for good
   unsigned max_moves = 24;        ///< moves (kept or undone) after which the tuner stops
   double queue_full = 0.5;        ///< share of an interval with reads waiting for queue room: the depth binds
+  double starving_wait = 0.5;     ///< decode bound and the consumer waiting this share: threads double
 };
 
 /// A knob's range and whether it is tuned at all (a user's explicit value is not).
@@ -137,14 +140,16 @@ class AutoTuner {
     unsigned intervals = 0;
   };
   std::optional<TuneChange> interval(const FeedFigures& f, uint64_t batches);
+  /// `double_up`: a step up doubles the knob (threads while the consumer starves).
   std::optional<TuneChange> move(TuneKnob& k, const char* name, Dir dir, const FeedFigures& f, uint64_t batches,
-                                 std::string reason);
+                                 std::string reason, bool double_up = false);
   // Trials of a knob's direction undone so far (closed at AutoTuneOptions::max_undos).
   unsigned& undos(const TuneKnob& k, Dir d) {
     return (&k == &threads_ ? undos_threads_ : &k == &slots_ ? undos_slots_ : undos_depth_)[d];
   }
-  // The shared budget's side of a change of `k` from `from` to `to` (threads only).
-  bool draw(const TuneKnob& k, unsigned from, unsigned to);
+  // The shared budget's side of a change of `k` from `from` to `to` (threads only): the
+  // value it can have, `to` or less when the other sources hold the rest (`from`: none).
+  unsigned draw(const TuneKnob& k, unsigned from, unsigned to);
 
   TuneKnob threads_, slots_, depth_;
   std::shared_ptr<TuneThreadBudget> budget_;  // null: the threads' max is the budget
