@@ -67,8 +67,9 @@ if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
 else
   echo "skip  python-cuda: $python's torch sees no CUDA device"
 fi
-if command -v compute-sanitizer >/dev/null; then
-  step gpu-tests-memcheck gpu_tests "compute-sanitizer --tool memcheck --error-exitcode 1"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [[ -x $sanitizer ]]; then
+  step gpu-tests-memcheck gpu_tests "$sanitizer --tool memcheck --error-exitcode 1"
 else
   echo "skip  gpu-tests-memcheck: compute-sanitizer is not installed"
 fi
