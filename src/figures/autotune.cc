@@ -169,7 +169,7 @@ std::optional<TuneChange> AutoTuner::interval(const FeedFigures& f, uint64_t bat
       c.reason = "undone: " + rate_text(t.base_rate) + " -> " + rate_text(trial_rate) + " (" +
                  percent(trial_rate / t.base_rate - 1) +
                  (t.dir == kUp ? ", not above" : ", below") + " the noise of " + percent(threshold).substr(1) + ")";
-      // Back where it was: a step up's thread returns to a shared budget, a step down's is
+      // Back where it was: a step up's threads return to a shared budget, a step down's is
       // held again (overdrawing it if another source took it meanwhile).
       if (budget_ && t.knob == &threads_) {
         if (t.from < t.knob->value) draw(*t.knob, t.knob->value, t.from);
