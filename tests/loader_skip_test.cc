@@ -177,6 +177,14 @@ TEST(LoaderSkip, BadRecordsAreDroppedCountedAndBatchesStayFull) {
     Loader l(o);
     Epoch e = run_epoch(l);
     EXPECT_EQ(l.stats().skipped, bad.size());
+    // The bytes of the records delivered: the bad ones' are not counted.
+    auto ds = Dataset::open(dir.str());
+    uint64_t good_bytes = 0;
+    for (uint64_t g = 0; g < ds->record_count(); ++g) {
+      const auto [s, r] = ds->locate(g);
+      if (std::find(bad.begin(), bad.end(), g) == bad.end()) good_bytes += ds->shard(s)->location(r).stored_size;
+    }
+    EXPECT_EQ(l.stats().record_bytes, good_bytes) << threads << " threads";
     return e;
   };
   Epoch e = run(2, 4);

@@ -50,6 +50,14 @@ TEST(Loader, EveryRecordExactlyOncePerEpochWithRightLabels) {
     }
     EXPECT_EQ(seen.size(), drop_last ? 32u : 37u);
     EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "duplicates";
+    // Every delivered record's bytes as stored, once.
+    auto ds = Dataset::open(dir.str());
+    uint64_t bytes = 0;
+    for (int64_t g : seen) {
+      const auto [s, r] = ds->locate(static_cast<uint64_t>(g));
+      bytes += ds->shard(s)->location(r).stored_size;
+    }
+    EXPECT_EQ(l.stats().record_bytes, bytes);
     if (!drop_last) {
       EXPECT_EQ(e.indices.back().size(), 5u);
     }

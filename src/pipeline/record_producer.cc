@@ -15,6 +15,7 @@
 // when the cache has no room for the next shard, the reader thread submits what it has
 // planned and reaps until decoders free some, mid-batch if need be.
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -35,6 +36,9 @@ struct ReadGroup {
     RecordWork::Use use;
     size_t shard = 0;
     uint64_t record = 0;
+    // Looked up by the reader thread, which plans the read with it: a decoder's lookup
+    // would take the dataset's lock and miss the cache once more per record.
+    const RecordLocation* loc = nullptr;
     uint64_t at = 0;      // where the record's bytes start in `buf`
     uint32_t stored = 0;  // its bytes as stored
   };
@@ -71,7 +75,11 @@ uint64_t record_slab_need(const Context& ctx, const RecordWork& work) {
 class RecordProducer final : public Producer {
  public:
   RecordProducer(const Context& ctx, std::unique_ptr<RecordWork> work)
-      : ctx_(ctx), work_(std::move(work)), reads_(ctx, record_slab_need(ctx, *work_)) {}
+      : ctx_(ctx), work_(std::move(work)), reads_(ctx, record_slab_need(ctx, *work_)) {
+    shard_names_.reserve(ctx.dataset->shard_count());
+    for (size_t s = 0; s < ctx.dataset->shard_count(); ++s) shard_names_.push_back(ctx.record_name(s, 0));
+    for (std::string& n : shard_names_) n.resize(n.size() - 1);  // "...: record "
+  }
   ~RecordProducer() override { join(); }
 
   void start(Run& run) override {
@@ -105,7 +113,12 @@ class RecordProducer final : public Producer {
   /// Reaps completions into decode tasks and queues them; whether any arrived.
   bool reap_some(size_t min_complete, std::chrono::milliseconds timeout);
   void decode_main(unsigned id);
-  void process(DecodeTask& t, RecordWork::Worker& worker, std::vector<uint8_t>& scratch);
+  // A decoder's own buffers, reused from record to record.
+  struct DecoderScratch {
+    std::vector<uint8_t> unpacked;  // a zstd record's payloads
+    std::string where;              // the record's name, for errors
+  };
+  void process(DecodeTask& t, RecordWork::Worker& worker, DecoderScratch& scratch);
 
   // A read in flight: its group's records first .. first + count - 1, which lie from
   // `at` on in the group's buffer. Kept at pending_[tag's low 32 bits]; the high bits
@@ -120,6 +133,9 @@ class RecordProducer final : public Producer {
   const Context& ctx_;
   std::unique_ptr<RecordWork> work_;
   RecordReads reads_;
+  // Context::record_name(s, r) less the record's number: a decoder names each record it
+  // takes without building the shard's path again.
+  std::vector<std::string> shard_names_;
   Run* run_ = nullptr;
   std::thread io_thread_;
   std::vector<std::thread> decoders_;
@@ -164,7 +180,7 @@ void RecordProducer::start_job(uint64_t k, size_t slot) {
           mapped->job = job;
           mapped->base = file.data();
         }
-        mapped->recs.push_back({use, s, r, loc->offset, static_cast<uint32_t>(loc->stored_size)});
+        mapped->recs.push_back({use, s, r, loc, loc->offset, static_cast<uint32_t>(loc->stored_size)});
         continue;
       }
       std::optional<RecordRange> range;
@@ -196,11 +212,19 @@ void RecordProducer::queue_mapped(const std::shared_ptr<ReadGroup>& group) {
   c.io_records += group->recs.size();
   c.io_bytes += bytes;
   reads_.count_mapped(group->recs.size(), bytes);
+  // Counted as the records are queued, not by the decoders: two of them adding to it
+  // record by record would pass the job's line back and forth.
+  group->job->record_bytes.fetch_add(bytes, std::memory_order_relaxed);
   publish_reads();  // no completion may come to publish the mapped counts
+  // Made before the lock is taken: each copies the group's pointer, and the decoders
+  // wait while the lock is held.
+  tasks_.clear();
+  for (uint32_t q = 0; q < group->recs.size(); ++q) tasks_.push_back(DecodeTask{group, q, 0, {}, ErrorCode::kIoError});
   {
     std::lock_guard<std::mutex> lock(qmu_);
-    for (uint32_t q = 0; q < group->recs.size(); ++q) queue_.push_back(DecodeTask{group, q, 0, {}, ErrorCode::kIoError});
+    for (DecodeTask& t : tasks_) queue_.push_back(std::move(t));
   }
+  tasks_.clear();
   qcv_.notify_all();
 }
 
@@ -246,13 +270,17 @@ void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<R
       const uint64_t tag = (++reads_submitted_ << 32) | place;
       pending_[place] = PendingRead{group, at, static_cast<uint32_t>(group->recs.size()), rd.record_count, tag};
       for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q) {
-        group->recs.push_back({uses[q], where[q].first, where[q].second, at + plan.records[q].skip,
+        group->recs.push_back({uses[q], where[q].first, where[q].second,
+                               &ctx_.location(where[q].first, where[q].second), at + plan.records[q].skip,
                                static_cast<uint32_t>(ranges[q].length)});
       }
       reqs_.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), group->buf.data() + at, tag});
       at += rd.length;
     }
   }
+  uint64_t bytes = 0;
+  for (const RecordRange& r : ranges) bytes += r.length;
+  job->record_bytes.fetch_add(bytes, std::memory_order_relaxed);  // as queue_mapped
   engine.submit(reqs_);
   ranges.clear();
   where.clear();
@@ -353,28 +381,30 @@ void RecordProducer::io_main() {
   free_places_.clear();
 }
 
-void RecordProducer::process(DecodeTask& t, RecordWork::Worker& worker, std::vector<uint8_t>& scratch) {
+void RecordProducer::process(DecodeTask& t, RecordWork::Worker& worker, DecoderScratch& scratch) {
   const ReadGroup& g = *t.group;
   const ReadGroup::Rec& r = g.recs[t.rec];
   Job& job = *g.job;
-  const std::string where = ctx_.record_name(r.shard, r.record);
+  std::string& where = scratch.where;
+  where.assign(shard_names_[r.shard]);
+  char number[24];
+  where.append(number, std::to_chars(number, number + sizeof number, r.record).ptr);
   if (!t.io_error.empty()) throw Error(t.io_code, where + ": " + t.io_error);
-  const RecordLocation& loc = ctx_.location(r.shard, r.record);
+  const RecordLocation& loc = *r.loc;
   std::span<const uint8_t> stored(g.base + r.at, loc.stored_size);
   std::vector<uint8_t> again;
   std::vector<std::span<const uint8_t>> fields;
   try {
-    fields = record_fields(ctx_.dataset->schema(), loc, stored, scratch, where);
+    fields = record_fields(ctx_.dataset->schema(), loc, stored, scratch.unpacked, where);
   } catch (const Error& e) {
     // A record fetched by ranged GET that fails its check is fetched once more (a proxy
     // or cache in between may have served a bad copy), then reported as the shard
     // cache does for whole shards.
     if (e.code() != ErrorCode::kDataLoss || !ctx_.record_reads()) throw;
     again = ctx_.cached->fetch_record(r.shard, r.record);
-    fields = record_fields(ctx_.dataset->schema(), loc, again, scratch, where + " (fetched twice)");
+    fields = record_fields(ctx_.dataset->schema(), loc, again, scratch.unpacked, where + " (fetched twice)");
   }
   worker.put(*run_, job, r.use, fields, where);
-  job.record_bytes.fetch_add(loc.stored_size, std::memory_order_relaxed);
 }
 
 void RecordProducer::decode_main(unsigned id) {
@@ -382,10 +412,10 @@ void RecordProducer::decode_main(unsigned id) {
   Counters& c = run.c;
   pin_and_name_this_thread(ctx_.cpu.cpus, "stoker-dec/" + std::to_string(id));
   std::unique_ptr<RecordWork::Worker> worker = work_->worker();
-  std::vector<uint8_t> scratch;
+  DecoderScratch scratch;
   std::vector<DecodeTask> taken;
-  // One clock reading between tasks: it ends one task's busy time and starts the wait
-  // for the next (a reading costs a fifth of a microsecond on some VMs).
+  // One clock reading per task, at its end, and one when tasks are taken (a reading
+  // costs a fifth of a microsecond on some VMs).
   auto idle_since = Clock::now();
   for (;;) {
     taken.clear();
@@ -396,14 +426,14 @@ void RecordProducer::decode_main(unsigned id) {
         c.dec_wait_ns += nanos(Clock::now() - idle_since);
         return;
       }
-      // Four or more decoders take several small records at a time from a deep queue:
-      // a short document takes microseconds to tokenise, and the lock taken for every
-      // one is what 8 or 16 decoders then wait on. Two or three barely meet on it; a
-      // large record (an image) is worth the lock alone, and taking several would leave
-      // the epoch's last ones to few threads; a shallow queue is shared one at a time.
+      // Several small records at a time from a deep queue: a short document takes
+      // microseconds to tokenise, and a lock taken for every one is what 8 or 16
+      // decoders wait on, and what 2 wait on whenever the reader thread that holds it is
+      // preempted by them on a machine with no core to spare. A large record (an image)
+      // is worth the lock alone, and taking several would leave the epoch's last ones
+      // to few threads; a shallow queue is shared one at a time.
       const size_t decoders = std::max<size_t>(1, std::min<size_t>(active_.load(), ctx_.threads));
-      const size_t want =
-          decoders < 4 ? 1 : std::clamp<size_t>(queue_.size() / (4 * decoders), 1, kMaxTaken);
+      const size_t want = std::clamp<size_t>(queue_.size() / (4 * decoders), 1, kMaxTaken);
       uint64_t taken_bytes = 0;
       const size_t queued = queue_.size();
       while (taken.size() < want && !queue_.empty()) {
@@ -426,24 +456,48 @@ void RecordProducer::decode_main(unsigned id) {
       }
       c.queue_sum += queued * taken.size();  // the queue each task met, as one at a time
     }
-    for (DecodeTask& t : taken) {
+    // The figures are added once per visit to the queue (the decoders adding them task
+    // by task would pass their cache line back and forth), before the last hand-over:
+    // stats() taken once the run's last batch is out holds them.
+    auto mark = Clock::now();
+    uint64_t wait_ns = nanos(mark - idle_since), busy_ns = 0, decoded = 0;
+    auto add_figures = [&] {
+      c.dec_wait_ns += wait_ns;
+      c.dec_busy_ns += busy_ns;
+      c.dec_samples += decoded;
+      wait_ns = busy_ns = decoded = 0;
+    };
+    for (size_t i = 0; i < taken.size(); ++i) {
       if (run.stop) break;  // the rest are dropped with the run, as the queue's are
-      const auto b0 = Clock::now();
-      c.dec_wait_ns += nanos(b0 - idle_since);
-      const std::shared_ptr<Job> job = t.group->job;
+      DecodeTask& t = taken[i];
+      if (i + 1 < taken.size()) {
+        // The next record's location and first bytes come in while this one is worked.
+        const ReadGroup& ng = *taken[i + 1].group;
+        const ReadGroup::Rec& nr = ng.recs[taken[i + 1].rec];
+        __builtin_prefetch(nr.loc);
+        __builtin_prefetch(ng.base + nr.at);
+      }
+      // Not a copy of the pointer: run.jobs holds the job until it is handed over, and
+      // a copy per task is two more atomic counts on a line every decoder shares.
+      Job& job = *t.group->job;
       const ReadGroup::Rec& r = t.group->recs[t.rec];
       try {
         process(t, *worker, scratch);
-        c.dec_samples++;
+        decoded++;
       } catch (...) {
-        ctx_.sample_failed(run, *job, r.use.j, std::current_exception());
+        job.record_bytes.fetch_sub(r.stored, std::memory_order_relaxed);  // not delivered
+        ctx_.sample_failed(run, job, r.use.j, std::current_exception());
       }
       reads_.done(r.shard);  // a remote shard may be closed once its records are decoded
       t.group.reset();  // the IO buffer goes back as soon as its last record is decoded
-      idle_since = Clock::now();
-      c.dec_busy_ns += nanos(idle_since - b0);
-      run.finish_one(*job);
+      const auto end = Clock::now();
+      busy_ns += nanos(end - mark);
+      mark = end;
+      if (i + 1 == taken.size()) add_figures();
+      run.finish_one(job);
     }
+    add_figures();  // a run stopped mid-visit
+    idle_since = mark;
   }
 }
 

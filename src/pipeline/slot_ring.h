@@ -93,7 +93,7 @@ struct Job {
   std::vector<uint64_t> samples;
   std::mutex mu;
   std::exception_ptr error;
-  std::atomic<uint64_t> record_bytes{0};  ///< images: added per sample; tokens: set when claimed
+  std::atomic<uint64_t> record_bytes{0};  ///< records: added as their reads are queued, less those that fail; tokens: set when claimed
   uint64_t padding = 0;  ///< packed samples: the batch's padding positions (set before any hand-over)
   /// Packed samples: (row in the batch, plan piece) of every record use, grouped by record
   /// (RecordWork::Use::piece indexes it); set before any hand-over.
