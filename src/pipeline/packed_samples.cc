@@ -245,9 +245,10 @@ class PackedWork final : public RecordWork {
     if (t < 0 || pad == 0) return;
     const Output& o = ctx_.tensors[static_cast<size_t>(t)];
     const int64_t id = ctx_.opt->pad_id;
-    uint8_t* first = ctx_.tensor_ptr(job, t) + j * o.item_bytes + size_t{used} * elem_size(o.dtype);
+    const size_t es = elem_size(o.dtype);
+    uint8_t* first = ctx_.tensor_ptr(job, t) + j * o.item_bytes + size_t{used} * es;
     widen_tokens_le(reinterpret_cast<const uint8_t*>(&id), ElemType::kInt64, 1, o.dtype, first);
-    for (uint32_t i = 1; i < pad; ++i) std::memcpy(first + i * elem_size(o.dtype), first, elem_size(o.dtype));
+    for (uint32_t i = 1; i < pad; ++i) std::memcpy(first + i * es, first, es);
   }
 
   class PieceWriter final : public Worker {

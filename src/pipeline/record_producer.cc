@@ -57,6 +57,8 @@ constexpr uint32_t kMaxDeferrals = 4;
 // beyond the first's (decode_main): ~0.3 ms of tokenising.
 constexpr size_t kMaxTaken = 8;
 constexpr uint64_t kTakenBytes = 8u << 10;
+// Bytes of the next record taken that a decoder asks the cache for ahead (decode_main).
+constexpr uint32_t kPrefetchBytes = 4u << 10;
 
 struct DecodeTask {
   std::shared_ptr<ReadGroup> group;
@@ -64,6 +66,29 @@ struct DecodeTask {
   uint32_t deferred = 0;  // times put behind other tasks (RecordWork::Worker::would_wait)
   std::string io_error;  // non-empty: the read failed
   ErrorCode io_code = ErrorCode::kIoError;
+};
+
+// Where records lie, for the reader thread: a local dataset's shard reader is kept while
+// records of its shard follow one another (a batch of packed samples lists its records in
+// index order), so such a record costs no lock of the dataset's and no count of the
+// reader's pointer. A remote
+// dataset's shards come and go with its cache: asked each time.
+class RecordLocations {
+ public:
+  explicit RecordLocations(const Context& ctx) : ctx_(ctx) {}
+  const RecordLocation& at(size_t shard, uint64_t record) {
+    if (ctx_.cached) return ctx_.location(shard, record);
+    if (shard != shard_ || !reader_) {
+      reader_ = ctx_.dataset->shard(shard);
+      shard_ = shard;
+    }
+    return reader_->location(record);
+  }
+
+ private:
+  const Context& ctx_;
+  size_t shard_ = 0;
+  std::shared_ptr<const ShardReader> reader_;
 };
 
 uint64_t record_slab_need(const Context& ctx, const RecordWork& work) {
@@ -75,7 +100,7 @@ uint64_t record_slab_need(const Context& ctx, const RecordWork& work) {
 class RecordProducer final : public Producer {
  public:
   RecordProducer(const Context& ctx, std::unique_ptr<RecordWork> work)
-      : ctx_(ctx), work_(std::move(work)), reads_(ctx, record_slab_need(ctx, *work_)) {
+      : ctx_(ctx), work_(std::move(work)), reads_(ctx, record_slab_need(ctx, *work_)), locations_(ctx) {
     shard_names_.reserve(ctx.dataset->shard_count());
     for (size_t s = 0; s < ctx.dataset->shard_count(); ++s) shard_names_.push_back(ctx.record_name(s, 0));
     for (std::string& n : shard_names_) n.resize(n.size() - 1);  // "...: record "
@@ -133,6 +158,7 @@ class RecordProducer final : public Producer {
   const Context& ctx_;
   std::unique_ptr<RecordWork> work_;
   RecordReads reads_;
+  RecordLocations locations_;  // the reader thread's
   // Context::record_name(s, r) less the record's number: a decoder names each record it
   // takes without building the shard's path again.
   std::vector<std::string> shard_names_;
@@ -172,7 +198,7 @@ void RecordProducer::start_job(uint64_t k, size_t slot) {
     try {
       const std::span<const uint8_t> file = reads_.mapped(s);
       // A record the file is too short for goes to the engine, whose short read names it.
-      const RecordLocation* loc = file.empty() ? nullptr : &ctx_.location(s, r);
+      const RecordLocation* loc = file.empty() ? nullptr : &locations_.at(s, r);
       if (loc && loc->offset <= file.size() && loc->stored_size <= file.size() - loc->offset) {
         if (!mapped || mapped->base != file.data()) {
           if (mapped) queue_mapped(mapped);
@@ -271,7 +297,7 @@ void RecordProducer::submit_reads(const std::shared_ptr<Job>& job, std::vector<R
       pending_[place] = PendingRead{group, at, static_cast<uint32_t>(group->recs.size()), rd.record_count, tag};
       for (uint32_t q = rd.first_record; q < rd.first_record + rd.record_count; ++q) {
         group->recs.push_back({uses[q], where[q].first, where[q].second,
-                               &ctx_.location(where[q].first, where[q].second), at + plan.records[q].skip,
+                               &locations_.at(where[q].first, where[q].second), at + plan.records[q].skip,
                                static_cast<uint32_t>(ranges[q].length)});
       }
       reqs_.push_back(ReadRequest{rd.file, rd.offset, static_cast<uint32_t>(rd.length), group->buf.data() + at, tag});
@@ -471,11 +497,14 @@ void RecordProducer::decode_main(unsigned id) {
       if (run.stop) break;  // the rest are dropped with the run, as the queue's are
       DecodeTask& t = taken[i];
       if (i + 1 < taken.size()) {
-        // The next record's location and first bytes come in while this one is worked.
+        // The next record's location and bytes come in while this one is worked: a
+        // small record's check would otherwise wait on memory for most of its lines (the
+        // records of a shuffle lie far apart; the hardware's prefetch needs a run).
         const ReadGroup& ng = *taken[i + 1].group;
         const ReadGroup::Rec& nr = ng.recs[taken[i + 1].rec];
         __builtin_prefetch(nr.loc);
-        __builtin_prefetch(ng.base + nr.at);
+        const uint8_t* next = ng.base + nr.at;
+        for (uint32_t at = 0; at < std::min<uint32_t>(nr.stored, kPrefetchBytes); at += 64) __builtin_prefetch(next + at);
       }
       // Not a copy of the pointer: run.jobs holds the job until it is handed over, and
       // a copy per task is two more atomic counts on a line every decoder shares.
