@@ -68,11 +68,10 @@ struct DecodeTask {
   ErrorCode io_code = ErrorCode::kIoError;
 };
 
-// Where records lie, for the reader thread: a local dataset's shard reader is kept while
+// Where records lie, for the reader thread. A local dataset's shard reader is kept while
 // records of its shard follow one another (a batch of packed samples lists its records in
-// index order), so such a record costs no lock of the dataset's and no count of the
-// reader's pointer. A remote
-// dataset's shards come and go with its cache: asked each time.
+// index order): such a record costs no lock of the dataset's and no count of the reader's
+// pointer. A remote dataset's shards come and go with its cache: asked each time.
 class RecordLocations {
  public:
   explicit RecordLocations(const Context& ctx) : ctx_(ctx) {}
