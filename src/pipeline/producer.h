@@ -78,8 +78,10 @@ struct Context {
   uint8_t* tensor_ptr(const Job& job, int t) const { return job.mem + tensors[static_cast<size_t>(t)].offset; }
   /// A remote dataset read record by record (ranged GETs, CachedShards::record_reads).
   bool record_reads() const { return cached && cached->record_reads(); }
-  std::string record_name(size_t shard, uint64_t rec) const {
-    return (record_reads() ? cached->shard_url(shard) : dataset->shard_path(shard)) + ": record " + std::to_string(rec);
+  std::string record_name(size_t shard, uint64_t rec) const { return record_name_prefix(shard) + std::to_string(rec); }
+  /// record_name(shard, rec) up to the record's number.
+  std::string record_name_prefix(size_t shard) const {
+    return (record_reads() ? cached->shard_url(shard) : dataset->shard_path(shard)) + ": record ";
   }
   /// Where record `rec` of `shard` lies: from the shard's reader (opened on first use),
   /// or for records fetched by ranged GET from the shard's remote index. Valid while the

@@ -101,8 +101,7 @@ class RecordProducer final : public Producer {
   RecordProducer(const Context& ctx, std::unique_ptr<RecordWork> work)
       : ctx_(ctx), work_(std::move(work)), reads_(ctx, record_slab_need(ctx, *work_)), locations_(ctx) {
     shard_names_.reserve(ctx.dataset->shard_count());
-    for (size_t s = 0; s < ctx.dataset->shard_count(); ++s) shard_names_.push_back(ctx.record_name(s, 0));
-    for (std::string& n : shard_names_) n.resize(n.size() - 1);  // "...: record "
+    for (size_t s = 0; s < ctx.dataset->shard_count(); ++s) shard_names_.push_back(ctx.record_name_prefix(s));
   }
   ~RecordProducer() override { join(); }
 
@@ -158,8 +157,8 @@ class RecordProducer final : public Producer {
   std::unique_ptr<RecordWork> work_;
   RecordReads reads_;
   RecordLocations locations_;  // the reader thread's
-  // Context::record_name(s, r) less the record's number: a decoder names each record it
-  // takes without building the shard's path again.
+  // Context::record_name_prefix of each shard: a decoder names each record it takes
+  // without building the shard's path again.
   std::vector<std::string> shard_names_;
   Run* run_ = nullptr;
   std::thread io_thread_;
